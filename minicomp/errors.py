@@ -1,0 +1,47 @@
+"""Errors minicomp reports to its users.
+
+Every error a user can cause derives from `MinicompError`. The CLI and the decorator
+print such an error as one paragraph (no traceback) and the CLI exits 1. Anything else
+that escapes is a bug in minicomp and keeps its traceback.
+
+`SourceError` carries a position in a source file and renders the classic compiler
+diagnostic: `file:line:col: message`, then the line and a caret under the column.
+"""
+
+from __future__ import annotations
+
+
+class MinicompError(Exception):
+    """A problem with the user's program or inputs, reported without a traceback."""
+
+
+class SourceError(MinicompError):
+    """An error at a position in a source file (DSL text or a Python model file)."""
+
+    def __init__(self, message: str, file: str, line: int, col: int, source_line: str | None = None):
+        self.message = message
+        self.file = file
+        self.line = line
+        self.col = col
+        self.source_line = source_line
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        head = f"{self.file}:{self.line}:{self.col}: error: {self.message}"
+        if self.source_line is None:
+            return head
+        text = self.source_line.rstrip("\n")
+        caret = " " * max(self.col - 1, 0) + "^"
+        return f"{head}\n    {text}\n    {caret}"
+
+
+class VerifyError(MinicompError):
+    """The IR broke one of its invariants; the message names the node and its origin."""
+
+
+class CompileError(MinicompError):
+    """A graph minicomp could not compile (and could not fall back for)."""
+
+
+class GuardError(MinicompError):
+    """A compiled function was called with arguments it cannot accept."""

@@ -1,0 +1,129 @@
+"""Composite operators, decomposed into registry primitives.
+
+Both frontends call these, so `F.softmax(x, -1)`, a hand-written softmax and the DSL's
+`softmax(x, axis=-1)` reach the passes as the same graph. Half-precision inputs are
+upcast to fp32 for the statistics and the result cast back, which is what PyTorch's own
+kernels do (so the decomposition matches eager to rounding).
+
+Each function takes the Graph, node ids and Python attributes, and returns a node id.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from minicomp.ir.dtypes import HALF_DTYPES
+from minicomp.ir.graph import Graph
+
+
+def norm_axes(axes, ndim: int) -> tuple[int, ...]:
+    """Normalise an int or sequence of ints (negative allowed) to sorted non-negative axes."""
+    if isinstance(axes, int):
+        axes = (axes,)
+    out = []
+    for a in axes:
+        if not -ndim <= a < max(ndim, 1):
+            raise ValueError(f"axis {a} is out of range for a tensor of rank {ndim}")
+        out.append(a % ndim if ndim else 0)
+    return tuple(sorted(set(out)))
+
+
+def _upcast(g: Graph, x: int, origin) -> tuple[int, torch.dtype]:
+    dt = g.node(x).dtype
+    if dt in HALF_DTYPES:
+        return g.add("cast", x, dtype=torch.float32, origin=origin), dt
+    return x, dt
+
+
+def _downcast(g: Graph, x: int, dt: torch.dtype, origin) -> int:
+    return g.add("cast", x, dtype=dt, origin=origin) if g.node(x).dtype != dt else x
+
+
+def reduce(g: Graph, op: str, x: int, axes, keepdim: bool = False, origin=None, **extra) -> int:
+    return g.add(op, x, axes=norm_axes(axes, len(g.node(x).shape)), keepdim=bool(keepdim), origin=origin, **extra)
+
+
+def softmax(g: Graph, x: int, axis: int = -1, origin=None) -> int:
+    x32, dt = _upcast(g, x, origin)
+    m = reduce(g, "amax", x32, axis, keepdim=True, origin=origin)
+    e = g.add("exp", g.add("sub", x32, m, origin=origin), origin=origin)
+    s = reduce(g, "sum", e, axis, keepdim=True, origin=origin)
+    return _downcast(g, g.add("div", e, s, origin=origin), dt, origin)
+
+
+def log_softmax(g: Graph, x: int, axis: int = -1, origin=None) -> int:
+    x32, dt = _upcast(g, x, origin)
+    m = reduce(g, "amax", x32, axis, keepdim=True, origin=origin)
+    shifted = g.add("sub", x32, m, origin=origin)
+    s = reduce(g, "sum", g.add("exp", shifted, origin=origin), axis, keepdim=True, origin=origin)
+    return _downcast(g, g.add("sub", shifted, g.add("log", s, origin=origin), origin=origin), dt, origin)
+
+
+def layer_norm(g: Graph, x: int, ndim: int, weight: int | None, bias: int | None, eps: float,
+               origin=None) -> int:
+    """LayerNorm over the last `ndim` axes: (x - mean) * rsqrt(var + eps) * w + b."""
+    rank = len(g.node(x).shape)
+    axes = tuple(range(rank - ndim, rank))
+    x32, dt = _upcast(g, x, origin)
+    mean = reduce(g, "mean", x32, axes, keepdim=True, origin=origin)
+    centred = g.add("sub", x32, mean, origin=origin)
+    var = reduce(g, "mean", g.add("mul", centred, centred, origin=origin), axes, keepdim=True, origin=origin)
+    inv = g.add("rsqrt", g.add("add", var, g.constant(float(eps)), origin=origin), origin=origin)
+    y = g.add("mul", centred, inv, origin=origin)
+    if weight is not None:
+        y = g.add("mul", y, weight, origin=origin)
+    if bias is not None:
+        y = g.add("add", y, bias, origin=origin)
+    return _downcast(g, y, dt, origin)
+
+
+def rms_norm(g: Graph, x: int, ndim: int, weight: int | None, eps: float | None, origin=None) -> int:
+    """RMSNorm over the last `ndim` axes: x * rsqrt(mean(x^2) + eps) * w (eps defaults to finfo.eps)."""
+    rank = len(g.node(x).shape)
+    axes = tuple(range(rank - ndim, rank))
+    x32, dt = _upcast(g, x, origin)
+    if eps is None:
+        eps = torch.finfo(dt).eps
+    ms = reduce(g, "mean", g.add("mul", x32, x32, origin=origin), axes, keepdim=True, origin=origin)
+    inv = g.add("rsqrt", g.add("add", ms, g.constant(float(eps)), origin=origin), origin=origin)
+    y = g.add("mul", x32, inv, origin=origin)
+    y = _downcast(g, y, dt, origin)
+    if weight is not None:
+        y = g.add("mul", y, weight, origin=origin)
+    return y
+
+
+def linear(g: Graph, x: int, weight: int, bias: int | None, origin=None) -> int:
+    """x @ weight.T + bias, as matmul + add so the planner sees a GEMM and its epilogue."""
+    w = g.node(weight)
+    wt = g.add("permute", weight, dims=tuple(range(len(w.shape) - 2)) + (len(w.shape) - 1, len(w.shape) - 2)
+               if len(w.shape) >= 2 else (0,), origin=origin)
+    y = g.add("matmul", x, wt, origin=origin)
+    if bias is not None:
+        y = g.add("add", y, bias, origin=origin)
+    return y
+
+
+def transpose(g: Graph, x: int, a: int, b: int, origin=None) -> int:
+    rank = len(g.node(x).shape)
+    dims = list(range(rank))
+    a, b = a % rank, b % rank
+    dims[a], dims[b] = dims[b], dims[a]
+    return g.add("permute", x, dims=tuple(dims), origin=origin)
+
+
+def causal_mask(g: Graph, sq: int, sk: int, origin=None) -> int:
+    """Boolean [sq, sk] mask, True where attention is allowed: tril(full(True)) aligned top-left."""
+    full = g.add("full", shape=(sq, sk), value=True, dtype=torch.bool, origin=origin)
+    return g.add("tril", full, diagonal=0, origin=origin)
+
+
+def attention(g: Graph, q: int, k: int, v: int, mask: int | None = None, scale: float | None = None,
+              is_causal: bool = False, enable_gqa: bool = False, origin=None) -> int:
+    if scale is None:
+        scale = 1.0 / math.sqrt(g.node(q).shape[-1])
+    args = (q, k, v) + ((mask,) if mask is not None else ())
+    return g.add("attention", *args, scale=float(scale), is_causal=bool(is_causal),
+                 enable_gqa=bool(enable_gqa), origin=origin)

@@ -1,0 +1,242 @@
+"""The IR: a typed operator graph over one `networkx.DiGraph`.
+
+Invariants (checked by `verify.verify`):
+- a node is one operator; its `Node` record lives in the networkx node's attribute
+  dict under the key "node" (`graph.nx.nodes[i]["node"]`);
+- `Node.args` (ordered node ids) is the source of truth for operand order; there is an
+  edge arg -> user for every distinct arg, with the attribute `positions` listing where
+  it is used, so networkx algorithms (topological sort, ancestors, cycles) work;
+- shapes are concrete tuples of ints (DSL symbols are bound before a graph is built);
+- `layout` is None ("free") until the layout pass fixes a tuple of strides;
+- `origin` says where the node came from (`model.py:12`, `prog.mc:3:7`), for errors.
+
+`Graph.add` infers shape and dtype through the registry (meta tensors), so a builder only
+says op, operands and attributes.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import networkx as nx
+import torch
+
+from minicomp.errors import VerifyError
+from minicomp.ir import ops
+from minicomp.ir.dtypes import type_str
+
+
+@dataclass
+class Node:
+    id: int
+    op: str
+    args: tuple[int, ...]
+    attrs: dict[str, Any]
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    layout: tuple[int, ...] | None = None
+    origin: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return ops.get(self.op).kind
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def type(self) -> str:
+        return type_str(self.shape, self.dtype)
+
+    def describe(self) -> str:
+        """`%7 (add) from model.py:12` — how errors name a node."""
+        where = f" from {self.origin}" if self.origin else ""
+        return f"%{self.id} ({self.op}){where}"
+
+
+def meta_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[int, ...], torch.dtype]:
+    """Shape and dtype of `op` applied to `arg_nodes`, by running the reference on meta tensors.
+
+    Raises ValueError with PyTorch's message when the operands do not fit (shape mismatch...).
+    """
+    d = ops.get(op)
+    metas = [meta_tensor(a.shape, a.dtype) for a in arg_nodes]
+    kwargs = {k: v for k, v in attrs.items() if k in d.attrs}
+    if op in ("full", "arange"):
+        kwargs["device"] = "meta"
+    try:
+        out = d.ref(*metas, **kwargs)
+    except (RuntimeError, TypeError, ValueError, IndexError) as e:
+        raise ValueError(str(e).split("\n")[0]) from None
+    return tuple(out.shape), out.dtype
+
+
+class Graph:
+    """An operator graph: nodes in a networkx DiGraph plus ordered inputs and outputs."""
+
+    def __init__(self, name: str = "main"):
+        self.name = name
+        self.nx = nx.DiGraph()
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self._next_id = 0
+
+    # ----------------------------------------------------------------- access
+    def node(self, nid: int) -> Node:
+        try:
+            return self.nx.nodes[nid]["node"]
+        except KeyError:
+            raise KeyError(f"no node %{nid} in graph {self.name!r}") from None
+
+    def __contains__(self, nid: int) -> bool:
+        return nid in self.nx
+
+    def __len__(self) -> int:
+        return self.nx.number_of_nodes()
+
+    def nodes(self) -> list[Node]:
+        """All nodes in a deterministic topological order (ties broken by id)."""
+        return [self.node(i) for i in self.topo_order()]
+
+    def topo_order(self) -> list[int]:
+        return list(nx.lexicographical_topological_sort(self.nx))
+
+    def users(self, nid: int) -> list[int]:
+        return sorted(self.nx.successors(nid))
+
+    def input_names(self) -> list[str]:
+        return [self.node(i).attrs["name"] for i in self.inputs]
+
+    # ----------------------------------------------------------------- building
+    def _new_id(self) -> int:
+        nid = self._next_id
+        self._next_id += 1
+        return nid
+
+    def _insert(self, node: Node) -> int:
+        self.nx.add_node(node.id, node=node)
+        self._connect(node.id, node.args)
+        return node.id
+
+    def _connect(self, nid: int, args: Iterable[int]) -> None:
+        for pos, a in enumerate(args):
+            if a not in self.nx:
+                raise KeyError(f"node %{nid} uses %{a}, which is not in the graph")
+            if self.nx.has_edge(a, nid):
+                self.nx.edges[a, nid]["positions"].append(pos)
+            else:
+                self.nx.add_edge(a, nid, positions=[pos])
+
+    def add_input(self, name: str, shape: Iterable[int], dtype: torch.dtype, origin: str | None = None) -> int:
+        node = Node(self._new_id(), "input", (), {"name": name}, tuple(int(d) for d in shape), dtype, None, origin)
+        self._insert(node)
+        self.inputs.append(node.id)
+        return node.id
+
+    def constant(self, value: Any, dtype: torch.dtype | None = None, origin: str | None = None,
+                 label: str | None = None) -> int:
+        """A constant node: a Python scalar (0-d, default dtype by kind) or a tensor."""
+        if isinstance(value, torch.Tensor):
+            shape, dt = tuple(value.shape), value.dtype
+            value = value.detach()
+        else:
+            if dtype is None:
+                dtype = (torch.bool if isinstance(value, bool) else
+                         torch.int64 if isinstance(value, int) else torch.float32)
+            shape, dt = (), dtype
+            value = bool(value) if dt == torch.bool else (int(value) if not dt.is_floating_point else float(value))
+        attrs: dict[str, Any] = {"value": value}
+        if label:
+            attrs["label"] = label
+        return self._insert(Node(self._new_id(), "constant", (), attrs, shape, dt, None, origin))
+
+    def add(self, op: str, *args: int, origin: str | None = None, out_shape: tuple[int, ...] | None = None,
+            out_dtype: torch.dtype | None = None, **attrs: Any) -> int:
+        """Add `op(args, **attrs)`; shape and dtype are inferred unless given (opaque nodes)."""
+        arg_nodes = [self.node(a) for a in args]
+        shape, dtype = out_shape, out_dtype
+        if shape is None or dtype is None:
+            shape, dtype = infer(op, arg_nodes, attrs)
+        node = Node(self._new_id(), op, tuple(args), dict(attrs), tuple(shape), dtype, None, origin)
+        return self._insert(node)
+
+    def set_outputs(self, outputs: Iterable[int]) -> None:
+        self.outputs = list(outputs)
+
+    # ----------------------------------------------------------------- rewriting
+    def set_args(self, nid: int, args: Iterable[int]) -> None:
+        """Replace the operands of `nid`, keeping edges in step with `args`."""
+        node = self.node(nid)
+        for a in set(node.args):
+            self.nx.remove_edge(a, nid)
+        node.args = tuple(args)
+        self._connect(nid, node.args)
+
+    def replace_all_uses(self, old: int, new: int) -> None:
+        """Point every user of `old` (and the outputs) at `new`."""
+        if old == new:
+            return
+        for user in list(self.nx.successors(old)):
+            un = self.node(user)
+            self.set_args(user, [new if a == old else a for a in un.args])
+        self.outputs = [new if o == old else o for o in self.outputs]
+
+    def remove(self, nid: int) -> None:
+        if any(True for _ in self.nx.successors(nid)):
+            raise ValueError(f"cannot remove %{nid}: it still has users {self.users(nid)}")
+        if nid in self.outputs:
+            raise ValueError(f"cannot remove %{nid}: it is a graph output")
+        if nid in self.inputs:
+            raise ValueError(f"cannot remove %{nid}: it is a graph input")
+        self.nx.remove_node(nid)
+
+    def copy(self) -> "Graph":
+        """A deep copy of structure and records; tensor constants are shared, not cloned."""
+        g = Graph(self.name)
+        g._next_id = self._next_id
+        g.inputs = list(self.inputs)
+        g.outputs = list(self.outputs)
+        for nid in self.nx.nodes:
+            n = self.node(nid)
+            attrs = {k: (v if isinstance(v, torch.Tensor) or callable(v) else _copy.deepcopy(v))
+                     for k, v in n.attrs.items()}
+            g.nx.add_node(nid, node=Node(n.id, n.op, n.args, attrs, n.shape, n.dtype, n.layout, n.origin))
+        for a, b, data in self.nx.edges(data=True):
+            g.nx.add_edge(a, b, positions=list(data["positions"]))
+        return g
+
+    def renumbered(self) -> "Graph":
+        """A copy whose ids are 0..n-1 in topological order (stable dumps for tests)."""
+        mapping = {old: new for new, old in enumerate(self.topo_order())}
+        g = Graph(self.name)
+        for old in self.topo_order():
+            n = self.node(old)
+            g._insert(Node(mapping[old], n.op, tuple(mapping[a] for a in n.args), dict(n.attrs),
+                           n.shape, n.dtype, n.layout, n.origin))
+        g._next_id = len(mapping)
+        g.inputs = [mapping[i] for i in self.inputs]
+        g.outputs = [mapping[o] for o in self.outputs]
+        return g
+
+    def dump(self) -> str:
+        from minicomp.ir.printer import dump
+        return dump(self)
+
+    def __str__(self) -> str:
+        return self.dump()
+
+
+def check_attrs(op: str, attrs: dict[str, Any], where: str) -> None:
+    missing = [a for a in ops.get(op).attrs if a not in attrs and a not in ("target",)]
+    if missing:
+        raise VerifyError(f"{where}: missing attribute(s) {', '.join(missing)}")
