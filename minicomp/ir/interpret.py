@@ -58,3 +58,19 @@ def run(graph: Graph, inputs: Sequence[torch.Tensor], check: bool = True) -> lis
             if remaining[a] == 0 and a not in keep:
                 env.pop(a, None)
     return [env[o] for o in graph.outputs]
+
+
+def random_inputs(graph: Graph, seed: int = 0, device: str | torch.device = "cpu") -> list[torch.Tensor]:
+    """Seeded random tensors matching the graph's inputs (normal floats, small ints, coin-flip bools)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for nid in graph.inputs:
+        n = graph.node(nid)
+        if n.dtype.is_floating_point:
+            t = torch.randn(n.shape, generator=gen).to(n.dtype)
+        elif n.dtype == torch.bool:
+            t = torch.rand(n.shape, generator=gen) > 0.5
+        else:
+            t = torch.randint(-8, 8, n.shape, generator=gen).to(n.dtype)
+        out.append(t.to(device))
+    return out
