@@ -1,0 +1,58 @@
+"""What every kernel emitter shares: the `Kernel` record, the `KernelCtx` it is given, `Unsupported`.
+
+Invariants:
+- an emitter (`pointwise.emit`, `reduction.emit`, `gemm.emit`, `attention.emit`) takes a
+  `KernelCtx` and returns one `Kernel`, or raises `Unsupported` with a one-line reason; the
+  module wrapper then runs the group through PyTorch and records `group.fallback = str(e)`;
+- `Kernel.source` is top-level module text (one or more `@triton.jit` functions, optionally
+  autotuned); `Kernel.launch` are lines of `call()` that refer to tensors only as
+  `ctx.buf(nid)` (`buf{nid}`), which the wrapper binds (inputs, constants) or allocates
+  (every group output, with `ctx.strides(nid)`) before the launch lines run;
+- shapes and strides are concrete: a compiled module is specialised on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minicomp.ir.graph import Graph
+from minicomp.passes.plan import Group
+
+
+class Unsupported(Exception):
+    """An emitter cannot generate this group; the wrapper falls back to PyTorch for it."""
+
+
+@dataclass
+class Kernel:
+    name: str            # "mc_gemm_bias_gelu_3": says what it holds
+    source: str          # top-level text: one or more @triton.jit (optionally @triton.autotune) functions
+    launch: list[str]    # Python lines for call() that launch it; tensors referred to as ctx.buf(nid)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of `shape` (size-1 dims get the stride they would have; never 0)."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+@dataclass
+class KernelCtx:
+    graph: Graph
+    group: Group
+    index: int           # position of the group in the plan (unique kernel names)
+    device_type: str     # "cuda" or "cpu" (cpu = Triton interpreter: no autotune sweep, no bf16 tl.dot)
+
+    def buf(self, nid: int) -> str:
+        """Variable name of node nid's tensor in call()."""
+        return f"buf{nid}"
+
+    def strides(self, nid: int) -> tuple[int, ...]:
+        """The node's fixed layout, else contiguous strides of its shape."""
+        node = self.graph.node(nid)
+        if node.layout is not None:
+            return tuple(node.layout)
+        return contiguous_strides(node.shape)
