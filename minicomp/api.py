@@ -1,0 +1,154 @@
+"""`minicomp.compile`: the decorator, and the one place (with cli.py) that wires the stages.
+
+    @minicomp.compile
+    def f(x, w): ...
+
+    f(x, w)          # first call: capture -> passes -> plan -> Triton module -> run
+    f.plan, f.source, f.graph, f.explain()
+
+A compiled function is specialised on its inputs' shapes, dtypes, strides and device; a
+new signature compiles again (the previous ones stay cached in memory, and generated
+modules are cached on disk by the runtime). Inputs on CPU run the same kernels under
+Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from minicomp.errors import GuardError, MinicompError
+from minicomp.ir.graph import Graph
+from minicomp.ir.verify import verify
+
+
+@dataclass
+class Options:
+    passes: Sequence[str] | None = None      # None: the default pipeline
+    machine: str = "h200"
+    print_after_all: bool = False
+    dump_dir: str | None = None
+    time_passes: bool = False
+
+
+@dataclass
+class Compiled:
+    """Everything one specialisation produced."""
+    graph: Graph                 # after passes
+    plan: Any                    # minicomp.passes.plan.Plan
+    generated: Any               # minicomp.codegen.GeneratedModule
+    call: Callable[..., list[torch.Tensor]]
+    pass_records: list = field(default_factory=list)
+    compile_seconds: float = 0.0  # capture to loaded module, excluding Triton's JIT (lazy, at first launch)
+
+
+def set_input_layouts(graph: Graph, inputs: Sequence[torch.Tensor]) -> None:
+    """Record the actual strides of the inputs: kernels read them as they are, no copies."""
+    for nid, t in zip(graph.inputs, inputs):
+        graph.node(nid).layout = tuple(t.stride())
+
+
+def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
+    from minicomp.passes.manager import run_pipeline
+    return run_pipeline(graph, options.passes, print_after_all=options.print_after_all,
+                        dump_dir=options.dump_dir, time_passes=options.time_passes)
+
+
+def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None) -> Compiled:
+    """Graph (fresh from a frontend) -> passes -> plan -> generated module -> loaded call."""
+    from minicomp.codegen import generate
+    from minicomp.passes.fusion import plan_graph
+    from minicomp.runtime import load
+
+    options = options or Options()
+    start = time.perf_counter()
+    verify(graph)
+    set_input_layouts(graph, inputs)
+    graph, records = optimise(graph, options)
+    plan = plan_graph(graph, options.machine)
+    device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    generated = generate(graph, plan, device.type)
+    call = load(generated, device)
+    return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)
+
+
+def _flatten(args: Sequence[Any]) -> list[torch.Tensor]:
+    flat, _ = torch.utils._pytree.tree_flatten(list(args))
+    bad = [type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)]
+    if bad:
+        raise GuardError(f"compiled functions take tensors only; got {', '.join(sorted(set(bad)))}")
+    return flat
+
+
+def _signature(tensors: Sequence[torch.Tensor]) -> tuple:
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise GuardError(f"inputs are on several devices ({', '.join(sorted(map(str, devices)))}); "
+                         "move them to one device")
+    return tuple((tuple(t.shape), t.dtype, tuple(t.stride()), str(t.device)) for t in tensors)
+
+
+class CompiledFunction:
+    """A callable that compiles `fn` for each new input signature and runs the kernels."""
+
+    def __init__(self, fn: Callable, options: Options):
+        self.fn = fn
+        self.options = options
+        self._cache: dict[tuple, Compiled] = {}
+        self._last: Compiled | None = None
+        self._out_spec = {}
+        functools.update_wrapper(self, fn, updated=())
+
+    def compile_for(self, *args: Any) -> Compiled:
+        tensors = _flatten(args)
+        key = _signature(tensors)
+        if key not in self._cache:
+            from minicomp.frontend.fx import capture
+            graph = capture(self.fn, tensors)
+            self._out_spec[key] = getattr(graph, "out_spec", None)
+            self._cache[key] = compile_graph(graph, tensors, self.options)
+        self._last = self._cache[key]
+        return self._last
+
+    def __call__(self, *args: Any) -> Any:
+        tensors = _flatten(args)
+        compiled = self.compile_for(*args)
+        outs = compiled.call(*tensors)
+        spec = self._out_spec.get(_signature(tensors))
+        if spec is not None:
+            return torch.utils._pytree.tree_unflatten(list(outs), spec)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _need(self) -> Compiled:
+        if self._last is None:
+            raise MinicompError(f"{getattr(self.fn, '__name__', 'function')} has not been called yet: "
+                                "plan, source and explain() exist after the first call")
+        return self._last
+
+    @property
+    def plan(self):
+        return self._need().plan
+
+    @property
+    def source(self) -> str:
+        return self._need().generated.source
+
+    @property
+    def graph(self) -> Graph:
+        return self._need().graph
+
+    def explain(self) -> str:
+        c = self._need()
+        return f"{c.graph.dump()}\n\n{c.plan.table() if hasattr(c.plan, 'table') else c.plan}"
+
+
+def compile(fn: Callable | None = None, **options: Any):
+    """Compile a function or nn.Module: `@minicomp.compile` or `minicomp.compile(fn, passes=[...])`."""
+    opts = Options(**options)
+    if fn is None:
+        return lambda f: CompiledFunction(f, opts)
+    return CompiledFunction(fn, opts)

@@ -1,0 +1,184 @@
+"""The `minicomp` command.
+
+    minicomp compile FILE [--dump-ir] [--dump-plan] [--check] [--emit DIR] ...
+
+FILE is a `.py` model file (a callable plus `example_inputs()`) or a `.mc` DSL program.
+Exit status: 0 success, 1 a user error (printed as one paragraph, no traceback) or a
+failed `--check`, 2 bad usage (argparse's own convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from minicomp.errors import MinicompError
+
+
+def _parse_dims(items: list[str]) -> dict[str, int]:
+    dims = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise SystemExit(_usage_error(f"--dim expects NAME=INT, got {item!r}"))
+        try:
+            dims[name] = int(value)
+        except ValueError:
+            raise SystemExit(_usage_error(f"--dim {name}: {value!r} is not an integer")) from None
+    return dims
+
+
+def _usage_error(message: str) -> int:
+    print(f"minicomp: usage error: {message}", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minicomp", description="A small graph-to-Triton-kernel compiler.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="compile a model file (.py) or DSL program (.mc)")
+    c.add_argument("file", help="a .py model file or a .mc DSL program")
+    c.add_argument("--entry", help="the callable (.py) or function (.mc) to compile")
+    c.add_argument("--dim", action="append", default=[], metavar="NAME=INT", help="bind a DSL dimension symbol")
+    c.add_argument("--dump-ir", action="store_true", help="print the IR after the passes")
+    c.add_argument("--dump-input-ir", action="store_true", help="print the IR as captured, before passes")
+    c.add_argument("--dump-plan", action="store_true", help="print the fusion plan and its ledger")
+    c.add_argument("--dump-graph", metavar="FILE.dot", help="write the graph as DOT, coloured by group")
+    c.add_argument("--emit", metavar="DIR", help="write the generated Triton module (and its constants) to DIR")
+    c.add_argument("--check", action="store_true", help="run the compiled kernels and compare with eager PyTorch")
+    c.add_argument("--bench", action="store_true", help="with --check on a GPU: time each call")
+    c.add_argument("--device", choices=["cpu", "cuda"], help="where to run --check (default: cuda if present)")
+    c.add_argument("--passes", help="comma-separated pass pipeline (default: the standard one)")
+    c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
+    c.add_argument("--dump-dir", metavar="DIR", help="write the IR after every pass to DIR/00N_<pass>.txt")
+    c.add_argument("--time-passes", action="store_true", help="print how long each pass took")
+    c.add_argument("--machine", default="h200", help="machine model for the cost model (default h200)")
+    return p
+
+
+def _load(args, dims):
+    """-> (graph, inputs, eager) where eager() computes the reference outputs."""
+    import torch
+
+    from minicomp.ir.interpret import random_inputs, run
+
+    path = Path(args.file)
+    if not path.exists():
+        raise MinicompError(f"{args.file}: no such file")
+    if path.suffix == ".mc":
+        from minicomp.frontend.dsl import load_dsl
+        graph = load_dsl(path.read_text(), str(args.file), entry=args.entry, dims=dims)
+        inputs = random_inputs(graph, seed=0)
+        reference = graph.copy()
+        return graph, inputs, lambda ins: run(reference, ins)
+    if path.suffix == ".py":
+        from minicomp.frontend.fx import capture
+        from minicomp.frontend.loader import load_model_file
+        fn, inputs = load_model_file(str(path), args.entry)
+        graph = capture(fn, inputs)
+
+        def eager(ins):
+            with torch.no_grad():
+                out = fn(*ins)
+            flat, _ = torch.utils._pytree.tree_flatten(out)
+            return flat
+        return graph, list(inputs), eager
+    raise MinicompError(f"{args.file}: expected a .py model file or a .mc program, not {path.suffix or 'no suffix'!r}")
+
+
+def _check(compiled, graph_outputs, inputs, eager) -> bool:
+    import torch
+
+    got = compiled.call(*inputs)
+    want = eager(inputs)
+    ok = len(got) == len(want)
+    print(f"check: {len(got)} output(s) against eager PyTorch on {inputs[0].device if inputs else 'cpu'}")
+    for k, (a, b) in enumerate(zip(got, want)):
+        a32, b32 = a.detach().float().cpu(), b.detach().float().cpu()
+        same_shape = a.shape == b.shape and a.dtype == b.dtype
+        finite = torch.isfinite(b32)
+        diff = (a32 - b32).abs()
+        diff = torch.where(finite | (a32 != b32), diff, torch.zeros_like(diff))  # equal infs: no error
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        max_rel = float((diff / b32.abs().clamp_min(1e-6)).max()) if diff.numel() else 0.0
+        tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}.get(b.dtype, 0.0)
+        try:
+            torch.testing.assert_close(a.cpu(), b.cpu(), atol=tol, rtol=tol, equal_nan=True)
+            good = same_shape
+        except AssertionError:
+            good = False
+        ok &= good
+        print(f"  output {k}: {'ok  ' if good else 'FAIL'} {str(b.dtype).replace('torch.', '')}{list(b.shape)}"
+              f"  max abs err {max_abs:.3g}  max rel err {max_rel:.3g}  (tolerance {tol:g})")
+    print("check: " + ("compiled kernels agree with eager" if ok else "MISMATCH with eager"))
+    return ok
+
+
+def cmd_compile(args) -> int:
+    import torch
+
+    from minicomp.api import Options, compile_graph
+
+    dims = _parse_dims(args.dim)
+    graph, inputs, eager = _load(args, dims)
+    if args.dump_input_ir:
+        print(graph.dump(), end="\n\n")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise MinicompError("--device cuda: no CUDA device is available here")
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    inputs = [t.to(device) for t in inputs]
+    passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
+    options = Options(passes=passes, machine=args.machine, print_after_all=args.print_after_all,
+                      dump_dir=args.dump_dir, time_passes=args.time_passes)
+    compiled = compile_graph(graph, inputs, options)
+    opaque = [n for n in compiled.graph.nodes() if n.op == "opaque"]
+    if opaque:
+        print(f"note: {len(opaque)} node(s) run through PyTorch (not compiled): " +
+              ", ".join(f"%{n.id} {n.attrs.get('target')}" + (f" ({n.origin})" if n.origin else "") for n in opaque),
+              file=sys.stderr)
+    if args.dump_ir:
+        print(compiled.graph.dump(), end="\n\n")
+    if args.dump_plan:
+        plan = compiled.plan
+        print(plan.table() if hasattr(plan, "table") else plan, end="\n\n")
+    if args.dump_graph:
+        from minicomp.ir.printer import to_dot
+        groups = {nid: g.id for g in compiled.plan.groups for nid in g.nodes}
+        Path(args.dump_graph).write_text(to_dot(compiled.graph, groups))
+        print(f"wrote {args.dump_graph}")
+    if args.emit:
+        from minicomp.runtime import emit
+        path = emit(compiled.generated, args.emit)
+        print(f"wrote {path}")
+    print(f"compiled {compiled.graph.name}: {len(compiled.plan.groups)} kernel group(s) in "
+          f"{compiled.compile_seconds * 1000:.0f} ms (before Triton's JIT)")
+    if args.check:
+        if not _check(compiled, compiled.graph.outputs, inputs, eager):
+            return 1
+        if args.bench and device == "cuda":
+            import triton.testing
+            ms = triton.testing.do_bench(lambda: compiled.call(*inputs))
+            print(f"bench: {ms * 1000:.1f} us per call (median, triton.testing.do_bench)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "compile":
+            return cmd_compile(args)
+    except MinicompError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
