@@ -1,0 +1,402 @@
+"""DSL text -> AST: the lark parser, the tree-to-AST transformer, and syntax errors.
+
+The grammar lives in `minicomp.lark`; the parser is built once per process. Every AST
+node carries the `Pos` (1-based line and column) of the token that best names it: the
+operator of a binary expression, the callee's name of a call, the parameter's name...
+so that semantic errors can point a caret at the right character.
+
+Invariants:
+- parsing never raises anything but `SourceError` (lark's exceptions are translated, with
+  the expected tokens in plain words);
+- a `Module` has unique function names (a duplicate is a SourceError at the second one).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+
+from minicomp.errors import SourceError
+
+# ------------------------------------------------------------------ AST
+
+
+@dataclass(frozen=True)
+class Pos:
+    line: int
+    col: int
+
+
+@dataclass
+class Num:
+    value: int | float
+    pos: Pos
+
+
+@dataclass
+class Str:
+    value: str
+    pos: Pos
+
+
+@dataclass
+class Bool:
+    value: bool
+    pos: Pos
+
+
+@dataclass
+class Name:
+    name: str
+    pos: Pos
+
+
+@dataclass
+class ListExpr:
+    items: list["Expr"]
+    pos: Pos
+
+
+@dataclass
+class Neg:
+    operand: "Expr"
+    pos: Pos
+
+
+@dataclass
+class BinOp:
+    op: str            # the source spelling: "+", "@", "<=", ...
+    lhs: "Expr"
+    rhs: "Expr"
+    pos: Pos           # the operator's position
+
+
+@dataclass
+class Keyword:
+    name: str
+    value: "Expr"
+    pos: Pos
+
+
+@dataclass
+class Call:
+    func: str
+    args: list["Expr"]
+    kwargs: list[Keyword]
+    pos: Pos
+
+
+Expr = Union[Num, Str, Bool, Name, ListExpr, Neg, BinOp, Call]
+
+
+@dataclass
+class Dim:
+    value: int | str   # an int literal or a symbol
+    pos: Pos
+
+
+@dataclass
+class TypeSpec:
+    dtype: str
+    dims: list[Dim]
+    pos: Pos           # the dtype name's position
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{', '.join(str(d.value) for d in self.dims)}]"
+
+
+@dataclass
+class Param:
+    name: str
+    type: TypeSpec
+    pos: Pos
+
+
+@dataclass
+class Assign:
+    targets: list[Name]
+    value: Expr
+    pos: Pos
+
+
+@dataclass
+class Return:
+    values: list[Expr]
+    pos: Pos
+
+
+Stmt = Union[Assign, Return]
+
+
+@dataclass
+class FuncDef:
+    name: str
+    params: list[Param]
+    returns: list[TypeSpec] | None   # None: no `->` annotation
+    body: list[Stmt]
+    pos: Pos                         # the function name's position
+
+
+@dataclass
+class Module:
+    source: "Source"
+    funcs: dict[str, FuncDef] = field(default_factory=dict)   # in file order
+
+
+# ------------------------------------------------------------------ source and errors
+
+
+@dataclass
+class Source:
+    """The text of one DSL file, for positions in error messages."""
+
+    text: str
+    filename: str
+
+    def line(self, n: int) -> str | None:
+        lines = self.text.splitlines()
+        return lines[n - 1] if 1 <= n <= len(lines) else None
+
+    def origin(self, pos: Pos) -> str:
+        return f"{self.filename}:{pos.line}:{pos.col}"
+
+    def error(self, message: str, pos: Pos) -> SourceError:
+        return SourceError(message, self.filename, pos.line, pos.col, self.line(pos.line))
+
+    def end(self) -> Pos:
+        """The position just after the last character (where "unexpected end of file" points)."""
+        lines = self.text.splitlines() or [""]
+        return Pos(len(lines), len(lines[-1]) + 1)
+
+
+# ------------------------------------------------------------------ parser
+
+
+class NewlineFilter:
+    """Post-lexer: drops newlines inside ( ) and [ ], where a statement cannot end."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        depth = 0  # local to this parse: the parser object is shared
+        for tok in stream:
+            if tok.type in ("LPAR", "LSQB"):
+                depth += 1
+            elif tok.type in ("RPAR", "RSQB"):
+                depth = max(depth - 1, 0)
+            elif tok.type == "_NL" and depth:
+                continue
+            yield tok
+
+
+@functools.lru_cache(maxsize=None)
+def parser() -> Lark:
+    return Lark.open("minicomp.lark", rel_to=__file__, parser="lalr", propagate_positions=True,
+                     maybe_placeholders=True, postlex=NewlineFilter())
+
+
+def _pos(tok: Token) -> Pos:
+    return Pos(tok.line, tok.column)
+
+
+class _Error(Exception):
+    """Raised inside the transformer (lark wraps it in VisitError; `parse` unwraps it)."""
+
+    def __init__(self, message: str, pos: Pos):
+        super().__init__(message)
+        self.message, self.pos = message, pos
+
+
+@v_args(inline=True)
+class ToAst(Transformer):
+    """One method per grammar rule or alias; each returns an AST node."""
+
+    # -- literals and names
+    def number(self, tok: Token) -> Num:
+        text = str(tok)
+        is_float = any(c in text for c in ".eE")
+        return Num(float(text) if is_float else int(text), _pos(tok))
+
+    def string(self, tok: Token) -> Str:
+        return Str(str(tok)[1:-1], _pos(tok))
+
+    def true(self, tok: Token) -> Bool:
+        return Bool(True, _pos(tok))
+
+    def false(self, tok: Token) -> Bool:
+        return Bool(False, _pos(tok))
+
+    def name(self, tok: Token) -> Name:
+        return Name(str(tok), _pos(tok))
+
+    def list(self, lsqb: Token, *items) -> ListExpr:
+        return ListExpr([i for i in items if i is not None], _pos(lsqb))
+
+    # -- operators and calls
+    def neg(self, minus: Token, operand) -> Neg:
+        return Neg(operand, _pos(minus))
+
+    def binop(self, lhs, op: Token, rhs) -> BinOp:
+        return BinOp(str(op), lhs, rhs, _pos(op))
+
+    def kwarg(self, name: Token, value) -> Keyword:
+        return Keyword(str(name), value, _pos(name))
+
+    def args(self, *items) -> list:
+        return [i for i in items if i is not None]
+
+    def call(self, name: Token, args) -> Call:
+        args = args or []
+        positional = [a for a in args if not isinstance(a, Keyword)]
+        kwargs = [a for a in args if isinstance(a, Keyword)]
+        seen: set[str] = set()
+        for i, a in enumerate(args):
+            if isinstance(a, Keyword):
+                if a.name in seen:
+                    raise _Error(f"keyword argument '{a.name}' given twice", a.pos)
+                seen.add(a.name)
+            elif seen:
+                raise _Error("positional argument after a keyword argument", _expr_pos(a))
+        return Call(str(name), positional, kwargs, _pos(name))
+
+    # -- types
+    def dim_int(self, tok: Token) -> Dim:
+        text = str(tok)
+        if not text.isdigit():
+            raise _Error(f"a dimension must be an integer or a symbol, not {text}", _pos(tok))
+        return Dim(int(text), _pos(tok))
+
+    def dim_sym(self, tok: Token) -> Dim:
+        return Dim(str(tok), _pos(tok))
+
+    def type(self, dtype: Token, *dims) -> TypeSpec:
+        return TypeSpec(str(dtype), [d for d in dims if d is not None], _pos(dtype))
+
+    def ret_types(self, *types) -> list[TypeSpec]:
+        return list(types)
+
+    def param(self, name: Token, type_: TypeSpec) -> Param:
+        return Param(str(name), type_, _pos(name))
+
+    def params(self, *params) -> list[Param]:
+        out = [p for p in params if p is not None]
+        seen: set[str] = set()
+        for p in out:
+            if p.name in seen:
+                raise _Error(f"parameter '{p.name}' declared twice", p.pos)
+            seen.add(p.name)
+        return out
+
+    # -- statements and functions
+    def assign(self, *children) -> Assign:
+        *targets, value = children
+        names = [Name(str(t), _pos(t)) for t in targets]
+        return Assign(names, value, names[0].pos)
+
+    def return_(self, tok: Token, *values) -> Return:
+        return Return(list(values), _pos(tok))
+
+    def block(self, *stmts) -> list:
+        out = [s for s in stmts if s is not None]
+        for i, s in enumerate(out[:-1]):
+            if isinstance(s, Return):
+                raise _Error("statement after 'return' is never run", _stmt_pos(out[i + 1]))
+        return out
+
+    def func(self, _kw: Token, name: Token, params, _arrow, returns, body) -> FuncDef:
+        return FuncDef(str(name), params or [], returns, body, _pos(name))
+
+    def start(self, *items) -> list[FuncDef]:
+        return [f for f in items if isinstance(f, FuncDef)]
+
+
+def _expr_pos(e: Expr) -> Pos:
+    return e.pos
+
+
+def _stmt_pos(s: Stmt) -> Pos:
+    return s.pos
+
+
+# ------------------------------------------------------------------ syntax errors in plain words
+
+# Terminal name -> how an error message says it.
+_WORDS = {
+    "NAME": "a name", "NUMBER": "a number", "STRING": "a string", "COMPARE": "a comparison",
+    "_NL": "end of line", "$END": "end of file", "FUNC": "'func'", "RETURN": "'return'",
+    "TRUE": "'true'", "FALSE": "'false'", "ARROW": "'->'", "PLUS": "'+'", "MINUS": "'-'",
+    "STAR": "'*'", "SLASH": "'/'", "AT": "'@'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('",
+    "RPAR": "')'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='",
+}
+# Sets of terminals that read better as one word.
+_EXPR_START = {"NAME", "NUMBER", "STRING", "TRUE", "FALSE", "LSQB", "LPAR", "MINUS"}
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "COMPARE"}
+
+
+def _expected_words(expected: set[str]) -> str:
+    expected = set(expected)
+    words: list[str] = []
+    if {"NAME", "NUMBER", "LPAR"} <= expected:
+        expected -= _EXPR_START
+        words.append("an expression")
+    if len(expected & _OPERATORS) >= 3:
+        expected -= _OPERATORS
+        words.append("an operator")
+    words += sorted(_WORDS.get(t, t) for t in expected)
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _found_words(tok: Token) -> str:
+    if tok.type in ("$END", "_NL"):
+        return _WORDS[tok.type]
+    if tok.type == "NAME":
+        return f"name '{tok}'"
+    if tok.type in ("NUMBER", "STRING"):
+        return f"{tok.type.lower()} {tok}"
+    return f"'{tok}'"
+
+
+def _syntax_error(src: Source, e: UnexpectedInput) -> SourceError:
+    if isinstance(e, UnexpectedCharacters):
+        char = src.text[e.pos_in_stream] if e.pos_in_stream < len(src.text) else ""
+        # the lexer's allowed set is every token of the state, too broad to help: name the character
+        return src.error(f"unexpected character {char!r}", Pos(e.line, e.column))
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        # `accepts` (what the parser would really take here) is exact; `expected` is LALR's
+        # merged lookahead set, which can list tokens that would fail one step later.
+        expected = getattr(e, "accepts", None) or e.expected
+        pos = src.end() if tok.type == "$END" else Pos(tok.line, tok.column)
+        if tok.type == "_NL" and tok.line is not None:
+            # point at the end of the line the statement broke on, not the next one
+            code = (src.line(tok.line) or "").split("#")[0]
+            pos = Pos(tok.line, len(code.rstrip()) + 1)
+        return src.error(f"unexpected {_found_words(tok)}: expected {_expected_words(expected)}", pos)
+    return src.error(f"syntax error: {e}", Pos(getattr(e, "line", 1) or 1, getattr(e, "column", 1) or 1))
+
+
+def parse_module(source: str, filename: str) -> Module:
+    """Parse DSL text; raises SourceError on a syntax error or a duplicate definition."""
+    src = Source(source, filename)
+    try:
+        tree = parser().parse(source)
+        funcs = ToAst().transform(tree)
+    except UnexpectedInput as e:
+        raise _syntax_error(src, e) from None
+    except VisitError as e:
+        if isinstance(e.orig_exc, _Error):
+            raise src.error(e.orig_exc.message, e.orig_exc.pos) from None
+        raise
+    module = Module(src)
+    for f in funcs:
+        if f.name in module.funcs:
+            first = module.funcs[f.name].pos
+            raise src.error(f"function '{f.name}' is already defined at line {first.line}", f.pos)
+        module.funcs[f.name] = f
+    return module
