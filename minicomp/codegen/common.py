@@ -56,3 +56,21 @@ class KernelCtx:
         if node.layout is not None:
             return tuple(node.layout)
         return contiguous_strides(node.shape)
+
+
+def kernel_name(ctx: KernelCtx, tag: str) -> str:
+    """`mc_{tag}_{what}_{index}`: what = the group's name, else its distinctive ops ("add_gelu")."""
+    what = ctx.group.name
+    if not what:
+        seen: list[str] = []
+        for nid in ctx.group.nodes:
+            node = ctx.graph.node(nid)
+            if node.kind not in ("view", "input", "constant") and node.op not in seen and node.op != "cast":
+                seen.append(node.op)
+        what = "_".join(seen[:3]) or "copy"
+    what = "".join(ch if ch.isalnum() else "_" for ch in what.lower()).strip("_") or "group"
+    return f"mc_{tag}_{what}_{ctx.index}"
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
