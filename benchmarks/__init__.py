@@ -1,0 +1,1 @@
+"""The GPU benchmark suite (run.py): workloads, measurement and the report."""
