@@ -145,9 +145,10 @@ def _yes(met: bool | None) -> str:
 def ceilings_line(c: dict | None) -> str:
     if not c or "error" in c:
         return f"not measured ({(c or {}).get('error', 'no record')})"
-    return (f"copy {c['copy']['gbps']:.0f} GB/s ({c['copy']['what']}); "
-            f"{c['matmul']['what']} {c['matmul']['tflops']:.0f} TFLOP/s; "
-            f"balance {c['balance_flop_per_byte']:.0f} FLOP/byte")
+    cp, mm = c.get("copy", {}), c.get("matmul", {})
+    return (f"copy {_f(cp.get('gbps'), '{:.0f}')} GB/s ({cp.get('what', '')}); "
+            f"{mm.get('what', 'matmul')} {_f(mm.get('tflops'), '{:.0f}')} TFLOP/s; "
+            f"balance {_f(c.get('balance_flop_per_byte'), '{:.0f}')} FLOP/byte")
 
 
 def _check_cell(w: dict) -> str:

@@ -1,0 +1,102 @@
+"""The benchmark suite runs end to end on the CPU (Triton interpreter, tiny shapes) and writes
+the records the GPU run is read from; its report logic (checks, ratios, targets) is right."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import report  # noqa: E402
+from benchmarks.run import compare, TOLERANCES  # noqa: E402
+from benchmarks.workloads import WORKLOADS, match_sizes  # noqa: E402
+
+
+def test_cpu_quick_run_writes_records(tmp_path):
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1",
+               MINICOMP_CACHE_DIR=str(tmp_path / "cache"))
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--device", "cpu", "--quick",
+           "--only", "pointwise,add_rmsnorm", "--reps", "2", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+    rec = json.loads((tmp_path / "bench.json").read_text())
+    env_rec = rec["environment"]
+    for key in ("date", "torch", "triton", "cuda", "gpu", "device", "dtype", "timing", "tolerance"):
+        assert key in env_rec, key
+    assert env_rec["timing"]["min_reps"] == 2 and env_rec["tolerance"]["atol"] == 2e-2
+    assert rec["ceilings"]["copy"]["gbps"] > 0 and rec["ceilings"]["matmul"]["tflops"] > 0
+    assert [w["name"] for w in rec["workloads"]] == ["pointwise", "add_rmsnorm"]
+    for w in rec["workloads"]:
+        assert not w["errors"], w["errors"]
+        mc = w["backends"]["minicomp"]
+        assert mc["check"]["ok"], mc["check"]
+        assert mc["ms"] > 0 and w["backends"]["eager"]["ms"] > 0
+        assert mc["ledger"]["bytes"] > 0 and mc["compile_for_s"] > 0
+        assert w["derived"]["source"] == "minicomp ledger"
+        assert w["derived"]["minicomp_over_eager"] > 0
+        assert w["compile_time"]["minicomp"]["first_call_s"] > 0, w["compile_time"]
+    assert "geomean_speedup_vs_compile" in rec["summary"]
+    md = (tmp_path / "bench.md").read_text()
+    assert "| pointwise |" in md and "| add_rmsnorm |" in md and "## Compile time" in md
+
+
+def test_compare_reports_wrong_values_and_dtypes():
+    ref = torch.randn(7, 33, dtype=torch.bfloat16)
+    tol = TOLERANCES["bfloat16"]
+    assert compare((ref.clone(), ref), (ref, ref), tol)["ok"]
+    wrong = ref.clone()
+    wrong[3, 5] += 4
+    rec = compare(wrong, ref, tol)
+    assert not rec["ok"] and rec["max_abs"] >= 3.9 and 0 < rec["mismatch_frac"] < 0.01
+    assert not compare(ref.float(), ref, tol)["ok"]            # dtype differs from eager's
+    assert not compare((ref,), (ref, ref), tol)["ok"]          # an output missing
+
+
+def _workload(name, kind, ms, ok=True, ledger=None):
+    backends = {b: {"ms": t, "check": {"ok": ok if b == "minicomp" else True}} for b, t in ms.items()}
+    if ledger:
+        backends["minicomp"]["ledger"] = ledger
+    return {"name": name, "kind": kind, "backends": backends, "errors": {}, "io_bytes": 4_000_000,
+            "analytic_flops": 0}
+
+
+def test_summary_ratios_targets_and_geomean():
+    ceilings = {"copy": {"gbps": 4000.0}, "matmul": {"tflops": 700.0}}
+    mem = _workload("m", "memory", {"eager": 4.0, "inductor": 1.0, "minicomp": 0.5},
+                    ledger={"bytes": 1_900_000_000, "flops": 0})
+    gemm = _workload("g", "gemm", {"eager": 2.0, "inductor": 1.0, "minicomp": 2.0},
+                     ledger={"bytes": 10**8, "flops": 10**12})
+    wrong = _workload("w", "memory", {"eager": 1.0, "inductor": 1.0, "minicomp": 0.01}, ok=False)
+    rec = {"ceilings": ceilings, "workloads": [mem, gemm, wrong]}
+    s = report.summarize(rec)
+    # 1.9 GB in 0.5 ms = 3800 GB/s = 95% of copy: memory target met; GEMM at half speed is not.
+    assert mem["derived"]["per_backend"]["minicomp"]["pct_of_ceiling"] == pytest.approx(0.95)
+    assert s["targets_met"] == {"m": True, "g": False, "w": False}
+    assert gemm["derived"]["bound"] == "compute"
+    # The wrong result's 100x speed-up is not counted: geomean of 2.0 and 0.5.
+    assert s["geomean_over"] == 2 and s["geomean_speedup_vs_compile"] == pytest.approx(1.0)
+    assert "FAIL" in report.markdown(rec)
+
+
+def test_sample_sizes_are_matched_by_alias():
+    def build(device="cpu", dtype=torch.float32, batch=1, seq_len=8, dim=16, n_heads=2):
+        pass
+    kwargs, missing = match_sizes(build, dict(batch=8, seq=1024, width=2048, heads=16, kv_heads=4))
+    assert kwargs == dict(batch=8, seq_len=1024, dim=2048, n_heads=16) and missing == ["kv_heads"]
+
+
+def test_workloads_build_tiny_and_run_eagerly():
+    for name in ("pointwise", "softmax", "add_rmsnorm", "layernorm", "gemm_bias_gelu", "swiglu", "attention"):
+        built = WORKLOADS[name].build("cpu", torch.bfloat16, tiny=True)
+        outs = built.fn(*built.inputs)
+        for t in (outs if isinstance(outs, tuple) else (outs,)):
+            assert t.dtype == torch.bfloat16 and torch.isfinite(t).all(), name
+    built = WORKLOADS["attention"].build("cpu", torch.float32, tiny=True)
+    torch.testing.assert_close(built.fn(*built.inputs), built.reference[1](*built.inputs))
