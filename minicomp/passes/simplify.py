@@ -17,8 +17,9 @@ zero is dropped. (A frontend that writes `x + 0.0` gets an add; the cost is one 
 Casts: `cast(cast(x, a), b)` becomes `cast(x, b)` when x -> a loses nothing (every value
 of x's dtype is exactly representable in a: bf16 -> f32, i8 -> f16, bool -> anything ...);
 so `bf16 -> f32 -> bf16` is the identity while `f32 -> bf16 -> f32` (a rounding) stays.
-A float -> int conversion is never moved (out-of-range conversions are implementation
-defined, so the intermediate type could matter).
+A float -> int conversion is not moved (out-of-range conversions are implementation
+defined, so the intermediate type could matter) unless the float holds the values of an
+integer x that all fit the target (`i8 -> f16 -> i8` is the identity).
 
 The driver sweeps the graph in topological order, applying the first rule that matches a
 live node, until a sweep changes nothing. A replaced node is removed; operands it leaves
@@ -204,8 +205,8 @@ def cast_chain(g: Graph, n: Node) -> int | None:
     if not lossless(x.dtype, inner.dtype):
         return None
     float_to_int = inner.dtype.is_floating_point and not n.dtype.is_floating_point and n.dtype != torch.bool
-    if float_to_int:
-        return None
+    if float_to_int and not lossless(x.dtype, n.dtype):
+        return None  # unless the float holds integers that fit the target (i8 -> f16 -> i32)
     if n.dtype == x.dtype:
         return x.id
     return g.add("cast", x.id, dtype=n.dtype, origin=n.origin)
