@@ -175,6 +175,7 @@ SIZE_ALIASES = {
     "width": ("width", "dim", "d_model", "hidden_size", "n_embd", "C", "D"),
     "heads": ("heads", "n_heads", "n_head", "num_heads", "H"),
     "kv_heads": ("kv_heads", "n_kv_heads", "n_kv_head", "num_kv_heads", "KV"),
+    "hidden": ("hidden", "ffn_hidden", "intermediate_size", "ffn_dim"),
 }
 
 
@@ -239,7 +240,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              dict(batch=8, seq=1024, width=2048, heads=16),
              dict(batch=2, seq=16, width=64, heads=4), _sample("gpt_block")),
     Workload("llama_block", "block", "samples/llama_block.py",
-             dict(batch=4, seq=2048, width=4096, heads=32, kv_heads=8),
+             dict(batch=4, seq=2048, width=4096, heads=32, kv_heads=8, hidden=11008),
              dict(batch=1, seq=16, width=64, heads=4, kv_heads=2), _sample("llama_block")),
 ]}
 
