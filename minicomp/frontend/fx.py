@@ -1,0 +1,355 @@
+"""The torch.fx frontend: capture a Python function or `nn.Module` as a minicomp Graph.
+
+How capture works, and why:
+
+- **make_fx with fake tensors** (`make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)`
+  under `torch.no_grad()`). It records aten-level ops, a closed and documented set, after
+  PyTorch's own Python decompositions, so `nn.LayerNorm`, `F.gelu`, `x.float()`, `masked_fill`
+  and friends all arrive in a handful of spellings, and every node carries `meta["val"]`, a
+  fake tensor with the exact shape and dtype aten computed. Fake tensors make capture cheap
+  (tens of ms for a block; no real compute) and device-neutral: example inputs on CUDA trace
+  the same way as CPU ones. Symbolic tracing (`torch.fx.symbolic_trace`) was rejected: it
+  records Python-level calls (an open set: every method and functional) without shapes.
+  torch.export was rejected as heavier and stricter (it refuses some inference-only code
+  that make_fx accepts) for no benefit here.
+- **functionalize** (`torch.func.functionalize(..., remove="mutations")`) turns the user's
+  in-place ops (`y.add_(1)`, `y[:, 0] = 0`) into pure ones. In-place ops that a
+  decomposition emits below functionalization (rms_norm's `add_`) are lowered to their
+  pure form and the mutated value is rebound (`_lower_call`); mutating an input or a view
+  is refused with a clear error, so no mutation ever reaches the IR.
+- **Interception before decomposition.** A `TorchFunctionMode` is active while tracing. It
+  redirects three calls to minicomp's own traceable ops (`torch.library.custom_op`, with
+  fake implementations) so they stay whole: `F.scaled_dot_product_attention` (which otherwise
+  decomposes to a device-specific aten op, `_scaled_dot_product_flash_attention_for_cpu` on
+  CPU and others on CUDA) becomes `minicomp::sdpa` -> `composites.attention`; `matmul`/`@`
+  (which otherwise becomes expand/view/bmm/view) becomes `minicomp::matmul` -> one batched
+  `matmul` node; `F.linear` becomes `minicomp::linear` -> `composites.linear` (matmul + bias
+  add at the input's rank, no flattening reshapes). The planner then sees the shapes the user
+  wrote.
+- **Origins.** The same mode stamps every aten node with the user's frame (the innermost
+  frame outside torch, this module and the standard library) through
+  `torch.fx.traceback.set_stack_trace`; make_fx's own `record_stack_traces` keeps only frames
+  named `forward`, so plain functions would get none. `Node.origin` is `file:line`.
+- **Weights are constants.** Parameters and buffers arrive as `get_attr` nodes; each becomes
+  `graph.constant(tensor, label="<qualified name>")` holding the module's tensor object itself
+  (not a copy). A compiled graph is therefore specialised on the weights it saw: retrain or
+  reload, and you must capture again.
+
+Lowering: each aten call goes through `fx_ops.LOWERINGS` (registry ops and composites);
+anything else, or a call whose lowering does not reproduce aten's shape and dtype exactly,
+becomes an `opaque` node that calls the aten op with the captured non-tensor arguments.
+Multi-output ops read through `getitem` get one opaque node per output used.
+
+Invariants of the result: inputs are named after the function's parameters; the graph is
+pure (no mutation), every node's shape and dtype equal what eager PyTorch produces, and
+nodes that do not feed an output are removed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import networkx as nx
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from minicomp.errors import MinicompError
+from minicomp.frontend import fx_ops
+from minicomp.frontend.fx_ops import Ctx, T, Unmapped
+from minicomp.frontend.fx_ops_shapes import lower_sdpa
+from minicomp.frontend.fx_trace import LINEAR, MATMUL, SDPA, describe, origin_of, short_path, trace
+from minicomp.ir.graph import Graph
+
+# minicomp's traced stand-ins lower like the calls they stand for
+fx_ops.register(SDPA, lower_sdpa)
+fx_ops.register(MATMUL, fx_ops.LOWERINGS[torch.ops.aten.mm.default])
+fx_ops.register(LINEAR, fx_ops.LOWERINGS[torch.ops.aten.linear.default])
+
+# --------------------------------------------------------------------------- lowering
+
+
+@dataclass
+class _Slot:
+    """Where the i-th tensor operand goes in an opaque call's captured arguments."""
+    index: int
+
+
+@dataclass
+class AtenCall:
+    """The callable of an opaque node: an aten op with its captured non-tensor arguments."""
+    target: Any
+    args: tuple
+    kwargs: dict
+    output: int | None = None            # pick one output of a multi-output op
+    __name__: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        self.__name__ = str(self.target) + ("" if self.output is None else f"[{self.output}]")
+
+    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
+        fill = lambda a: tensors[a.index] if isinstance(a, _Slot) else a  # noqa: E731
+        out = self.target(*fx.node.map_aggregate(self.args, fill), **fx.node.map_aggregate(self.kwargs, fill))
+        return out if self.output is None else out[self.output]
+
+
+@dataclass
+class _Multi:
+    """A multi-output op's lowering: ids per output (None: compute with an opaque node if read)."""
+    node: fx.Node
+    items: list[int | None]
+
+
+def _opaque(g: Graph, node: fx.Node, args: tuple, kwargs: dict, output: int | None, origin: str | None) -> int:
+    operands: list[int] = []
+
+    def slot(a):
+        if isinstance(a, T):
+            operands.append(a.id)
+            return _Slot(len(operands) - 1)
+        if isinstance(a, _Multi):
+            raise MinicompError(f"{origin or node.name}: {node.target} takes the tuple result of another op")
+        return a
+
+    call = AtenCall(node.target, fx.node.map_aggregate(args, slot), fx.node.map_aggregate(kwargs, slot), output)
+    val = node.meta.get("val")
+    if output is not None:
+        val = val[output]
+    if not isinstance(val, torch.Tensor):
+        raise MinicompError(f"{origin or node.name}: cannot capture {node.target}: it returns "
+                            f"{type(val).__name__}, not a tensor")
+    return g.add("opaque", *operands, fn=call, target=call.__name__, out_shape=tuple(val.shape),
+                 out_dtype=val.dtype, origin=origin)
+
+
+def _bind(target: Any, args: tuple, kwargs: dict) -> list[Any] | None:
+    """Arguments in schema order with defaults filled in; None if they do not fit the schema."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return None
+    out, args = [], list(args)
+    for i, a in enumerate(schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            out.append(args[i])
+        elif a.name in kwargs:
+            out.append(kwargs[a.name])
+        elif a.has_default_value():
+            out.append(a.default_value)
+        else:
+            return None
+    return out
+
+
+def _matches(g: Graph, nid: Any, val: Any) -> bool:
+    return (isinstance(nid, int) and isinstance(val, torch.Tensor) and g.node(nid).shape == tuple(val.shape)
+            and g.node(nid).dtype == val.dtype)
+
+
+def _lower_mapped(g: Graph, node: fx.Node, target: Any, args: tuple, kwargs: dict, origin: str | None):
+    """The handler's result if it reproduces aten exactly, else None (the caller goes opaque)."""
+    handler = fx_ops.LOWERINGS.get(target)
+    bound = _bind(target, args, kwargs) if handler else None
+    if bound is None:
+        return None
+    val = node.meta.get("val")
+    try:
+        out = handler(Ctx(g, origin, val), *bound)
+    except (Unmapped, ValueError, TypeError):  # ValueError: registry inference refused the operands
+        return None
+    if isinstance(out, list):
+        if not isinstance(val, (list, tuple)) or len(val) != len(out):
+            return None
+        return _Multi(node, [o if o is not None and _matches(g, o, v) else None for o, v in zip(out, val)])
+    return T(out) if _matches(g, out, val) else None
+
+
+def _functional_variant(target: Any) -> Any | None:
+    """aten.add_.Scalar -> aten.add.Scalar, for in-place ops; None for pure ops."""
+    if not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
+        return None
+    name = target.overloadpacket.__name__
+    if not name.endswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
+def _is_view(node: Any) -> bool:
+    target = getattr(node, "target", None)
+    schema = getattr(target, "_schema", None)
+    return bool(schema and schema.returns and schema.returns[0].alias_info is not None
+                and not schema.is_mutable)
+
+
+def _check_mutation(node: fx.Node, origin: str | None) -> None:
+    """Refuse a mutation whose effect a pure graph could not keep (an input, or a view's base)."""
+    mutated = node.args[0]
+    where = origin or node.name
+    if not isinstance(mutated, fx.Node):
+        return
+    if mutated.op in ("placeholder", "get_attr"):
+        raise MinicompError(f"{where}: {node.target} mutates an input or weight in place; "
+                            "minicomp graphs are pure: return the new value instead")
+    if _is_view(mutated) or any(_is_view(u) for u in mutated.users if u is not node):
+        raise MinicompError(f"{where}: {node.target} mutates a tensor that shares memory with a view; "
+                            "write it without in-place ops")
+
+
+class _Lowering:
+    def __init__(self, gm: fx.GraphModule, g: Graph, input_names: list[str], weight_names: dict[int, str],
+                 input_origin: str | None):
+        self.gm, self.g = gm, g
+        self.input_names = input_names
+        self.weight_names = weight_names
+        self.input_origin = input_origin
+        self.env: dict[fx.Node, Any] = {}
+
+    def value(self, a: Any) -> Any:
+        return self.env[a] if isinstance(a, fx.Node) else a
+
+    def run(self) -> None:
+        placeholders = 0
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                val = node.meta["val"]
+                self.env[node] = T(self.g.add_input(self.input_names[placeholders], tuple(val.shape), val.dtype,
+                                                    origin=self.input_origin))
+                placeholders += 1
+            elif node.op == "get_attr":
+                tensor = _fetch_attr(self.gm, node.target)
+                label = self.weight_names.get(id(tensor), node.target)
+                self.env[node] = T(self.g.constant(tensor, label=label, origin=origin_of(node)))
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                self._outputs(node)
+
+    def _call(self, node: fx.Node) -> None:
+        origin = origin_of(node)
+        args = fx.node.map_aggregate(node.args, self.value)
+        kwargs = fx.node.map_aggregate(node.kwargs, self.value)
+        if node.target is operator.getitem:
+            self.env[node] = self._getitem(node, args, origin)
+            return
+        target = node.target
+        pure = _functional_variant(target)
+        if pure is not None:
+            _check_mutation(node, origin)
+            target = pure
+        out = _lower_mapped(self.g, node, target, args, kwargs, origin)
+        if out is None:
+            val = node.meta.get("val")
+            if isinstance(val, (list, tuple)):
+                out = _Multi(node, [None] * len(val))
+            else:
+                out = T(_opaque(self.g, node, args, kwargs, None, origin))
+        self.env[node] = out
+        if pure is not None:  # later readers of the mutated tensor see the new value
+            self.env[node.args[0]] = out
+
+    def _getitem(self, node: fx.Node, args: tuple, origin: str | None) -> T:
+        src, index = args
+        if not isinstance(src, _Multi):
+            raise MinicompError(f"{origin or node.name}: indexing a non-tuple value is not supported")
+        if src.items[index] is None:
+            parent = src.node
+            p_args = fx.node.map_aggregate(parent.args, self.value)
+            p_kwargs = fx.node.map_aggregate(parent.kwargs, self.value)
+            src.items[index] = _opaque(self.g, parent, p_args, p_kwargs, index, origin_of(parent))
+        return T(src.items[index])
+
+    def _outputs(self, node: fx.Node) -> None:
+        flat: list[Any] = []
+        fx.node.map_aggregate(node.args[0], flat.append)
+        outs = []
+        for item in flat:
+            v = self.value(item)
+            if not isinstance(v, T):
+                raise MinicompError(f"{self.g.name} returns {type(v).__name__} ({v!r}); "
+                                    "a captured function must return tensors only")
+            outs.append(v.id)
+        self.g.set_outputs(outs)
+
+
+def _fetch_attr(gm: fx.GraphModule, target: str) -> torch.Tensor:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _prune(g: Graph) -> None:
+    """Drop nodes no output depends on (unused multi-output parts, dead views, stale values)."""
+    live = set(g.outputs) | set(g.inputs)
+    for o in g.outputs:
+        live |= nx.ancestors(g.nx, o)
+    for nid in reversed(g.topo_order()):
+        if nid not in live:
+            g.remove(nid)
+
+
+def _input_names(fn: Any, count: int) -> list[str]:
+    """Parameter names of `fn` (or `module.forward`), `arg{i}` where there are none."""
+    target = fn.forward if isinstance(fn, nn.Module) else fn
+    names: list[str] = []
+    try:
+        for p in inspect.signature(target).parameters.values():
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                names.append(p.name)
+            elif p.kind == p.VAR_POSITIONAL:
+                break
+    except (TypeError, ValueError):
+        pass
+    names = names[:count] + [f"arg{i}" for i in range(len(names), count)]
+    seen: set[str] = set()
+    for i, n in enumerate(names):  # unique, in case a *args name collides
+        if n in seen:
+            names[i] = f"arg{i}"
+        seen.add(names[i])
+    return names
+
+
+def _def_origin(fn: Any) -> str | None:
+    target = fn.forward if isinstance(fn, nn.Module) else fn
+    code = getattr(inspect.unwrap(target), "__code__", None)
+    return f"{short_path(code.co_filename)}:{code.co_firstlineno}" if code else None
+
+
+def _weight_names(fn: Any) -> dict[int, str]:
+    if not isinstance(fn, nn.Module):
+        return {}
+    named = list(fn.named_parameters(remove_duplicate=False)) + list(fn.named_buffers(remove_duplicate=False))
+    names: dict[int, str] = {}
+    for name, t in named:
+        names.setdefault(id(t), name)
+    return names
+
+
+def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.Tensor],
+            name: str | None = None) -> Graph:
+    """Trace `fn_or_module(*example_inputs)` into a verified-shape minicomp Graph.
+
+    Inputs are named after the function's (or `forward`'s) parameters. Weights become
+    constants holding the module's own tensors. Raises MinicompError (SourceError at the
+    user's line where one is known) for anything the user's code or inputs cause.
+    """
+    inputs = list(example_inputs)
+    for i, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor):
+            raise MinicompError(f"example input {i} of {describe(fn_or_module)} is {type(t).__name__}; "
+                                "capture takes tensors only")
+    gm = trace(fn_or_module, inputs)
+    g = Graph(name or describe(fn_or_module))
+    _Lowering(gm, g, _input_names(fn_or_module, len(inputs)), _weight_names(fn_or_module),
+              _def_origin(fn_or_module)).run()
+    _prune(g)
+    return g
+
+
+def opaque_nodes(g: Graph) -> list[str]:
+    """`%7 (aten.cumsum.default) from model.py:12` for each opaque node, for the CLI's listing."""
+    return [f"%{n.id} ({n.attrs['target']})" + (f" from {n.origin}" if n.origin else "")
+            for n in g.nodes() if n.op == "opaque"]

@@ -1,0 +1,173 @@
+"""Tracing for the torch.fx frontend: make_fx under an interception mode (see fx.py's docstring).
+
+- `SDPA`, `MATMUL`, `LINEAR`: minicomp's own traceable stand-ins (`torch.library.custom_op`
+  with fake implementations) for calls that must reach the IR whole.
+- `_Intercept`: the TorchFunctionMode active while tracing; it redirects those calls and
+  stamps every new fx node with the user's frame (`file`, `line`) as its stack trace.
+- `trace(fn, inputs)`: the fx GraphModule; anything the user's code raises becomes a
+  MinicompError at the user's line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import sysconfig
+import traceback
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.fx as fx
+import torch.fx.traceback as fx_traceback
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.overrides import TorchFunctionMode
+
+from minicomp.errors import MinicompError, SourceError
+
+# --------------------------------------------------------------------------- traced stand-ins
+
+
+def _define_op(name: str, impl: Callable, fake: Callable) -> Any:
+    """A `minicomp::<name>` custom op (once per process: a second import reuses it)."""
+    try:
+        return getattr(torch.ops.minicomp, name).default
+    except AttributeError:
+        pass
+    op = torch.library.custom_op(f"minicomp::{name}", impl, mutates_args=())
+    op.register_fake(fake)
+    return getattr(torch.ops.minicomp, name).default
+
+
+def _sdpa_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+               dropout_p: float, is_causal: bool, scale: Optional[float], enable_gqa: bool) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def _sdpa_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    return q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+
+
+def _matmul_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(a, b).clone()  # a custom op's output must not alias its inputs
+
+
+def _matmul_fake(a, b):
+    return torch.matmul(a, b).clone()
+
+
+def _linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    return F.linear(x, weight, bias).clone()
+
+
+def _linear_fake(x, weight, bias):
+    return F.linear(x, weight, bias).clone()
+
+
+SDPA = _define_op("sdpa", _sdpa_impl, _sdpa_fake)
+MATMUL = _define_op("matmul", _matmul_impl, _matmul_fake)
+LINEAR = _define_op("linear", _linear_impl, _linear_fake)
+
+
+def _sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False):
+    return SDPA(query, key, value, attn_mask, float(dropout_p), bool(is_causal), scale, bool(enable_gqa))
+
+
+def _redirect(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """The stand-in call for `func(*args, **kwargs)`, or NotImplemented to run it as is."""
+    if func is F.scaled_dot_product_attention:
+        return _sdpa_call(*args, **kwargs)
+    if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__) and not kwargs and len(args) == 2:
+        return MATMUL(*args)
+    if func is F.linear:
+        x, weight, *rest = args
+        return LINEAR(x, weight, rest[0] if rest else kwargs.get("bias"))
+    return NotImplemented
+
+
+# --------------------------------------------------------------------------- origins
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
+_FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _is_user_file(filename: str) -> bool:
+    stdlib = filename.startswith(_STDLIB_DIR) and "-packages" + os.sep not in filename
+    return not (filename.startswith(_TORCH_DIR) or stdlib or filename == __file__ or filename.startswith("<"))
+
+
+def _user_frame(frame) -> Any | None:
+    while frame is not None and not _is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def short_path(path: str) -> str:
+    rel = os.path.relpath(path) if os.path.isabs(path) else path
+    return path if rel.startswith("..") else rel
+
+
+def origin_of(node: fx.Node) -> str | None:
+    """`file:line` of the last user frame in a node's stack trace."""
+    trace = node.meta.get("stack_trace") or ""
+    hits = [m for m in _FRAME_RE.finditer(trace) if _is_user_file(m.group("file"))]
+    if not hits:
+        return None
+    return f"{short_path(hits[-1].group('file'))}:{hits[-1].group('line')}"
+
+
+class _Intercept(TorchFunctionMode):
+    """Active while tracing: stamps origins on new nodes and redirects the calls kept whole."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        frame = _user_frame(sys._getframe(1))
+        if frame is not None:
+            code = frame.f_code
+            fx_traceback.set_stack_trace([f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}\n'])
+        try:
+            out = _redirect(func, args, kwargs)
+            return func(*args, **kwargs) if out is NotImplemented else out
+        finally:
+            fx_traceback.set_stack_trace([])
+
+
+# --------------------------------------------------------------------------- tracing
+
+
+def describe(fn: Any) -> str:
+    return type(fn).__name__ if isinstance(fn, nn.Module) else getattr(fn, "__name__", type(fn).__name__)
+
+
+def _user_error(exc: BaseException, what: str) -> MinicompError:
+    """A one-paragraph error at the innermost user frame of `exc`'s traceback."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_user_file(f.filename)]
+    message = f"{what}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if "DataDependent" in type(exc).__name__ or "data-dependent" in str(exc):
+        message += (" (a tensor's value decides Python control flow or is read with .item()/.tolist(); "
+                    "minicomp captures one static graph, so compute it with tensor ops such as torch.where)")
+    if not frames:
+        return MinicompError(message)
+    f = frames[-1]
+    col = (getattr(f, "colno", None) or 0) + 1
+    return SourceError(message, short_path(f.filename), f.lineno or 0, col, f.line)
+
+
+def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> fx.GraphModule:
+    """make_fx capture of `fn` (see the module docstring); user errors become MinicompError."""
+    def positional(*args):  # make_fx would also make placeholders for defaulted parameters
+        return fn(*args)
+
+    try:
+        with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept():
+            return make_fx(torch.func.functionalize(positional, remove="mutations"), tracing_mode="fake",
+                           _allow_non_fake_inputs=True)(*example_inputs)
+    except MinicompError:
+        raise
+    except Exception as e:  # anything the user's code raised while running on fake tensors
+        raise _user_error(e, f"capturing {describe(fn)} failed") from None
