@@ -170,8 +170,9 @@ class Lowerer:
             try:
                 unify(p.type, n.shape, n.dtype, callee.symbols, f"argument '{p.name}'")
             except Mismatch as m:
-                msg = m.detail if m.conflict else f"argument '{p.name}' of '{f.name}' must be {p.type}, got {n.type}{m.detail}"
-                raise self.src.error(msg, pos) from None
+                detail = f": {m.detail}" if m.conflict else m.detail
+                raise self.src.error(f"argument '{p.name}' of '{f.name}' must be {p.type}, got {n.type}{detail}",
+                                     pos) from None
             callee.vars[p.name] = TensorVal(nid)
         try:
             results = self.run_body(callee)
@@ -225,6 +226,13 @@ class Lowerer:
         arg_pos = {"#0": expr.lhs.pos, "#1": expr.rhs.pos, "a": expr.lhs.pos, "b": expr.rhs.pos}
         e = self.emit(expr.pos)
         what = lambda: f"cannot apply '{expr.op}' to {describe(lhs, self.g)} and {describe(rhs, self.g)}"
+        if expr.op == "//":
+            if not (_is_int(lhs) and _is_int(rhs)):
+                raise self.src.error(f"'//' divides integers known at compile time (dims), not "
+                                     f"{describe(lhs, self.g)} and {describe(rhs, self.g)}", expr.pos)
+            if rhs == 0:
+                raise self.src.error("integer division by zero", expr.pos)
+            return lhs // rhs
         if expr.op == "@":
             return self.guard(expr.pos, arg_pos, what, lambda: call_builtin(e, BUILTINS["matmul"], [lhs, rhs], []))
         return self.guard(expr.pos, arg_pos, what, lambda: pointwise(e, BINARY_OPS[expr.op], [lhs, rhs]))
@@ -267,6 +275,10 @@ class Lowerer:
 
     def emit(self, pos: Pos) -> Emit:
         return Emit(self.g, self.src.origin(pos))
+
+
+def _is_int(v: Value) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _suggest(name: str, known: list[str]) -> str:

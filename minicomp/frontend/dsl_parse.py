@@ -329,12 +329,12 @@ _WORDS = {
     "NAME": "a name", "NUMBER": "a number", "STRING": "a string", "COMPARE": "a comparison",
     "_NL": "end of line", "$END": "end of file", "FUNC": "'func'", "RETURN": "'return'",
     "TRUE": "'true'", "FALSE": "'false'", "ARROW": "'->'", "PLUS": "'+'", "MINUS": "'-'",
-    "STAR": "'*'", "SLASH": "'/'", "AT": "'@'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('",
+    "STAR": "'*'", "SLASH": "'/'", "SLASH2": "'//'", "AT": "'@'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('",
     "RPAR": "')'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='",
 }
 # Sets of terminals that read better as one word.
 _EXPR_START = {"NAME", "NUMBER", "STRING", "TRUE", "FALSE", "LSQB", "LPAR", "MINUS"}
-_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "COMPARE"}
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "SLASH2", "AT", "COMPARE"}
 
 
 def _expected_words(expected: set[str]) -> str:

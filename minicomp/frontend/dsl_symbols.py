@@ -21,7 +21,7 @@ from minicomp.ir.dtypes import NAME_TO_DTYPE, dtype_name, parse_dtype, type_str
 @dataclass
 class Bound:
     value: int
-    source: str   # where the value came from: "--dim", "the shape of 'x'", "argument 'x'"
+    source: str   # where the value came from: "--dim", "dim 0 of 'x'", "dim 1 of argument 't'"
 
 
 class Mismatch(Exception):
@@ -45,11 +45,12 @@ def unify(spec: TypeSpec, shape: tuple[int, ...], dtype: torch.dtype, symbols: d
                 raise Mismatch(f" (dimension {i} is {size}, not {d.value})", d.pos)
             continue
         old = symbols.get(d.value)
+        here = f"dim {i} of {who}"
         if old is None:
-            symbols[d.value] = Bound(size, who)
+            symbols[d.value] = Bound(size, here)
         elif old.value != size:
             raise Mismatch(f"symbol {d.value} is bound inconsistently: {d.value}={old.value} from "
-                           f"{old.source}, but {d.value}={size} from {who}", d.pos, conflict=True)
+                           f"{old.source}, but {d.value}={size} from {here}", d.pos, conflict=True)
 
 
 def shown(spec: TypeSpec, symbols: dict[str, Bound]) -> str:
@@ -100,7 +101,7 @@ def bind_symbols(src: Source, f: FuncDef, dims: dict[str, int],
             if not isinstance(t, torch.Tensor):
                 raise src.error(f"example input for '{p.name}' must be a tensor, got {type(t).__name__}", p.pos)
             try:
-                unify(p.type, tuple(t.shape), t.dtype, symbols, f"the shape of '{p.name}'")
+                unify(p.type, tuple(t.shape), t.dtype, symbols, f"'{p.name}'")
             except Mismatch as m:
                 msg = m.detail if m.conflict else (
                     f"example input '{p.name}' is {type_str(tuple(t.shape), t.dtype)}, but '{p.name}' is "
