@@ -1,0 +1,308 @@
+"""GEMM groups: one tiled `tl.dot` kernel with its prologue folded into the loads and its
+epilogue applied before the single store.
+
+The kernel iterates over (batch..., M, N, K). Each program owns one [BLOCK_M, BLOCK_N]
+output tile of one batch entry (tiles ordered in bands of GROUP_M row blocks, so a band
+reuses each column block of B from L2) and walks K in BLOCK_K steps, accumulating in
+fp32.
+
+Invariants and decisions:
+- operands are read where they lie: views between a matmul and memory (transpose,
+  permute, expand, slice, reshape) fold into the address; prologue casts are applied
+  after the load (`epilogue.fold_operand`);
+- batch dims that operand B does not depend on fold into M (a linear layer over
+  [B, S, K] is one [B*S, K] GEMM); the others are decoded from the program id (`z0`...);
+- a dual GEMM (matmuls sharing operand A: SwiGLU) loads A once per K step and keeps one
+  accumulator per matmul;
+- the epilogue is codegen's pointwise lowering with the accumulators as leaves; every
+  group output has the matmul's shape and is stored once, masked;
+- fp32 operands use full-precision dot unless `torch.backends.cuda.matmul.allow_tf32`;
+  under the CPU interpreter half operands are widened to fp32 before the dot;
+- shapes and strides are baked in; M, N, K are constexpr and the autotune key (Triton
+  adds the pointer dtypes to it).
+
+Index symbols: `am`/`ak` (A tile rows/cols), `bk`/`bn` (B tile), `rm`/`rn` (output tile),
+`z0`, `z1`... (batch coordinates).
+
+Unsupported (the group falls back to PyTorch): 1-D operands (matrix-vector), matmuls in
+dtypes other than fp32/fp16/bf16, prologue ops other than views and casts, several
+matmuls that do not share operand A or differ in shape, an output of another shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from minicomp.codegen import indexing as ix
+from minicomp.codegen.builder import CodeBuilder
+from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.epilogue import (Operand, TileLowering, cast_operand, dot_precision, fold_operand,
+                                       split_offset)
+from minicomp.codegen.tlexpr import Val
+
+DOT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): Hopper-sized tiles first, then smaller
+# ones for small problems; `configs` drops those larger than the problem.
+HALF_CONFIGS = [
+    (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4),
+    (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
+]
+FP32_CONFIGS = [
+    (128, 128, 32, 3, 8), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 64, 32, 4, 4), (32, 32, 32, 4, 4),
+]
+DUAL_CONFIGS = [  # two accumulators: smaller tiles per warp
+    (128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 3, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
+]
+GROUP_M = 8
+LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "rm", "rn",
+          "offs_m", "offs_n", "offs_k", "offs_am", "offs_bn", "offs_kk", "mask_m", "mask_n", "k0",
+          "a_rows", "a_ptrs", "num_pid_m", "num_pid_n", "pid_m", "pid_n", "pid_batch")
+
+
+@dataclass
+class GemmSpec:
+    mms: list[int]             # the matmuls, anchor first; all share operand A
+    shape: tuple[int, ...]     # the matmul output shape [..., M, N]
+    batch: tuple[int, ...]     # batch dims decoded from the program id (the rest folded into M)
+    m: int                     # M after folding
+    n: int
+    k: int
+    out_idx: ix.Index          # the output tile's index (symbols rm, rn, z*)
+    a: Operand
+    bs: list[Operand]
+
+
+def _batch_and_m(batch: tuple[int, ...], m: int, nfold: int, msym: str) -> tuple[list[ix.Expr], ix.Expr, int]:
+    """Exprs of each batch coordinate and of M when the innermost `nfold` batch dims fold into M."""
+    keep = len(batch) - nfold
+    folded_m = math.prod(batch[keep:]) * m
+    s = ix.sym(msym, folded_m)
+    zs = [ix.sym(f"z{i}", batch[i]) for i in range(keep)]
+    below, inner = m, []
+    for i in reversed(range(keep, len(batch))):
+        inner.insert(0, ix.mod(ix.floordiv(s, below), batch[i]))
+        below *= batch[i]
+    return zs + inner, ix.mod(s, m), folded_m
+
+
+def _operands(ctx: KernelCtx, mms: list[int], nfold: int) -> tuple[Operand, list[Operand]]:
+    g = ctx.graph
+    first = g.node(mms[0])
+    batch, (m, n) = first.shape[:-2], first.shape[-2:]
+    k = g.node(first.args[0]).shape[-1]
+    za, ma, _ = _batch_and_m(batch, m, nfold, "am")
+    zb, _, _ = _batch_and_m(batch, m, nfold, "bm")   # B never depends on folded dims (checked)
+    a_full = ix.dims_index(tuple(batch) + (m, k), za + [ma, ix.sym("ak", k)])
+    b_full = ix.dims_index(tuple(batch) + (k, n), zb + [ix.sym("bk", k), ix.sym("bn", n)])
+    a_op, bs = None, []
+    for nid in mms:
+        node = g.node(nid)
+        a_node, b_node = g.node(node.args[0]), g.node(node.args[1])
+        a = fold_operand(ctx, a_node.id, ix.broadcast(a_full, a_node.shape))
+        if a_op is None:
+            a_op = a
+        elif (a.leaf, a.casts, a.offset) != (a_op.leaf, a_op.casts, a_op.offset):
+            raise Unsupported(f"{node.describe()}: the matmuls of one group must share operand A")
+        bs.append(fold_operand(ctx, b_node.id, ix.broadcast(b_full, b_node.shape)))
+    return a_op, bs
+
+
+def analyse(ctx: KernelCtx) -> GemmSpec:
+    g, group = ctx.graph, ctx.group
+    mms = [nid for nid in group.nodes if g.node(nid).op == "matmul"]
+    if not mms:
+        raise Unsupported("gemm group without a matmul")
+    if group.anchor in mms:
+        mms.remove(group.anchor)
+        mms.insert(0, group.anchor)
+    shape = g.node(mms[0]).shape
+    for nid in mms:
+        node = g.node(nid)
+        a, b = (g.node(x) for x in node.args)
+        if len(a.shape) < 2 or len(b.shape) < 2:
+            raise Unsupported(f"{node.describe()}: matrix-vector product (1-D operand)")
+        if a.dtype not in DOT_DTYPES or b.dtype != a.dtype:
+            raise Unsupported(f"{node.describe()}: matmul of {a.dtype} x {b.dtype}")
+        if node.shape != shape:
+            raise Unsupported(f"{node.describe()}: the matmuls of one group differ in shape")
+    for out in group.outputs:
+        if g.node(out).shape != shape:
+            raise Unsupported(f"{g.node(out).describe()}: output shape differs from the matmul's")
+
+    batch, (m, n) = shape[:-2], shape[-2:]
+    k = g.node(g.node(mms[0]).args[0]).shape[-1]
+    # fold the innermost batch dims that B does not read into M
+    _, bs = _operands(ctx, mms, 0)
+    used = set().union(*(ix.syms(b.offset) for b in bs))
+    nfold = 0
+    while nfold < len(batch) and f"z{len(batch) - 1 - nfold}" not in used:
+        nfold += 1
+    a_op, bs = _operands(ctx, mms, nfold)
+    for b in bs:
+        if ix.syms(b.offset) - {"bk", "bn"} - {f"z{i}" for i in range(len(batch) - nfold)}:
+            raise Unsupported("operand B depends on a folded batch dim")  # cannot happen; be safe
+    zs, mo, folded_m = _batch_and_m(batch, m, nfold, "rm")
+    out_idx = ix.dims_index(shape, zs + [mo, ix.sym("rn", n)])
+    return GemmSpec(mms, shape, tuple(batch[:len(batch) - nfold]), folded_m, n, k, out_idx, a_op, bs)
+
+
+def configs(spec: GemmSpec, device_type: str) -> list[tuple[int, int, int, int, int]]:
+    if device_type != "cuda":
+        clamp = lambda v: min(max(next_pow2(v), 16), 64)  # noqa: E731  (interpreter: few, large programs)
+        return [(clamp(spec.m), clamp(spec.n), clamp(spec.k), 1, 4)]
+    table = DUAL_CONFIGS if len(spec.mms) > 1 else (
+        FP32_CONFIGS if spec.a.dtype == torch.float32 else HALF_CONFIGS)
+    fit = [c for c in table if c[0] <= max(32, next_pow2(spec.m)) and c[1] <= max(32, next_pow2(spec.n))
+           and c[2] <= max(32, next_pow2(spec.k))]
+    return fit or [min(table, key=lambda c: c[0] * c[1])]
+
+
+def needs_int64(ctx: KernelCtx) -> bool:
+    """True when some tensor the kernel touches spans 2**31 elements or more."""
+    for nid in set(ctx.group.inputs) | set(ctx.group.outputs):
+        node = ctx.graph.node(nid)
+        span = sum((d - 1) * abs(s) for d, s in zip(node.shape, ctx.strides(nid)) if d > 0)
+        if span >= 2 ** 31 - 1:
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- emission
+
+
+def _write_program_ids(body: CodeBuilder, spec: GemmSpec, w: str) -> None:
+    body.writeline("pid = tl.program_id(0)")
+    body.writeline("num_pid_m = tl.cdiv(M, BLOCK_M)")
+    body.writeline("num_pid_n = tl.cdiv(N, BLOCK_N)")
+    if spec.batch:
+        body.writeline("pid_batch = pid // (num_pid_m * num_pid_n)")
+        body.writeline("pid = pid % (num_pid_m * num_pid_n)")
+        for i, size in enumerate(spec.batch):
+            below = math.prod(spec.batch[i + 1:])
+            text = "pid_batch" + (f" // {below}" if below > 1 else "") + (f" % {size}" if i else "")
+            body.writeline(f"z{i} = ({text}){w}")
+    body.writeline("# bands of GROUP_M row blocks: a band reuses each column block of B from L2")
+    body.writeline("first_pid_m = (pid // (GROUP_M * num_pid_n)) * GROUP_M")
+    body.writeline("group_size_m = min(num_pid_m - first_pid_m, GROUP_M)")
+    body.writeline("pid_m = first_pid_m + (pid % (GROUP_M * num_pid_n)) % group_size_m")
+    body.writeline("pid_n = (pid % (GROUP_M * num_pid_n)) // group_size_m")
+    body.writeline(f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){w}")
+    body.writeline(f"offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){w}")
+    body.writeline(f"offs_k = tl.arange(0, BLOCK_K){w}")
+
+
+def _write_main_loop(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering) -> list[str]:
+    """The K loop; returns the accumulator names (one per matmul)."""
+    body.writeline("# operand rows/columns past the edge wrap around instead of being masked: never stored")
+    body.writeline("offs_am = offs_m")
+    with body.block("if M % BLOCK_M != 0:"):
+        body.writeline("offs_am = offs_m % M")
+    body.writeline("offs_bn = offs_n")
+    with body.block("if N % BLOCK_N != 0:"):
+        body.writeline("offs_bn = offs_n % N")
+    body.writeline("am = offs_am[:, None]")
+    body.writeline("bn = offs_bn[None, :]")
+    a_out, a_in = split_offset(spec.a.offset, {"ak"})
+    body.writeline(f"a_rows = {low.pointer(spec.a.leaf)} + {low.offset_text(a_out, ('am',))}")
+    dual = len(spec.bs) > 1
+    tiles = [f"b{i}" if dual else "b" for i in range(len(spec.bs))]
+    accs = [f"acc{i}" if dual else "acc" for i in range(len(spec.bs))]
+    b_parts = []
+    for tile, b in zip(tiles, spec.bs):
+        out, inner = split_offset(b.offset, {"bk"})
+        low.names.fresh(f"{tile}_cols")
+        low.names.fresh(f"{tile}_ptrs")
+        body.writeline(f"{tile}_cols = {low.pointer(b.leaf)} + {low.offset_text(out, ('bn',))}")
+        b_parts.append(inner)
+    for acc in accs:
+        body.writeline(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    with body.block("for k0 in range(0, K, BLOCK_K):"), low.scope():
+        body.writeline("offs_kk = k0 + offs_k")
+        body.writeline("ak = offs_kk[None, :]")
+        body.writeline("bk = offs_kk[:, None]")
+        body.writeline(f"a_ptrs = a_rows + {low.offset_text(a_in, ('ak',))}")
+        for tile, inner in zip(tiles, b_parts):
+            body.writeline(f"{tile}_ptrs = {tile}_cols + {low.offset_text(inner, ('bk',))}")
+        with body.block("if K % BLOCK_K == 0:"):
+            body.writeline("a = tl.load(a_ptrs)")
+            for tile in tiles:
+                body.writeline(f"{tile} = tl.load({tile}_ptrs)")
+        with body.block("else:"):
+            body.writeline("a = tl.load(a_ptrs, mask=ak < K, other=0.0)")
+            for tile in tiles:
+                body.writeline(f"{tile} = tl.load({tile}_ptrs, mask=bk < K, other=0.0)")
+        for var, op in [("a", spec.a)] + list(zip(tiles, spec.bs)):
+            text = cast_operand(var, op, ctx.device_type)
+            if text:
+                body.writeline(f"{var} = {text}")
+        precision = dot_precision(spec.a.dtype if ctx.device_type == "cuda" else torch.float32)
+        for acc, tile in zip(accs, tiles):
+            body.writeline(f"{acc} = tl.dot(a, {tile}, {acc}{precision})")
+    return accs
+
+
+def _write_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering, wide: bool) -> None:
+    _write_program_ids(body, spec, ".to(tl.int64)" if wide else "")
+    accs = _write_main_loop(ctx, spec, body, low)
+    body.writeline("# epilogue on the fp32 accumulator(s), then one masked store per output")
+    body.writeline("rm = offs_m[:, None]")
+    body.writeline("rn = offs_n[None, :]")
+    body.writeline("mask_m = offs_m < M")
+    body.writeline("mask_n = offs_n < N")
+    for mm, acc in zip(spec.mms, accs):
+        low.leaves[mm] = (spec.out_idx, Val(acc, ctx.graph.node(mm).dtype, frozenset({"rm", "rn"})))
+    for out in ctx.group.outputs:
+        low.store(out, spec.out_idx, ("rm", "rn"), "mask_m[:, None] & mask_n[None, :]")
+
+
+def emit(ctx: KernelCtx) -> Kernel:
+    spec = analyse(ctx)
+    name = kernel_name(ctx, "gemm")
+    cfgs = configs(spec, ctx.device_type)
+    body = CodeBuilder()
+    masks = {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}
+    low = TileLowering(ctx, body, masks, reserved=LOCALS + tuple(f"z{i}" for i in range(len(spec.batch))))
+    _write_body(ctx, spec, body, low, needs_int64(ctx))
+
+    g = ctx.graph
+    nbatch = math.prod(spec.batch)
+    cuda = ctx.device_type == "cuda"
+    src = CodeBuilder()
+    if cuda:
+        with src.block(f"{name}_configs = ["):
+            for bm, bn, bk, stages, warps in cfgs:
+                src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}, \"BLOCK_K\": {bk}, "
+                              f"\"GROUP_M\": {GROUP_M}}}, num_stages={stages}, num_warps={warps}),")
+        src.writeline("]")
+        src.writeline("")
+        src.writeline("")
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"M\", \"N\", \"K\"])")
+    src.writeline("@triton.jit")
+    pointers = list(low.pointers.values())
+    params = [p.name for p in pointers] + [f"{d}: tl.constexpr" for d in (
+        "M", "N", "K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+    with src.block(f"def {name}({', '.join(params)}):"):
+        a = g.node(spec.a.leaf)
+        reads = ", ".join(g.node(p.nid).type for p in pointers if p.nid not in ctx.group.outputs)
+        writes = ", ".join(g.node(o).type for o in ctx.group.outputs)
+        src.writeline(f"# {len(spec.mms)} matmul(s) [{spec.m}, {spec.k}] @ [{spec.k}, {spec.n}]"
+                      f"{f' x {nbatch} batches' if spec.batch else ''}; A from %{a.id} {a.type}")
+        src.writeline(f"# reads {reads}; writes {writes}")
+        src.splice(body.getvalue())
+
+    args = ", ".join(ctx.buf(p.nid) for p in pointers)
+    sizes = f"M={spec.m}, N={spec.n}, K={spec.k}"
+    if cuda:
+        batch = f" * {nbatch}" if nbatch > 1 else ""
+        grid = f"lambda meta: (triton.cdiv({spec.m}, meta[\"BLOCK_M\"]) * triton.cdiv({spec.n}, meta[\"BLOCK_N\"]){batch},)"
+        launch = [f"{name}[{grid}]({args}, {sizes})"]
+    else:
+        bm, bn, bk, _, _ = cfgs[0]
+        programs = -(-spec.m // bm) * -(-spec.n // bn) * nbatch
+        launch = [f"{name}[({programs},)]({args}, {sizes}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, "
+                  f"GROUP_M={GROUP_M})"]
+    return Kernel(name, src.getvalue(), launch)
