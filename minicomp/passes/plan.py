@@ -8,6 +8,11 @@ exactly one group. Input and constant nodes belong to no group.
 
 The ledger figures on each group follow the seeds' accounting: each input read once, each
 output written once, intermediates inside a kernel free.
+
+`str(plan)` / `plan.table()` is what `--dump-plan` and `explain()` print: one row per
+group (kind, nodes, bytes in/out, bytes saved, flops, roofline lower bound, bound), the
+totals (unfused vs planned bytes and their ratio), the refused fusion candidates with
+their reasons, and each recompute-or-materialise decision with the bytes behind it.
 """
 
 from __future__ import annotations
@@ -46,12 +51,25 @@ class Rejection:
 
 
 @dataclass
+class Recompute:
+    """A decision between recomputing a cheap value inside a consumer and reading it from memory."""
+    node: int                      # the value
+    op: str
+    group: int                     # the consumer group
+    chosen: bool                   # True: recomputed there; False: materialised and read
+    bytes_recompute: int           # ledger bytes of the groups involved, recomputing
+    bytes_materialise: int         # ... and materialising
+    reason: str = ""
+
+
+@dataclass
 class Plan:
     graph_name: str
     groups: list[Group]
     rejected: list[Rejection] = field(default_factory=list)
     unfused_bytes: int = 0         # bytes if every node were its own kernel
     machine: str = "H200"
+    recomputed: list[Recompute] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -60,6 +78,15 @@ class Plan:
     @property
     def total_flops(self) -> int:
         return sum(g.flops for g in self.groups)
+
+    @property
+    def ratio(self) -> float:
+        """Planned bytes over unfused bytes (below 1 when fusion saves traffic)."""
+        return self.total_bytes / self.unfused_bytes if self.unfused_bytes else 1.0
+
+    @property
+    def lower_bound_us(self) -> float:
+        return sum(g.lower_bound_us for g in self.groups)
 
     def group_of(self, nid: int) -> Group | None:
         """The group that writes (or else computes) node `nid`."""
@@ -88,3 +115,11 @@ class Plan:
                 out.append(f"group {a.id}: {a.kind} nodes={sorted(a.nodes)} out={sorted(a.outputs)} != "
                            f"{b.kind} nodes={sorted(b.nodes)} out={sorted(b.outputs)}")
         return out
+
+    def table(self) -> str:
+        """The plan as text: groups, totals, refused candidates, recompute decisions."""
+        from minicomp.passes.plan_table import render
+        return render(self)
+
+    def __str__(self) -> str:
+        return self.table()

@@ -1,0 +1,215 @@
+"""The ledger and the machine model: bytes and flops per node and per group, and a roofline.
+
+Accounting (the seeds' ledger, DESIGN.md):
+- a kernel reads each of its input tensors once and writes each of its outputs once;
+  values that live only inside a kernel cost nothing;
+- a view (reshape, permute, expand, slice, cat) is folded into the loads of the kernel
+  that reads it: it moves no bytes of its own. Reading through a view costs the bytes of
+  the storage it touches (an `expand` reads the small tensor once, a `slice` its part);
+  several views of one tensor in one kernel never cost more than reading it whole;
+- flops come from `minicomp.ir.ops.flops`: one per elementwise op or transcendental, two
+  per multiply-add; views and casts are free;
+- "unfused" is eager execution: every node that is not a leaf or a view is its own kernel
+  (reads its operands, writes its result).
+
+A `Machine` holds peak bandwidth and peak compute (matmul peaks per operand dtype, and a
+vector peak for elementwise math). The lower bound of a kernel is
+max(bytes / bandwidth, flops / peak); whichever term wins says memory- or compute-bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+
+from minicomp.errors import MinicompError
+from minicomp.ir import ops
+from minicomp.ir.dtypes import itemsize
+from minicomp.ir.graph import Graph, Node
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    bytes_per_s: float                                   # sustained device-memory bandwidth
+    matmul_flops: dict[str, float] = field(default_factory=dict)   # dtype name -> tensor-core peak
+    vector_flops: float = 0.0                            # fp32 elementwise peak (CUDA cores)
+    source: str = ""                                     # where the figures come from
+
+    def peak_flops(self, kind: str, dtype: torch.dtype | None) -> float:
+        """Peak FLOP/s for a kernel of `kind` whose matmul operands have `dtype`."""
+        if kind in ("gemm", "attention") and dtype is not None:
+            key = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}.get(dtype, "f32")
+            return self.matmul_flops.get(key, self.vector_flops)
+        return self.vector_flops
+
+    @property
+    def balance(self) -> float:
+        """FLOP per byte at which a bf16 matmul stops being memory-bound."""
+        return self.matmul_flops.get("bf16", self.vector_flops) / self.bytes_per_s
+
+
+# fp32 matmuls run as full-precision dots (TF32 off, as eager), so they get the fp32 vector peak.
+MACHINES: dict[str, Machine] = {
+    "h200": Machine("H200", 4265e9, {"bf16": 685e12, "f16": 685e12, "f32": 67e12}, 67e12,
+                    "measured copy bandwidth and cuBLAS bf16 8192^3 (shared/ceilings.md); "
+                    "fp16 assumed equal to bf16; fp32 = spec CUDA-core peak"),
+    "h100": Machine("H100", 3350e9, {"bf16": 989e12, "f16": 989e12, "f32": 67e12}, 67e12,
+                    "NVIDIA H100 SXM5 spec sheet (dense), not measured"),
+    "a100": Machine("A100", 2039e9, {"bf16": 312e12, "f16": 312e12, "f32": 19.5e12}, 19.5e12,
+                    "NVIDIA A100 SXM4 80GB spec sheet (dense), not measured"),
+}
+
+
+def get_machine(machine: str | Machine) -> Machine:
+    if isinstance(machine, Machine):
+        return machine
+    try:
+        return MACHINES[machine.lower()]
+    except KeyError:
+        raise MinicompError(f"unknown machine {machine!r}; known machines: {', '.join(MACHINES)}") from None
+
+
+@dataclass(frozen=True)
+class Cost:
+    bytes_in: int = 0
+    bytes_out: int = 0
+    flops: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_in + self.bytes_out
+
+
+def nbytes(n: Node) -> int:
+    return n.numel * itemsize(n.dtype)
+
+
+def is_view(n: Node) -> bool:
+    return n.kind == "view"
+
+
+def is_leaf(n: Node) -> bool:
+    return n.op in ("input", "constant")
+
+
+# --------------------------------------------------------------------------- reads through views
+
+
+def footprint(graph: Graph, nid: int, inside: set[int]) -> dict[int, float]:
+    """Storage bytes that reading `nid` touches, by root. A view in `inside` is followed to
+    its operands (an `expand` touches its operand once, a `slice` its share); any node not in
+    `inside` is a root read whole; a non-view node in `inside` is computed there: no read."""
+    n = graph.node(nid)
+    if nid not in inside:
+        return {nid: float(nbytes(n))}
+    if not is_view(n):
+        return {}
+    out: dict[int, float] = {}
+    frac = 1.0
+    if n.op == "slice":
+        src = graph.node(n.args[0])
+        frac = n.numel / src.numel if src.numel else 0.0
+    for a in dict.fromkeys(n.args):
+        for r, b in footprint(graph, a, inside).items():
+            out[r] = out.get(r, 0.0) + b * frac
+    return out
+
+
+def _cap(graph: Graph, per_root: dict[int, float]) -> dict[int, int]:
+    """Several accesses of one root cost at most reading it whole."""
+    return {r: int(min(b, nbytes(graph.node(r)))) for r, b in per_root.items()}
+
+
+def _add(acc: dict[int, float], part: dict[int, float]) -> None:
+    for r, b in part.items():
+        acc[r] = acc.get(r, 0.0) + b
+
+
+# --------------------------------------------------------------------------- flops and costs
+
+
+def node_flops(graph: Graph, n: Node) -> int:
+    if n.kind in ("input", "constant", "view", "opaque"):
+        return 0
+    return ops.flops(n.op, [graph.node(a).shape for a in n.args], n.shape, n.attrs)
+
+
+def node_cost(graph: Graph, nid: int, views: set[int] | None = None) -> Cost:
+    """Eager cost of one node as its own kernel: reads its operands (through views, to their
+    storage), writes its result. Views and leaves cost nothing."""
+    n = graph.node(nid)
+    if is_leaf(n) or is_view(n):
+        return Cost()
+    if views is None:
+        views = {i for i in graph.nx.nodes if is_view(graph.node(i))}
+    acc: dict[int, float] = {}
+    for a in dict.fromkeys(n.args):
+        _add(acc, footprint(graph, a, views))
+    return Cost(sum(_cap(graph, acc).values()), nbytes(n), node_flops(graph, n))
+
+
+def unfused_cost(graph: Graph) -> Cost:
+    """Every non-leaf, non-view node its own kernel (eager)."""
+    views = {i for i in graph.nx.nodes if is_view(graph.node(i))}
+    costs = [node_cost(graph, nid, views) for nid in graph.nx.nodes]
+    return Cost(sum(c.bytes_in for c in costs), sum(c.bytes_out for c in costs), sum(c.flops for c in costs))
+
+
+def unfused_bytes(graph: Graph) -> int:
+    return unfused_cost(graph).bytes
+
+
+def group_reads(graph: Graph, nodes: set[int], outputs: Iterable[int] = ()) -> dict[int, int]:
+    """Roots a kernel computing `nodes` reads from memory, with their bytes. Accesses are the
+    operands of its non-view nodes and the views it writes (`outputs`)."""
+    acc: dict[int, float] = {}
+    for nid in nodes:
+        n = graph.node(nid)
+        if is_view(n):
+            continue
+        for a in dict.fromkeys(n.args):
+            _add(acc, footprint(graph, a, nodes))
+    for o in outputs:
+        if is_view(graph.node(o)):
+            _add(acc, footprint(graph, o, nodes))
+    return _cap(graph, acc)
+
+
+def group_cost(graph: Graph, nodes: set[int], outputs: Iterable[int]) -> Cost:
+    """Ledger of one kernel: reads its inputs once, writes `outputs` once; inside is free."""
+    outputs = set(outputs)
+    reads = group_reads(graph, nodes, outputs)
+    flops = sum(node_flops(graph, graph.node(n)) for n in nodes)
+    return Cost(sum(reads.values()), sum(nbytes(graph.node(o)) for o in outputs), flops)
+
+
+def lower_bound_us(machine: Machine, cost: Cost, kind: str, dtype: torch.dtype | None) -> tuple[float, str]:
+    """(roofline lower bound in microseconds, "memory" or "compute")."""
+    t_mem = cost.bytes / machine.bytes_per_s
+    peak = machine.peak_flops(kind, dtype)
+    t_cmp = cost.flops / peak if peak else 0.0
+    bound = "compute" if t_cmp > t_mem else "memory"
+    return max(t_mem, t_cmp) * 1e6, bound
+
+
+def fmt_bytes(b: float) -> str:
+    """`1.5 MB`-style figure (decimal units, as the ledger's tables)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{int(b)} B"
+
+
+def fmt_flops(f: float) -> str:
+    for unit, scale in (("TF", 1e12), ("GF", 1e9), ("MF", 1e6), ("KF", 1e3)):
+        if abs(f) >= scale:
+            return f"{f / scale:.2f} {unit}"
+    return f"{int(f)}"
+
+
+def prod(shape: Iterable[int]) -> int:
+    return math.prod(shape)

@@ -1,0 +1,203 @@
+"""From the planner's final state to a `Plan`: group order, ledger figures, names, reasons,
+the refused candidates and the recompute decisions.
+
+Groups are listed in a topological order of the group graph (ties: earliest node first),
+so codegen can launch them in plan order. `bytes_saved` of a group is what its own nodes
+cost eagerly (each its own kernel) minus what the group costs; the sum over the plan is
+unfused minus planned bytes (up to views the plan must write as graph outputs).
+"""
+
+from __future__ import annotations
+
+import re
+
+import networkx as nx
+
+from minicomp.ir.graph import Graph
+from minicomp.passes import cost as ledger
+from minicomp.passes.fusion import Move, State, apply, candidates, legality
+from minicomp.passes.fusion_rules import ROW_BLOCK_LIMIT, describe, kind_of, reduction_domain
+from minicomp.passes.plan import Group, Plan, Recompute, Rejection
+
+ACTIVATIONS = ("gelu", "silu", "relu", "tanh", "sigmoid", "erf", "exp")
+
+
+def _ordered_clusters(state: State) -> list[int]:
+    order = {nid: i for i, nid in enumerate(state.graph.topo_order())}
+    first = {cid: min(order[n] for n in c.owned) for cid, c in state.clusters.items()}
+    return list(nx.lexicographical_topological_sort(state.quotient(), key=lambda cid: first[cid]))
+
+
+def _anchor(graph: Graph, kind: str, nodes: list[int]) -> int | None:
+    wanted = {"gemm": "gemm", "attention": "attention", "reduction": "reduction", "opaque": "opaque"}.get(kind)
+    return next((n for n in nodes if graph.node(n).kind == wanted), None)
+
+
+def _dtype(graph: Graph, kind: str, anchor: int | None):
+    if anchor is None or kind not in ("gemm", "attention"):
+        return None
+    return graph.node(graph.node(anchor).args[0]).dtype
+
+
+# --------------------------------------------------------------------------- names
+
+
+def _ident(text: str) -> str:
+    return re.sub(r"\W+", "_", text).strip("_") or "group"
+
+
+def group_name(graph: Graph, kind: str, nodes: list[int], anchor: int | None) -> str:
+    """What a group holds, for kernel names: `rmsnorm`, `bias_gelu`, `causal_attention`."""
+    ops = [graph.node(n).op for n in nodes]
+    computed = [n for n in nodes if graph.node(n).kind == "pointwise" and graph.node(n).op != "cast"]
+    if kind == "opaque":
+        return _ident(str(graph.node(anchor).attrs.get("target", "opaque")).split(".")[-1])
+    if kind == "attention":
+        a = graph.node(anchor).attrs
+        return ("causal_" if a.get("is_causal") else "") + ("gqa_" if a.get("enable_gqa") else "") + "attention"
+    if kind == "reduction":
+        prefix = "add_" if any(graph.node(n).op == "add" and graph.node(n).shape == reduction_domain(graph, anchor)[0]
+                               and nodes.index(n) < nodes.index(anchor) for n in nodes) else ""
+        if "amax" in ops and "exp" in ops and "sum" in ops:
+            return "log_softmax" if "log" in ops else "softmax"
+        if ops.count("mean") >= 2 and "rsqrt" in ops and "sub" in ops:
+            return prefix + "layernorm"
+        if "mean" in ops and "rsqrt" in ops:
+            return prefix + "rmsnorm"
+        return prefix + "_".join(dict.fromkeys(graph.node(n).op for n in nodes if graph.node(n).kind == "reduction"))
+    if kind == "gemm":
+        out_shape = graph.node(anchor).shape
+        tokens = []
+        for n in computed:
+            node = graph.node(n)
+            if node.op == "add":
+                others = [graph.node(a) for a in node.args if a not in nodes]
+                full = any(o.shape == out_shape for o in others)
+                tokens.append("residual" if full else "bias" if others else "add")
+            elif node.op in ("mul", "div") and any(graph.node(a).numel == 1 for a in node.args):
+                tokens.append("scale")
+            else:
+                tokens.append(node.op)
+        tokens = list(dict.fromkeys(tokens))
+        if ops.count("matmul") == 2:
+            return "swiglu" if tokens[:2] == ["silu", "mul"] else "dual_" + "_".join(tokens)
+        return "_".join(tokens) or "matmul"
+    tokens = list(dict.fromkeys(graph.node(n).op for n in computed))
+    return "_".join(tokens[:3]) or ("cast" if "cast" in ops else "copy")
+
+
+def _reason(graph: Graph, kind: str, nodes: list[int], anchor: int | None, outputs: list[int]) -> str:
+    inner = len([n for n in nodes if graph.node(n).kind != "view"])
+    if kind == "opaque":
+        return "runs through PyTorch"
+    parts = []
+    if kind == "reduction":
+        S, A = reduction_domain(graph, anchor)
+        row = ledger.prod(S[a] for a in A)
+        parts.append(f"row kernel over {list(S)} reducing {list(A)}")
+        if row > ROW_BLOCK_LIMIT:
+            parts.append(f"looped: a row of {row} elements exceeds one block ({ROW_BLOCK_LIMIT})")
+    elif kind == "gemm":
+        mms = [n for n in nodes if graph.node(n).kind == "gemm"]
+        if len(mms) == 2:
+            parts.append(f"dual GEMM {describe(graph, mms[0])}, {describe(graph, mms[1])} share operand A")
+    if inner > 1:
+        parts.append(f"{inner} ops share one kernel")
+    views = [n for n in nodes if graph.node(n).kind == "view"]
+    if views:
+        parts.append(f"{len(views)} view(s) folded into loads")
+    if len(outputs) > 1:
+        parts.append(f"writes {len(outputs)} outputs")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def _local_bytes(before: State, after: State) -> tuple[int, int]:
+    """Bytes of the clusters a move changed: (before, after)."""
+    b = a = 0
+    for cid in set(before.clusters) | set(after.clusters):
+        kb = (before.clusters[cid].nodes, before.outputs[cid]) if cid in before.clusters else None
+        ka = (after.clusters[cid].nodes, after.outputs[cid]) if cid in after.clusters else None
+        if kb != ka:
+            b += before.cost(cid).bytes if kb else 0
+            a += after.cost(cid).bytes if ka else 0
+    return b, a
+
+
+def _consumer_group(state: State, consumer_owned, node: int, group_ids: dict[int, int]) -> int:
+    """The final group that holds the recomputed copy of `node` for a consumer that owned
+    `consumer_owned` when the decision was made (it may have merged since)."""
+    holders = [cid for cid, c in state.clusters.items() if node in c.copies]
+    for n in sorted(consumer_owned):
+        cid = state.owner.get(n)
+        if cid in holders:
+            return group_ids[cid]
+    return group_ids[holders[0]] if holders else -1
+
+
+def _refusals(state: State, gid: dict[int, int], names: dict[int, str]) -> tuple[list[Rejection], list[tuple]]:
+    rejected: list[Rejection] = []
+    recompute: list[tuple] = []
+    base = state.total()
+    graph = state.graph
+    for move in candidates(state):
+        after = apply(state, move)
+        if after is None:
+            continue
+        gain = base - after.total()
+        why = legality(state, after, move)
+        if move.kind == "recompute":
+            if why is None and gain <= 0:
+                recompute.append((move, after))
+            continue
+        ka, kb = kind_of(graph, state.clusters[move.a].nodes), kind_of(graph, state.clusters[move.b].nodes)
+        if move.kind == "sibling" and (gain <= 0 or ka != kb):
+            continue   # two unrelated readers of one tensor: only worth a line when fusing them would pay
+        if why is None:
+            if gain > 0:
+                continue
+            why = "no bytes saved" if gain == 0 else f"fusing costs {-gain} more bytes"
+        a = f"g{gid[move.a]} {names[move.a]}"
+        b = f"g{gid[move.b]} {names[move.b]}"
+        rejected.append(Rejection(a, b, why, gain))
+    return rejected, recompute
+
+
+def build_plan(state: State, applied: list[tuple[Move, State, State]], machine: ledger.Machine) -> Plan:
+    graph = state.graph
+    order = _ordered_clusters(state)
+    gid = {cid: i for i, cid in enumerate(order)}
+    topo = graph.topo_order()
+    names: dict[int, str] = {}
+    groups: list[Group] = []
+    for cid in order:
+        c = state.clusters[cid]
+        nodes = [n for n in topo if n in c.nodes]
+        kind = kind_of(graph, nodes)
+        anchor = _anchor(graph, kind, nodes)
+        outputs = [n for n in topo if n in state.outputs[cid]]
+        inputs = [n for n in topo if n in state.reads[cid]]
+        cost = state.cost(cid)
+        lb, bound = ledger.lower_bound_us(machine, cost, kind, _dtype(graph, kind, anchor))
+        eager = sum(ledger.node_cost(graph, n).bytes for n in c.owned)
+        names[cid] = group_name(graph, kind, nodes, anchor)
+        groups.append(Group(gid[cid], kind, nodes, inputs, outputs, names[cid], anchor, cost.bytes_in,
+                            cost.bytes_out, eager - cost.bytes, cost.flops, lb, bound,
+                            _reason(graph, kind, nodes, anchor, outputs)))
+    rejected, refused = _refusals(state, gid, names)
+    decisions: list[Recompute] = []
+    for move, before, after in applied:
+        b, a = _local_bytes(before, after)
+        g = _consumer_group(state, before.clusters[move.b].owned, move.node, gid)
+        if g < 0:
+            continue   # the consumer later merged with the owner: nothing is recomputed in the end
+        decisions.append(Recompute(move.node, graph.node(move.node).op, g, True, a, b,
+                                   f"recomputing {describe(graph, move.node)} saves {b - a} bytes"))
+        groups[g].reason = "; ".join(filter(None, [groups[g].reason, f"recomputes {describe(graph, move.node)}"]))
+    for move, after in refused:
+        b, a = _local_bytes(state, after)
+        decisions.append(Recompute(move.node, graph.node(move.node).op, gid[move.b], False, a, b,
+                                   f"recomputing {describe(graph, move.node)} would cost {a - b} more bytes"))
+    return Plan(graph.name, groups, rejected, ledger.unfused_bytes(graph), machine.name, decisions)
