@@ -1,0 +1,74 @@
+"""Runtime: turn a GeneratedModule into a callable (disk cache, module import, guards).
+
+`load(generated, device)` stores the source in the module cache (or compiles in memory
+when the cache cannot be written), imports it (under Triton's interpreter for CPU
+devices), fills its `CONSTANTS` (moved to `device`) and `OPAQUE`, and returns a
+`CompiledCall`: `call(*inputs) -> list[Tensor]`, which checks its arguments first and
+raises `GuardError` on a mismatch. Specialisation across signatures is the caller's:
+keep a dict `Signature.of(inputs) -> CompiledCall` and compile again on a miss.
+
+CPU runs need Triton's interpreter switched on before `triton` is first imported (its
+own library functions such as `tl.sum` are decorated then). On a machine without CUDA
+importing this package switches it on, so import minicomp before triton there.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything below imports triton
+
+from minicomp.runtime.cache import ModuleCache, cache_key, cache_root
+from minicomp.runtime.guards import GuardError, Signature, check_call, with_input_layouts
+from minicomp.runtime.loader import check_interpreter, import_file, import_source
+
+__all__ = ["load", "CompiledCall", "ModuleCache", "Signature", "GuardError", "cache_root",
+           "with_input_layouts"]
+
+
+@dataclass
+class CompiledCall:
+    module: types.ModuleType
+    key: str
+    path: Path | None          # the cache entry it was imported from (None: compiled in memory)
+    generated: Any             # the GeneratedModule
+    device: torch.device
+
+    @property
+    def source(self) -> str:
+        return self.generated.source
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        g = self.generated
+        check_call(g.graph_name, g.input_specs, self.device.type, inputs)
+        return self.module.call(*inputs)
+
+
+def load(generated, device: str | torch.device, cache: ModuleCache | None = None) -> CompiledCall:
+    """Import `generated` for `device` ("cpu" runs under Triton's interpreter) and return its call."""
+    device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise GuardError(f"minicomp runs on cpu or cuda devices, not {device}")
+    if device.type != generated.device_type:
+        raise GuardError(f"module for {generated.graph_name!r} was generated for {generated.device_type}, "
+                         f"not {device.type}")
+    cache = cache or ModuleCache()
+    key = cache_key(generated.source, device)
+    path = cache.store(key, generated.source)
+    interpret = device.type == "cpu"
+    if interpret:
+        check_interpreter()
+    if path is not None:
+        module = import_file(path, key, interpret)
+    else:
+        module = import_source(generated.source, key, interpret)
+    module.CONSTANTS[:] = [c.to(device) for c in generated.constants]
+    module.OPAQUE[:] = list(generated.opaque)
+    return CompiledCall(module, key, path, generated, device)

@@ -1,0 +1,332 @@
+"""Index expressions, and how an index travels through views and broadcasting.
+
+An `Expr` is an integer linear combination of atoms plus a constant. Atoms are `Sym`
+(a kernel index variable: `offs`, `rows`, `cols`, with an exclusive bound), `FloorDiv`
+and `Mod` of an Expr by a positive constant. Exprs are immutable and hashable, so a
+(node, index) pair can key the value memo of a kernel.
+
+An `Index` names one element of a tensor of some shape, either as a row-major flat
+position (`flat`) or per dimension (`dims`). A contiguous reshape keeps the flat form
+untouched, which is how the fast path (every access `ptr + offs`) falls out by itself.
+
+Invariants:
+- simplification is exact for indices inside their valid domain (every Sym below its
+  bound, every intermediate non-negative); lanes outside it are masked, so garbage
+  indices there are never loaded or stored;
+- an index into a dimension of size 1 is the constant 0, so broadcasting, keepdim and
+  size-1 squeezes compare equal structurally.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from minicomp.codegen.common import contiguous_strides
+
+
+@dataclass(frozen=True)
+class Sym:
+    name: str
+    hi: int              # valid values are 0 .. hi-1
+
+
+@dataclass(frozen=True)
+class FloorDiv:
+    arg: "Expr"
+    div: int
+
+
+@dataclass(frozen=True)
+class Mod:
+    arg: "Expr"
+    div: int
+
+
+Atom = Union[Sym, FloorDiv, Mod]
+
+
+@dataclass(frozen=True)
+class Expr:
+    terms: tuple[tuple[Atom, int], ...] = ()   # (atom, coefficient), sorted, no zero coefficients
+    const: int = 0
+
+    def __add__(self, other: "Expr | int") -> "Expr":
+        other = as_expr(other)
+        d = dict(self.terms)
+        for a, k in other.terms:
+            d[a] = d.get(a, 0) + k
+        return make(d, self.const + other.const)
+
+    def __sub__(self, other: "Expr | int") -> "Expr":
+        return self + as_expr(other) * -1
+
+    def __mul__(self, k: int) -> "Expr":
+        return make({a: c * k for a, c in self.terms}, self.const * k)
+
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def single_atom(self) -> Atom | None:
+        """The atom when the expr is exactly `1 * atom`."""
+        if self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0]
+        return None
+
+
+def as_expr(x: "Expr | int") -> Expr:
+    return x if isinstance(x, Expr) else Expr((), int(x))
+
+
+def sym(name: str, hi: int) -> Expr:
+    return Expr(((Sym(name, hi), 1),), 0)
+
+
+def _atom_key(a: Atom) -> str:
+    return repr(a)
+
+
+def make(d: dict, const: int) -> Expr:
+    d = {a: k for a, k in d.items() if k != 0}
+    d, extra = _recombine(d)
+    return Expr(tuple(sorted(d.items(), key=lambda t: _atom_key(t[0]))), const + extra)
+
+
+def _recombine(d: dict) -> tuple[dict, int]:
+    """x//c*c + x%c -> x, and (x//a % b)*a + x%a -> x % (a*b), with any common coefficient.
+
+    Returns the new terms and the constant that expanding `x` contributed."""
+    extra = 0
+    changed = True
+    while changed:
+        changed = False
+        for atom, k in list(d.items()):
+            if not isinstance(atom, Mod) or atom not in d:
+                continue
+            x, c = atom.arg, atom.div
+            fd = FloorDiv(x, c)
+            if d.get(fd) == k * c:
+                del d[atom], d[fd]
+                for a2, k2 in x.terms:
+                    d[a2] = d.get(a2, 0) + k * k2
+                extra += k * x.const
+                d = {a: kk for a, kk in d.items() if kk != 0}
+                changed = True
+                break
+            # (x // a % b) * a  +  x % a  ->  x % (a*b)
+            inner = x.single_atom()
+            if isinstance(inner, FloorDiv):
+                low = Mod(inner.arg, inner.div)
+                if d.get(low) is not None and d.get(atom) == d[low] * inner.div:
+                    kk = d[low]
+                    del d[atom], d[low]
+                    merged = Mod(inner.arg, inner.div * c)
+                    d[merged] = d.get(merged, 0) + kk
+                    changed = True
+                    break
+    return d, extra
+
+
+def bounds(e: Expr) -> tuple[int, int]:
+    """Inclusive (lo, hi) of `e` over the valid domain."""
+    lo = hi = e.const
+    for a, k in e.terms:
+        alo, ahi = _atom_bounds(a)
+        lo += min(k * alo, k * ahi)
+        hi += max(k * alo, k * ahi)
+    return lo, hi
+
+
+def _atom_bounds(a: Atom) -> tuple[int, int]:
+    if isinstance(a, Sym):
+        return 0, max(a.hi - 1, 0)
+    lo, hi = bounds(a.arg)
+    if isinstance(a, FloorDiv):
+        return lo // a.div, hi // a.div
+    if lo >= 0:
+        return 0, min(a.div - 1, hi)
+    return 0, a.div - 1
+
+
+def _split(e: Expr, d: int) -> tuple[Expr, Expr] | None:
+    """e = d*big + small with small in [0, d), or None."""
+    big, small = {}, {}
+    for a, k in e.terms:
+        (big if k % d == 0 else small)[a] = k // d if k % d == 0 else k
+    q, r = divmod(e.const, d)
+    small_e = make(small, r)
+    lo, hi = bounds(small_e)
+    if lo < 0 or hi >= d:
+        return None
+    return make(big, q), small_e
+
+
+def _divisors_to_try(e: Expr, c: int) -> list[int]:
+    return sorted({math.gcd(k, c) for _, k in e.terms} - {1}, reverse=True)
+
+
+def floordiv(e: Expr, c: int) -> Expr:
+    assert c > 0
+    if c == 1:
+        return e
+    lo, hi = bounds(e)
+    if lo >= 0 and hi < c:
+        return Expr()
+    if all(k % c == 0 for _, k in e.terms) and e.const % c == 0:
+        return make({a: k // c for a, k in e.terms}, e.const // c)
+    for d in _divisors_to_try(e, c):
+        parts = _split(e, d)
+        if parts is not None:
+            return floordiv(parts[0], c // d)
+    inner = e.single_atom()
+    if isinstance(inner, FloorDiv):
+        return floordiv(inner.arg, inner.div * c)
+    return Expr(((FloorDiv(e, c), 1),), 0)
+
+
+def mod(e: Expr, c: int) -> Expr:
+    assert c > 0
+    if c == 1:
+        return Expr()
+    e = make({a: k for a, k in e.terms if k % c != 0}, e.const % c)
+    lo, hi = bounds(e)
+    if lo >= 0 and hi < c:
+        return e
+    for d in _divisors_to_try(e, c):
+        if d == c:
+            continue
+        parts = _split(e, d)
+        if parts is not None:
+            return mod(parts[0], c // d) * d + parts[1]
+    inner = e.single_atom()
+    if isinstance(inner, Mod) and inner.div % c == 0:
+        return mod(inner.arg, c)
+    return Expr(((Mod(e, c), 1),), 0)
+
+
+def syms(e: Expr) -> frozenset[str]:
+    out: set[str] = set()
+    for a, _ in e.terms:
+        out |= {a.name} if isinstance(a, Sym) else syms(a.arg)
+    return frozenset(out)
+
+
+def render(e: Expr, name_of: Callable[[Atom], str]) -> str:
+    """Python/Triton text of `e`; `name_of` names each FloorDiv/Mod atom (and may emit its definition)."""
+    parts: list[str] = []
+    for a, k in e.terms:
+        name = a.name if isinstance(a, Sym) else name_of(a)
+        term = name if abs(k) == 1 else f"{name} * {abs(k)}"
+        parts.append(("- " if k < 0 else "+ ") + term)
+    if e.const or not parts:
+        parts.append(("- " if e.const < 0 else "+ ") + str(abs(e.const)))
+    text = " ".join(parts)
+    return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def render_atom(a: FloorDiv | Mod, name_of: Callable[[Atom], str]) -> str:
+    inner = render(a.arg, name_of)
+    if len(a.arg.terms) + (a.arg.const != 0) > 1:
+        inner = f"({inner})"
+    return f"{inner} {'//' if isinstance(a, FloorDiv) else '%'} {a.div}"
+
+
+# --------------------------------------------------------------------------- Index
+
+
+@dataclass(frozen=True)
+class Index:
+    shape: tuple[int, ...]
+    flat: Expr | None = None
+    dims: tuple[Expr, ...] | None = None
+
+    def to_dims(self) -> tuple[Expr, ...]:
+        if self.dims is not None:
+            return self.dims
+        strides = contiguous_strides(self.shape)
+        return tuple(Expr() if size == 1 else mod(floordiv(self.flat, st), size)
+                     for size, st in zip(self.shape, strides))
+
+    def to_flat(self) -> Expr:
+        if self.flat is not None:
+            return self.flat
+        return linear(self.dims, contiguous_strides(self.shape), self.shape)
+
+    def key(self) -> tuple:
+        return (self.shape, self.to_dims())
+
+
+def dims_index(shape: tuple[int, ...], dims) -> Index:
+    """An Index from per-dimension exprs; size-1 dimensions are pinned to 0."""
+    return Index(tuple(shape), dims=tuple(Expr() if s == 1 else d for s, d in zip(shape, dims)))
+
+
+def linear(dims, strides, shape) -> Expr:
+    out = Expr()
+    for d, st, size in zip(dims, strides, shape):
+        if size != 1:
+            out = out + d * st
+    return out
+
+
+def same_strides(shape, a, b) -> bool:
+    """Strides agree on every dimension that has more than one element."""
+    return all(size == 1 or x == y for size, x, y in zip(shape, a, b))
+
+
+def offset(idx: Index, strides: tuple[int, ...]) -> Expr:
+    """Element offset of `idx` in a tensor with `strides`; the flat form is kept when contiguous."""
+    if idx.flat is not None and same_strides(idx.shape, strides, contiguous_strides(idx.shape)):
+        return idx.flat
+    return linear(idx.to_dims(), strides, idx.shape)
+
+
+def broadcast(idx: Index, shape: tuple[int, ...]) -> Index:
+    """Index into an operand of `shape` that broadcasts to `idx.shape` (numpy rules)."""
+    shape = tuple(shape)
+    if shape == idx.shape:
+        return idx
+    lead = len(idx.shape) - len(shape)
+    dims = idx.to_dims()
+    return dims_index(shape, [Expr() if s == 1 else dims[j + lead] for j, s in enumerate(shape)])
+
+
+def reshape(idx: Index, shape: tuple[int, ...]) -> Index:
+    return Index(tuple(shape), flat=idx.to_flat())
+
+
+def permute(idx: Index, perm, shape: tuple[int, ...]) -> Index:
+    """`idx` indexes x.permute(perm); returns the index into x (of `shape`)."""
+    dims = idx.to_dims()
+    out: list[Expr] = [Expr()] * len(shape)
+    for k, p in enumerate(perm):
+        out[p % len(shape)] = dims[k]
+    return dims_index(shape, out)
+
+
+def slice_range(size: int, start, end, step) -> tuple[int, int, int]:
+    """Normalised (start, stop, step) as Python slicing does (negative bounds, clamping)."""
+    return slice(start, end, step).indices(size)
+
+
+def slice_(idx: Index, shape: tuple[int, ...], dim: int, start: int, step: int) -> Index:
+    """`idx` indexes x[..., start::step, ...] along `dim`; returns the index into x."""
+    dims = list(idx.to_dims())
+    dim = dim % len(shape)
+    dims[dim] = dims[dim] * step + start
+    return dims_index(shape, dims)
+
+
+def cat_pieces(idx: Index, shapes: list[tuple[int, ...]], dim: int) -> list[tuple[Index, int, int]]:
+    """For each operand of a cat along `dim`: its index and the [lo, hi) range it covers."""
+    dims = idx.to_dims()
+    dim = dim % len(idx.shape)
+    out, lo = [], 0
+    for shape in shapes:
+        hi = lo + shape[dim]
+        piece = list(dims)
+        piece[dim] = dims[dim] - lo
+        out.append((dims_index(tuple(shape), piece), lo, hi))
+        lo = hi
+    return out

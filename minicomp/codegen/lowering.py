@@ -1,0 +1,229 @@
+"""Lowering a group's nodes to Triton lines: values computed on demand at an index.
+
+`Lowering.value(nid, index)` returns the `Val` of node `nid` at `index` (an `Index` into
+the node's own shape), writing whatever lines it needs first. Views move the index
+(no code); pointwise ops evaluate their operands at the broadcast index and write one
+line; group inputs are loaded through their strides. Values are memoised per
+(node, index, condition), so a tensor used twice at the same place is loaded once and
+the same node read through a permute is loaded again at the permuted place.
+
+Where a line goes depends on the index symbols it uses (`Lowering.builder_for`): the
+reduction emitter hoists row-only lines out of its column loops. Each load is masked
+by the mask that matches its symbols (`Lowering.mask_for`), and-ed with any `cat`
+condition it sits under.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from minicomp.codegen import indexing as ix
+from minicomp.codegen.builder import CodeBuilder, NameScope
+from minicomp.codegen.common import KernelCtx, Unsupported
+from minicomp.codegen.tlexpr import Val, compute_tl, convert, op_text, py_literal, storage_tl, zero_literal
+from minicomp.ir.graph import Node
+
+KERNEL_LOCALS = ("pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "c0",
+                 "tl", "triton", "n_elements", "n_rows", "n_cols", "BLOCK", "BLOCK_R", "BLOCK_C")
+
+
+@dataclass(frozen=True)
+class Cond:
+    """Extra conditions (names of boolean variables) a value is computed under (cat pieces)."""
+    names: tuple[str, ...] = ()
+    syms: frozenset = frozenset()
+
+    def add(self, name: str, syms: frozenset) -> "Cond":
+        return Cond(self.names + (name,), self.syms | syms)
+
+
+@dataclass
+class Pointer:
+    nid: int
+    name: str        # kernel parameter: "x_ptr", "buf7_ptr"
+
+
+def ident(text: str) -> str:
+    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(text))
+    return out if out and not out[0].isdigit() else f"t_{out}"
+
+
+class Lowering:
+    def __init__(self, ctx: KernelCtx, builder_for: Callable[[frozenset], CodeBuilder],
+                 mask_for: Callable[[frozenset], str | None]):
+        self.ctx = ctx
+        self.graph = ctx.graph
+        self.computed = {n for n in ctx.group.nodes if self.graph.node(n).kind not in ("input", "constant")}
+        self.builder_for = builder_for
+        self.mask_for = mask_for
+        self.names = NameScope()
+        for local in KERNEL_LOCALS:
+            self.names.fresh(local)
+        self.pointers: dict[int, Pointer] = {}
+        self.memo: dict[tuple, Val] = {}
+        self.atoms: dict[ix.Atom, tuple[str, frozenset]] = {}
+        self.reduction_value: Callable[[Node, ix.Index], Val] | None = None
+
+    # ------------------------------------------------------------------ scoping
+    def forget(self, sym: str) -> None:
+        """Drop memoised values and index names that use `sym` (a new loop redefines it)."""
+        self.memo = {k: v for k, v in self.memo.items() if sym not in v.syms}
+        self.atoms = {a: v for a, v in self.atoms.items() if sym not in v[1]}
+
+    # ------------------------------------------------------------------ pointers and indices
+    def pointer(self, nid: int) -> str:
+        if nid not in self.pointers:
+            node = self.graph.node(nid)
+            base = ident(node.attrs["name"]) if node.op == "input" else f"buf{nid}"
+            self.pointers[nid] = Pointer(nid, self.names.fresh(f"{base}_ptr"))
+        return self.pointers[nid].name
+
+    def render(self, e: ix.Expr) -> str:
+        return ix.render(e, self._atom_name)
+
+    def _atom_name(self, atom) -> str:
+        if atom not in self.atoms:
+            text = ix.render_atom(atom, self._atom_name)
+            s = ix.syms(atom.arg)
+            # index variables say which loop symbols they use: idx (offs), r_idx, c_idx, rc_idx
+            prefix = "".join(sorted(n[0] for n in s if n != "offs"))
+            name = self.names.fresh(f"{prefix}_idx" if prefix else "idx")
+            self.builder_for(s).writeline(f"{name} = {text}")
+            self.atoms[atom] = (name, s)
+        return self.atoms[atom][0]
+
+    def full_mask(self, syms: frozenset, cond: Cond) -> str | None:
+        parts = [m for m in [self.mask_for(syms)] if m] + list(cond.names)
+        return " & ".join(parts) if parts else None
+
+    # ------------------------------------------------------------------ values
+    def emit(self, base: str, text: str, dtype: torch.dtype, syms: frozenset) -> Val:
+        name = self.names.fresh(base)
+        self.builder_for(syms).writeline(f"{name} = {text}")
+        return Val(name, dtype, syms)
+
+    def value(self, nid: int, idx: ix.Index, cond: Cond = Cond()) -> Val:
+        key = (nid, idx.key(), cond.names)
+        if key not in self.memo:
+            node = self.graph.node(nid)
+            if nid in self.computed:
+                self.memo[key] = self._compute(node, idx, cond)
+            else:
+                self.memo[key] = self.load(node, idx, cond)
+        return self.memo[key]
+
+    def load(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
+        if node.op == "constant" and not isinstance(node.attrs["value"], torch.Tensor):
+            v = node.attrs["value"]
+            return Val(py_literal(v, node.dtype), node.dtype, frozenset(), literal=True, value=v)
+        ptr = self.pointer(node.id)
+        off = ix.offset(idx, self.ctx.strides(node.id))
+        s = ix.syms(off)
+        if not s:
+            addr = ptr if off.is_const() and off.const == 0 else f"{ptr} + {self.render(off)}"
+            text = f"tl.load({addr})"
+        else:
+            addr = f"{ptr} + {self.render(off)}"
+            mask = self.full_mask(s, cond)
+            text = f"tl.load({addr}, mask={mask}, other={zero_literal(node.dtype)})"
+        if compute_tl(node.dtype) != storage_tl(node.dtype):
+            text += f".to({compute_tl(node.dtype)})"
+        base = ident(node.attrs["name"]) if node.op == "input" else f"ld{node.id}"
+        return self.emit(base, text, node.dtype, s | cond.syms)
+
+    def _compute(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
+        op, a = node.op, node.attrs
+        kind = node.kind
+        if kind == "view":
+            return self._view(node, idx, cond)
+        if kind == "reduction":
+            if self.reduction_value is None:
+                raise Unsupported(f"reduction {node.describe()} inside a pointwise kernel")
+            return self.reduction_value(node, idx)
+        if kind != "pointwise":
+            raise Unsupported(f"{kind} node {node.describe()} in a {self.ctx.group.kind} kernel")
+        if op == "full":
+            return Val(py_literal(a["value"], node.dtype), node.dtype, frozenset(), literal=True, value=a["value"])
+        if op == "arange":
+            i = idx.to_dims()[0]
+            s = ix.syms(i)
+            if node.dtype.is_floating_point:
+                text = f"{py_literal(a['start'], node.dtype)} + {py_literal(a['step'], node.dtype)} * ({self.render(i)}).to({compute_tl(node.dtype)})"
+            else:
+                text = f"({a['start']} + {a['step']} * ({self.render(i)})).to({compute_tl(node.dtype)})"
+            return self.emit(f"arange{node.id}", text, node.dtype, s)
+        if op in ("tril", "triu"):
+            dims = idx.to_dims()
+            x = self.value(node.args[0], idx, cond)
+            r, c = self.render(dims[-2]), self.render(dims[-1])
+            keep = f"({c}) - ({r}) {'<=' if op == 'tril' else '>='} {int(a['diagonal'])}"
+            s = ix.syms(dims[-2]) | ix.syms(dims[-1]) | x.syms
+            text = f"tl.where({keep}, {convert(x, node.dtype)}, {zero_literal(node.dtype)})"
+            return self.emit(f"{op}{node.id}", text, node.dtype, s)
+        args = [self.value(arg, ix.broadcast(idx, self.graph.node(arg).shape), cond) for arg in node.args]
+        s = frozenset().union(*(v.syms for v in args)) if args else frozenset()
+        return self.emit(f"{op}{node.id}", op_text(node, args), node.dtype, s)
+
+    def _view(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
+        op, a = node.op, node.attrs
+        src = self.graph.node(node.args[0])
+        if op == "reshape":
+            return self.value(src.id, ix.reshape(idx, src.shape), cond)
+        if op == "permute":
+            return self.value(src.id, ix.permute(idx, a["dims"], src.shape), cond)
+        if op == "expand":
+            return self.value(src.id, ix.broadcast(idx, src.shape), cond)
+        if op == "slice":
+            dim = a["dim"] % len(src.shape)
+            start, _, step = ix.slice_range(src.shape[dim], a["start"], a["end"], a["step"])
+            return self.value(src.id, ix.slice_(idx, src.shape, dim, start, step), cond)
+        if op == "cat":
+            return self._cat(node, idx, cond)
+        raise Unsupported(f"view {op!r} ({node.describe()})")
+
+    def _cat(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
+        shapes = [self.graph.node(x).shape for x in node.args]
+        pieces = ix.cat_pieces(idx, shapes, node.attrs["dim"])
+        along = idx.to_dims()[node.attrs["dim"] % len(idx.shape)]
+        s_along = ix.syms(along)
+        pos = self.render(along)
+        vals, conds = [], []
+        last = len(pieces) - 1
+        for k, (pidx, lo, hi) in enumerate(pieces):
+            if hi == lo:
+                continue
+            tests = ([f"({pos} >= {lo})"] if k > 0 else []) + ([f"({pos} < {hi})"] if k < last else [])
+            if tests:
+                name = self.names.fresh(f"in_cat{node.id}_{k}")
+                self.builder_for(s_along).writeline(f"{name} = {' & '.join(tests)}")
+                conds.append(name)
+                vals.append(self.value(node.args[k], pidx, cond.add(name, s_along)))
+            else:
+                conds.append(None)
+                vals.append(self.value(node.args[k], pidx, cond))
+        text = convert(vals[-1], node.dtype)
+        for c, v in reversed(list(zip(conds[:-1], vals[:-1]))):
+            text = f"tl.where({c}, {convert(v, node.dtype)}, {text})"
+        s = frozenset().union(*(v.syms for v in vals)) | s_along
+        return self.emit(f"cat{node.id}", text, node.dtype, s)
+
+    # ------------------------------------------------------------------ stores
+    def store(self, nid: int, idx: ix.Index, block_shape: str) -> None:
+        """Store node `nid`'s value at `idx` into its output buffer (rounded to its dtype)."""
+        node = self.graph.node(nid)
+        v = self.value(nid, idx)
+        ptr = self.pointer(nid)
+        off = ix.offset(idx, self.ctx.strides(nid))
+        s = ix.syms(off)
+        if v.literal:
+            text = f"tl.full({block_shape}, {py_literal(v.value, node.dtype)}, {storage_tl(node.dtype)})"
+        else:
+            text = convert(v, node.dtype)
+            if storage_tl(node.dtype) != compute_tl(node.dtype):
+                text = f"{text}.to({storage_tl(node.dtype)})"
+        mask = self.mask_for(s)
+        addr = f"{ptr} + {self.render(off)}"
+        self.builder_for(s).writeline(f"tl.store({addr}, {text}" + (f", mask={mask})" if mask else ")"))

@@ -1,0 +1,302 @@
+"""The generated module: header, imports, kernels, `call(*inputs)`, and a script entry.
+
+One module per compiled graph, readable and runnable on its own (like Inductor's
+output_code.py). `call()` checks its inputs (count, shape, dtype, device type), binds
+each graph input and constant to `buf{nid}`, then runs the groups in dependency order:
+a kernel group allocates its outputs with the strides codegen assumed and launches;
+any other group runs as PyTorch lines (fallback.py). It returns the outputs as a list.
+
+Module-level lists the loader fills: `CONSTANTS` (tensor constants, already in the
+layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
+(`python mod.py [inputs.pt [outputs.pt]]`) it reads `constants.pt` beside itself,
+runs on the given or on seeded random inputs, and prints the output shapes.
+
+Invariants: kernel names are unique (group index suffix); `generate` never mutates the
+graph, but records on each plan group why it fell back (`group.fallback`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from minicomp.codegen import fallback
+from minicomp.codegen.builder import CodeBuilder, NameScope
+from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
+from minicomp.codegen.lowering import ident
+from minicomp.errors import CompileError
+from minicomp.ir.dtypes import type_str
+from minicomp.ir.graph import Graph, Node
+from minicomp.passes.plan import Group, Plan
+
+MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
+                "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check")
+
+
+@dataclass
+class GeneratedModule:
+    source: str                                  # the whole module text
+    constants: list[torch.Tensor]                # CONSTANTS, in order (CPU tensors, kernel layout)
+    opaque: list[Callable]                       # OPAQUE, in order
+    kernel_names: list[str]
+    graph_name: str = "main"
+    device_type: str = "cpu"
+    fallbacks: dict[int, str] = field(default_factory=dict)   # group id -> why it runs through PyTorch
+    input_specs: list[tuple[str, tuple[int, ...], torch.dtype]] = field(default_factory=list)  # name, shape, dtype
+
+    def write(self, directory: str | os.PathLike, name: str | None = None) -> Path:
+        """Write the module (and constants.pt beside it, when there are constants); returns its path."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{name or ident(self.graph_name)}.py"
+        path.write_text(self.source)
+        if self.constants:
+            torch.save([c.cpu() for c in self.constants], d / "constants.pt")
+        return path
+
+
+def _emitter(kind: str) -> tuple[Callable[[KernelCtx], Kernel] | None, str]:
+    """The kind's `emit`, or None and why not (opaque, or an emitter not written yet)."""
+    if kind == "opaque":
+        return None, "opaque op"
+    mod_name = {"pointwise": "pointwise", "reduction": "reduction", "gemm": "gemm", "attention": "attention"}.get(kind)
+    if mod_name is None:
+        return None, f"no emitter for group kind {kind!r}"
+    try:
+        mod = importlib.import_module(f"minicomp.codegen.{mod_name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"minicomp.codegen.{mod_name}":
+            raise
+        return None, f"no {kind} emitter yet"
+    emit = getattr(mod, "emit", None)
+    return (emit, "") if emit is not None else (None, f"no {kind} emitter yet")
+
+
+def _group_order(graph: Graph, plan: Plan) -> list[Group]:
+    """Plan groups in an order where each runs after the groups that write what it reads."""
+    ready = {n.id for n in graph.nodes() if n.kind in ("input", "constant")}
+    pending, order = list(plan.groups), []
+    while pending:
+        for g in pending:
+            if all(i in ready for i in g.inputs):
+                order.append(g)
+                pending.remove(g)
+                ready |= set(g.outputs) | set(g.nodes)
+                break
+        else:
+            g = pending[0]
+            missing = [f"%{i}" for i in g.inputs if i not in ready]
+            raise CompileError(f"plan for {graph.name!r}: group {g.id} ({g.kind}) reads {', '.join(missing)}, "
+                               "which no group writes")
+    return order
+
+
+class ModuleWriter:
+    def __init__(self, graph: Graph, plan: Plan, device_type: str):
+        self.graph, self.plan, self.device_type = graph, plan, device_type
+        self.kernels: list[Kernel] = []
+        self.constants: list[torch.Tensor] = []
+        self.const_slot: dict[int, int] = {}
+        self.opaque: list[Callable] = []
+        self.opaque_slot_of: dict[int, int] = {}
+        self.call = CodeBuilder()
+        self.summary: list[str] = []
+        self.fallbacks: dict[int, str] = {}
+
+    def opaque_slot(self, node: Node) -> int:
+        if node.id not in self.opaque_slot_of:
+            self.opaque_slot_of[node.id] = len(self.opaque)
+            self.opaque.append(node.attrs["fn"])
+        return self.opaque_slot_of[node.id]
+
+    # ------------------------------------------------------------------ call()
+    def write_call(self) -> None:
+        g, b = self.graph, self.call
+        names = NameScope()
+        for reserved in MODULE_NAMES:
+            names.fresh(reserved)
+        arg_names = [names.fresh(ident(g.node(i).attrs["name"])) for i in g.inputs]
+        with b.block("def call(*inputs):"):
+            b.writeline(f'"""Run {g.name!r}: takes {len(g.inputs)} tensor(s), returns a list of '
+                        f'{len(g.outputs)} tensor(s)."""')
+            with b.block(f"if len(inputs) != {len(g.inputs)}:"):
+                b.writeline(f"raise TypeError(f\"{g.name} takes {len(g.inputs)} input(s) "
+                            f"({', '.join(g.input_names())}), got {{len(inputs)}}\")")
+            if g.inputs:
+                b.writeline(f"{', '.join(arg_names)}{',' if len(arg_names) == 1 else ''} = inputs")
+                for nid, name in zip(g.inputs, arg_names):
+                    n = g.node(nid)
+                    b.writeline(f"_check({name}, {n.attrs['name']!r}, {tuple(n.shape)!r}, {n.dtype})")
+                b.writeline(f"device = {arg_names[0]}.device")
+            else:
+                b.writeline("device = torch.device(DEVICE_TYPE)")
+            ctx0 = KernelCtx(g, Group(-1, "opaque", [], [], []), -1, self.device_type)
+            for nid, name in zip(g.inputs, arg_names):
+                b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
+            self._bind_constants(ctx0)
+            for index, group in enumerate(_group_order(g, self.plan)):
+                self._write_group(group, index)
+            b.writeline(f"return [{', '.join(ctx0.buf(o) for o in g.outputs)}]")
+
+    def _bind_constants(self, ctx0: KernelCtx) -> None:
+        g, b = self.graph, self.call
+        used = {a for n in g.nodes() for a in n.args} | set(g.outputs)
+        for n in g.nodes():
+            if n.op != "constant" or n.id not in used:
+                continue
+            value = n.attrs["value"]
+            label = f" {n.attrs['label']}" if n.attrs.get("label") else ""
+            if isinstance(value, torch.Tensor):
+                strides = ctx0.strides(n.id)
+                t = torch.empty_strided(n.shape, strides, dtype=n.dtype)
+                t.copy_(value.detach().cpu())
+                self.const_slot[n.id] = len(self.constants)
+                self.constants.append(t)
+                b.writeline(f"{ctx0.buf(n.id)} = CONSTANTS[{self.const_slot[n.id]}]  # {type_str(n.shape, n.dtype)}{label}")
+            else:
+                # scalars are inlined into kernels; this binding serves PyTorch code and outputs
+                b.writeline(f"{ctx0.buf(n.id)} = torch.tensor({fallback.py_value(value)}, dtype={n.dtype}, device=device)"
+                            + (f"  #{label}" if label else ""))
+
+    def _write_group(self, group: Group, index: int) -> None:
+        g, b = self.graph, self.call
+        ctx = KernelCtx(g, group, index, self.device_type)
+        b.writeline("")
+        emit, reason = _emitter(group.kind)
+        kernel = None
+        if emit is not None:
+            try:
+                kernel = emit(ctx)
+            except Unsupported as e:
+                reason = str(e) or "unsupported"
+        what = f"{group.kind}" + (f" {group.name}" if group.name else "")
+        nodes = ", ".join(f"%{n}" for n in group.nodes)
+        b.writeline(f"# group {group.id}: {what} [{nodes}]")
+        if kernel is None:
+            group.fallback = reason
+            self.fallbacks[group.id] = reason
+            self.summary.append(f"group {group.id:<3} {what:<24} -> PyTorch ({reason})")
+            fallback.emit_torch(ctx, reason, b, self.opaque_slot)
+            return
+        group.fallback = None
+        self.kernels.append(kernel)
+        self.summary.append(f"group {group.id:<3} {what:<24} -> {kernel.name}")
+        for o in group.outputs:
+            n = g.node(o)
+            b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
+                        f"dtype={n.dtype}, device=device)")
+        b.writelines(kernel.launch)
+
+    # ------------------------------------------------------------------ whole module
+    def source(self) -> str:
+        self.write_call()
+        g = self.graph
+        out = CodeBuilder()
+        out.writeline(f"# minicomp: generated module for graph {g.name!r} (device type: {self.device_type})")
+        out.writeline(f"# plan: {len(self.plan.groups)} group(s), {len(self.kernels)} Triton kernel(s), "
+                      f"{len(self.fallbacks)} through PyTorch")
+        for line in self.summary:
+            out.writeline(f"#   {line}")
+        ins = ", ".join(f"{g.node(i).attrs['name']} {g.node(i).type}" for i in g.inputs)
+        outs = ", ".join(f"%{o} {g.node(o).type}" for o in g.outputs)
+        out.writeline(f"# inputs: {ins or 'none'}")
+        out.writeline(f"# outputs: {outs}")
+        out.writeline("# run as a script: python this.py [inputs.pt [outputs.pt]] (random inputs by default)")
+        out.writeline("")
+        out.writelines(["import os", "import sys", "", "import torch", "import triton",
+                        "import triton.language as tl", ""])
+        out.writeline(f"DEVICE_TYPE = {self.device_type!r}")
+        with out.block('if __name__ == "__main__" and DEVICE_TYPE == "cpu":'):
+            out.writeline("# Triton reads this when @triton.jit runs below: CPU tensors need its interpreter")
+            out.writeline('os.environ.setdefault("TRITON_INTERPRET", "1")')
+        out.writeline("")
+        out.writeline("CONSTANTS = []  # tensor constants: set by minicomp's loader, or read from constants.pt")
+        out.writeline(f"OPAQUE = []  # {len(self.opaque)} PyTorch callable(s) for opaque nodes, set by minicomp's loader")
+        for k in self.kernels:
+            out.writeline("")
+            out.writeline("")
+            out.splice(k.source.rstrip("\n"))
+        out.writeline("")
+        out.writeline("")
+        out.splice(HELPERS)
+        out.writeline("")
+        out.writeline("")
+        out.splice(self.call.getvalue().rstrip("\n"))
+        out.writeline("")
+        out.writeline("")
+        out.splice(self._main_block())
+        return out.getvalue()
+
+    def _main_block(self) -> str:
+        g = self.graph
+        b = CodeBuilder()
+        with b.block('if __name__ == "__main__":'):
+            b.writeline('_device = torch.device("cuda" if DEVICE_TYPE == "cuda" else "cpu")')
+            b.writeline('_here = os.path.dirname(os.path.abspath(__file__))')
+            with b.block('if os.path.exists(os.path.join(_here, "constants.pt")):'):
+                b.writeline('CONSTANTS[:] = [t.to(_device) for t in torch.load(os.path.join(_here, "constants.pt"))]')
+            if self.opaque:
+                b.writeline(f'sys.exit("this module calls {len(self.opaque)} opaque PyTorch function(s); '
+                            'run it through minicomp")')
+            with b.block("if len(sys.argv) > 1:"):
+                b.writeline("_inputs = [t.to(_device) for t in torch.load(sys.argv[1])]")
+            with b.block("else:"):
+                b.writeline("_gen = torch.Generator().manual_seed(0)")
+                b.writeline("_inputs = [")
+                with b.indent():
+                    for nid in g.inputs:
+                        b.writeline(f"{_random_text(g.node(nid))}.to(_device),")
+                b.writeline("]")
+            b.writeline("_outputs = call(*_inputs)")
+            with b.block("for _i, _t in enumerate(_outputs):"):
+                b.writeline('print(f"output {_i}: {tuple(_t.shape)} {_t.dtype}")')
+            with b.block("if len(sys.argv) > 2:"):
+                b.writeline("torch.save([t.cpu() for t in _outputs], sys.argv[2])")
+        return b.getvalue()
+
+
+def _random_text(n: Node) -> str:
+    shape = tuple(n.shape)
+    if n.dtype.is_floating_point:
+        return f"torch.randn({shape!r}, generator=_gen).to({n.dtype})"
+    if n.dtype == torch.bool:
+        return f"(torch.rand({shape!r}, generator=_gen) > 0.5)"
+    return f"torch.randint(-8, 8, {shape!r}, generator=_gen).to({n.dtype})"
+
+
+HELPERS = '''\
+def _check(t, name, shape, dtype):
+    """Raise TypeError unless `t` is a tensor of `shape` and `dtype` on this module's device type."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"input {name!r} must be a tensor, got {type(t).__name__}")
+    if tuple(t.shape) != shape or t.dtype != dtype:
+        raise TypeError(f"input {name!r} must be {dtype} of shape {list(shape)}, got {t.dtype} of shape {list(t.shape)}")
+    if t.device.type != DEVICE_TYPE:
+        raise TypeError(f"input {name!r} is on {t.device}, but this module was generated for {DEVICE_TYPE}")
+
+
+def _as_layout(t, strides):
+    """`t` itself when its strides are `strides` (size-1 dimensions aside), else a copy laid out so."""
+    if all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides)):
+        return t
+    out = torch.empty_strided(tuple(t.shape), strides, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out'''
+
+
+def generate(graph: Graph, plan: Plan, device_type: str) -> GeneratedModule:
+    """The readable Triton module for `graph` as `plan` groups it, for "cuda" or "cpu" (interpreter)."""
+    if device_type not in ("cuda", "cpu"):
+        raise CompileError(f"unknown device type {device_type!r} (expected 'cuda' or 'cpu')")
+    w = ModuleWriter(graph, plan, device_type)
+    source = w.source()
+    return GeneratedModule(source=source, constants=w.constants, opaque=w.opaque,
+                           kernel_names=[k.name for k in w.kernels], graph_name=graph.name,
+                           device_type=device_type, fallbacks=w.fallbacks,
+                           input_specs=[(graph.node(i).attrs["name"], graph.node(i).shape, graph.node(i).dtype)
+                                        for i in graph.inputs])

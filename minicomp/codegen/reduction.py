@@ -1,0 +1,297 @@
+"""Reduction kernels: a row kernel over one reduction domain (shape S, axes A).
+
+The domain is viewed as a matrix: rows = the kept dimensions of S (row-major), columns =
+the reduced ones. One program owns BLOCK_R rows; tiles are [BLOCK_R, BLOCK_C] with the
+reduced axis along tile axis 1. Index symbols: `rows` ([BLOCK_R, 1]) and `cols`
+([1, BLOCK_C]); an element of S sits at rows * n_cols + cols when A is trailing (so a
+contiguous row is read as `ptr + rows * n + cols`), else at the strided place its
+dimensions give.
+
+Two forms:
+- single pass (row length <= SINGLE_PASS_MAX): the row is one tile, loaded once; each
+  reduction in turn is a `tl.sum/max/min` over axis 1 of values already in registers;
+- looped: each reduction is its own loop over column blocks (recomputing its prologue,
+  which may use the reductions before it: softmax's sum loop uses the max), then one
+  epilogue loop writes the full-shape outputs.
+
+Values that depend on rows only (reductions, their post-processing, row-shaped loads)
+are written outside the loops and reused; the accumulator is fp32 (the compute type of
+the reduction's dtype) and padding lanes hold the reduction's neutral element.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from minicomp.codegen import indexing as ix
+from minicomp.codegen.builder import CodeBuilder
+from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.lowering import Lowering
+from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
+from minicomp.codegen.tlexpr import Val, compute_tl, convert
+
+SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
+CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
+CPU_LOOP_BLOCK = 1024        # interpreter: column block of the looped form
+CUDA_LOOP_CONFIGS = ((1024, 4), (2048, 8), (4096, 8))
+REDUCTIONS = ("sum", "mean", "amax", "amin", "var")
+
+
+@dataclass
+class Domain:
+    shape: tuple[int, ...]       # S
+    axes: tuple[int, ...]        # A, sorted
+    reductions: list[int]        # reduction nodes, topological order
+    n_rows: int
+    n_cols: int
+
+    @property
+    def trailing(self) -> bool:
+        return self.axes == tuple(range(len(self.shape) - len(self.axes), len(self.shape)))
+
+    def reduced_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        keep = tuple(1 if i in self.axes else d for i, d in enumerate(self.shape))
+        drop = tuple(d for i, d in enumerate(self.shape) if i not in self.axes)
+        return keep, drop
+
+    def full_index(self, rows: ix.Expr, cols: ix.Expr) -> ix.Index:
+        """The canonical index into S at (rows, cols)."""
+        if self.trailing:
+            return ix.Index(self.shape, flat=rows * self.n_cols + cols)
+        kept = [d for i, d in enumerate(self.shape) if i not in self.axes]
+        red = [d for i, d in enumerate(self.shape) if i in self.axes]
+        kd = iter(ix.Index(tuple(kept), flat=rows).to_dims())
+        rd = iter(ix.Index(tuple(red), flat=cols).to_dims())
+        return ix.dims_index(self.shape, [next(rd) if i in self.axes else next(kd) for i in range(len(self.shape))])
+
+
+def find_domain(ctx: KernelCtx) -> Domain:
+    g = ctx.graph
+    reds = [n for n in ctx.group.nodes if g.node(n).kind == "reduction"]
+    if not reds:
+        raise Unsupported("reduction group without a reduction node")
+    first = g.node(reds[0])
+    shape, axes = g.node(first.args[0]).shape, tuple(sorted(first.attrs["axes"]))
+    for r in reds:
+        n = g.node(r)
+        if n.op not in REDUCTIONS:
+            raise Unsupported(f"reduction op {n.op!r}")
+        if g.node(n.args[0]).shape != shape or tuple(sorted(n.attrs["axes"])) != axes:
+            raise Unsupported(f"{n.describe()} reduces another domain than {first.describe()}")
+    if not axes:
+        raise Unsupported("reduction over no axes")
+    n_cols = math.prod(shape[a] for a in axes)
+    n_rows = math.prod(d for i, d in enumerate(shape) if i not in axes)
+    if n_cols == 0:
+        raise Unsupported("reduction over an empty axis")
+    return Domain(shape, axes, reds, n_rows, n_cols)
+
+
+class RowKernel:
+    """Writes the body of one row kernel; `single` picks the form."""
+
+    def __init__(self, ctx: KernelCtx, dom: Domain, single: bool):
+        self.ctx, self.dom, self.single = ctx, dom, single
+        self.main = CodeBuilder()
+        self.loop: CodeBuilder | None = None
+        self.low = Lowering(ctx, self._builder_for, self._mask_for)
+        self.low.reduction_value = self._reduction_value
+        self.rows = ix.sym("rows", max(dom.n_rows, 1))
+        self.cols = ix.sym("cols", dom.n_cols)
+        self.reduced: dict[int, Val] = {}
+
+    def _builder_for(self, syms: frozenset) -> CodeBuilder:
+        return self.loop if (self.loop is not None and "cols" in syms) else self.main
+
+    @staticmethod
+    def _mask_for(syms: frozenset) -> str | None:
+        r, c = "rows" in syms, "cols" in syms
+        return "mask" if (r and c) else "row_mask" if r else "col_mask" if c else None
+
+    @property
+    def s_index(self) -> ix.Index:
+        return self.dom.full_index(self.rows, self.cols)
+
+    def _reduction_value(self, node, idx: ix.Index) -> Val:
+        if node.id not in self.reduced:
+            raise Unsupported(f"{node.describe()} is used before it is reduced")
+        if idx.key() != ix.Index(node.shape, flat=self.rows).key():
+            raise Unsupported(f"{node.describe()} is read at another row than its own (a view across rows)")
+        return self.reduced[node.id]
+
+    # ------------------------------------------------------------------ loops
+    def _open_loop(self) -> CodeBuilder:
+        self.low.forget("cols")
+        self.loop = CodeBuilder()
+        self.loop.writeline("cols = c0 + tl.arange(0, BLOCK_C)[None, :]")
+        self.loop.writeline("col_mask = cols < n_cols")
+        self.loop.writeline("mask = row_mask & col_mask")
+        return self.loop
+
+    def _close_loop(self) -> None:
+        with self.main.block("for c0 in range(0, n_cols, BLOCK_C):"):
+            self.main.splice(self.loop.getvalue())
+        self.loop = None
+        self.low.forget("cols")
+
+    # ------------------------------------------------------------------ reductions
+    def reduce(self, nid: int) -> None:
+        node = self.ctx.graph.node(nid)
+        op = node.op
+        if op == "var":
+            mean = self._accumulate(node, "sum", center=None)
+            mean = self.low.emit(f"mean{nid}", f"{mean.code} / {float(self.dom.n_cols)!r}", node.dtype, mean.syms)
+            sq = self._accumulate(node, "sum_sq", center=mean)
+            denom = float(max(self.dom.n_cols - node.attrs["correction"], 0))
+            self.reduced[nid] = self.low.emit(f"var{nid}", f"{sq.code} / {denom!r}", node.dtype, sq.syms)
+            return
+        total = self._accumulate(node, "sum" if op in ("sum", "mean") else op, center=None)
+        if op == "mean":
+            total = self.low.emit(f"mean{nid}", f"{total.code} / {float(self.dom.n_cols)!r}", node.dtype, total.syms)
+        self.reduced[nid] = total
+
+    def _neutral(self, kind: str, dtype: torch.dtype) -> str:
+        if kind in ("sum", "sum_sq"):
+            return "0.0" if dtype.is_floating_point else "0"
+        if dtype.is_floating_point:
+            return "-float('inf')" if kind == "amax" else "float('inf')"
+        info = torch.iinfo(dtype) if dtype != torch.bool else None
+        if info is None:
+            return "0" if kind == "amax" else "1"
+        return str(info.min if kind == "amax" else info.max)
+
+    def _accumulate(self, node, kind: str, center: Val | None) -> Val:
+        """Reduce node's argument (minus `center`, squared, for sum_sq) over the columns -> [BLOCK_R, 1]."""
+        dt = node.dtype
+        acc_tl = compute_tl(dt)
+        neutral = self._neutral(kind, dt)
+        combine = {"sum": "tl.sum", "sum_sq": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[kind]
+        name = self.low.names.fresh(f"{node.op}{node.id}" if kind != "sum_sq" else f"sq{node.id}")
+        if not self.single:
+            acc = self.low.names.fresh(f"acc{node.id}")
+            self.main.writeline(f"{acc} = tl.full([BLOCK_R, BLOCK_C], {neutral}, {acc_tl})")
+            self._open_loop()
+        x = self.low.value(node.args[0], self.s_index)
+        term = convert(x, dt)
+        if center is not None:
+            diff = self.low.names.fresh(f"diff{node.id}")
+            self._builder_for(frozenset({"cols"})).writeline(
+                f"{diff} = tl.where(mask, {term} - {center.code}, 0.0)")
+            term, masked = f"{diff} * {diff}", term
+        else:
+            term = f"tl.where(mask, {term}, {neutral})"
+        if self.single:
+            self.main.writeline(f"{name} = {combine}({term}, axis=1)[:, None]")
+        else:
+            update = {"sum": f"{acc} + {term}", "sum_sq": f"{acc} + {term}",
+                      "amax": f"tl.maximum({acc}, {term})", "amin": f"tl.minimum({acc}, {term})"}[kind]
+            self.loop.writeline(f"{acc} = {update}")
+            self._close_loop()
+            self.main.writeline(f"{name} = {combine}({acc}, axis=1)[:, None]")
+        return Val(name, dt, frozenset({"rows"}))
+
+    # ------------------------------------------------------------------ outputs
+    def store_outputs(self) -> None:
+        g, dom = self.ctx.graph, self.dom
+        keep, drop = dom.reduced_shapes()
+        full, row = [], []
+        for o in self.ctx.group.outputs:
+            shape = g.node(o).shape
+            if shape == dom.shape:
+                full.append(o)
+            elif shape in (keep, drop):
+                row.append(o)
+            else:
+                raise Unsupported(f"output %{o} of shape {shape} is neither the domain {dom.shape} nor reduced")
+        for o in row:
+            self.low.store(o, ix.Index(g.node(o).shape, flat=self.rows), "[BLOCK_R, 1]")
+        if not full:
+            return
+        if not self.single:
+            self._open_loop()
+        for o in full:
+            self.low.store(o, self.s_index, "[BLOCK_R, BLOCK_C]")
+        if not self.single:
+            self._close_loop()
+
+
+def _needed_reductions(ctx: KernelCtx, dom: Domain) -> list[int]:
+    g, inside = ctx.graph, set(ctx.group.nodes)
+    seen, stack = set(), list(ctx.group.outputs)
+    while stack:
+        n = stack.pop()
+        if n in seen or n not in inside:
+            continue
+        seen.add(n)
+        stack.extend(g.node(n).args)
+    return [r for r in dom.reductions if r in seen]
+
+
+def _cuda_configs(dom: Domain, single: bool) -> list[tuple[dict, int]]:
+    if not single:
+        return [({"BLOCK_R": 1, "BLOCK_C": c}, w) for c, w in CUDA_LOOP_CONFIGS]
+    bc = next_pow2(dom.n_cols)
+    brs = [br for br in (1, 2, 4, 8, 16, 32, 64, 128) if br <= next_pow2(dom.n_rows) and (br == 1 or br * bc <= 8192)]
+    out = []
+    for br in brs[-4:]:
+        tile = br * bc
+        out.append(({"BLOCK_R": br}, 4 if tile <= 2048 else 8 if tile <= 8192 else 16))
+    return out
+
+
+def emit(ctx: KernelCtx) -> Kernel:
+    dom = find_domain(ctx)
+    single = dom.n_cols <= SINGLE_PASS_MAX
+    k = RowKernel(ctx, dom, single)
+    for r in _needed_reductions(ctx, dom):
+        k.reduce(r)
+    k.store_outputs()
+
+    group = ctx.group
+    name = kernel_name(ctx, "red")
+    low = k.low
+    reads = [n for n in low.pointers if n not in group.outputs]
+    wide = needs_int64(ctx, list(low.pointers), dom.n_rows * dom.n_cols)
+    params = [low.pointers[n].name for n in reads] + [low.pointers[n].name for n in group.outputs]
+    params += ["n_rows", "n_cols", "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
+
+    src = CodeBuilder()
+    if ctx.device_type == "cuda":
+        src.writelines(autotune_decorator(_cuda_configs(dom, single), ["n_rows", "n_cols"]))
+    src.writeline("@triton.jit")
+    with src.block(f"def {name}({', '.join(params)}):"):
+        src.writelines(io_comment(ctx, reads, group.outputs))
+        form = "one tile per row block" if single else "looped over column blocks"
+        src.writeline(f"# domain {list(dom.shape)} reduced over axes {list(dom.axes)}: "
+                      f"{dom.n_rows} rows of {dom.n_cols}, {form}")
+        src.writeline("pid = tl.program_id(0)")
+        start = "pid.to(tl.int64)" if wide else "pid"
+        src.writeline(f"rows = {start} * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
+        src.writeline("row_mask = rows < n_rows")
+        if single:
+            src.writeline("cols = tl.arange(0, BLOCK_C)[None, :]")
+            src.writeline("col_mask = cols < n_cols")
+            src.writeline("mask = row_mask & col_mask")
+        src.splice(k.main.getvalue())
+
+    args = ", ".join([ctx.buf(n) for n in reads] + [ctx.buf(n) for n in group.outputs]
+                     + [str(dom.n_rows), str(dom.n_cols)])
+    if dom.n_rows == 0:
+        launch = [f"# {name}: nothing to compute (0 rows)"]
+    elif ctx.device_type == "cuda":
+        launch = [f"grid = lambda meta: (triton.cdiv({dom.n_rows}, meta['BLOCK_R']),)"]
+        if single:
+            launch.append(f"{name}[grid]({args}, BLOCK_C={next_pow2(dom.n_cols)})")
+        else:
+            launch.append(f"{name}[grid]({args})")
+    else:
+        if single:
+            bc = next_pow2(dom.n_cols)
+            br = min(next_pow2(dom.n_rows), max(1, CPU_TILE // bc))
+        else:
+            bc, br = CPU_LOOP_BLOCK, 1
+        launch = [f"{name}[({-(-dom.n_rows // br)},)]({args}, BLOCK_R={br}, BLOCK_C={bc})"]
+    return Kernel(name, src.getvalue(), launch)

@@ -1,0 +1,99 @@
+"""Guards: the signature a compiled call is specialised on, and clear errors for bad arguments.
+
+A `Signature` is the (shape, dtype, strides, device) of each input. The api keeps one
+compiled call per signature and compiles again when a call brings a new one
+(`Signature.of(inputs)`, `Signature.diff` says what changed). Strides of size-1
+dimensions carry no information and are normalised, so `x[:, None]` and a fresh tensor
+of the same shape share a signature.
+
+`check_call` raises `GuardError` for a wrong number of arguments, a non-tensor, or a
+tensor of another shape, dtype or device type than the module was generated for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from minicomp.codegen.common import contiguous_strides
+from minicomp.errors import GuardError
+from minicomp.ir.dtypes import type_str
+from minicomp.ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class TensorSig:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    stride: tuple[int, ...]
+    device: str
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "TensorSig":
+        shape = tuple(t.shape)
+        plain = contiguous_strides(shape)
+        stride = tuple(p if n == 1 else s for n, s, p in zip(shape, t.stride(), plain))
+        return cls(shape, t.dtype, stride, str(t.device))
+
+    def describe(self) -> str:
+        return f"{type_str(self.shape, self.dtype)} strides {list(self.stride)} on {self.device}"
+
+
+@dataclass(frozen=True)
+class Signature:
+    tensors: tuple[TensorSig, ...]
+
+    @classmethod
+    def of(cls, inputs: Sequence, names: Sequence[str] | None = None) -> "Signature":
+        sigs = []
+        for i, t in enumerate(inputs):
+            if not isinstance(t, torch.Tensor):
+                what = repr(names[i]) if names and i < len(names) else str(i)
+                raise GuardError(f"argument {what} must be a torch.Tensor, got {type(t).__name__}")
+            sigs.append(TensorSig.of(t))
+        return cls(tuple(sigs))
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.tensors[0].device) if self.tensors else torch.device("cpu")
+
+    def describe(self) -> str:
+        return "; ".join(f"{i}: {t.describe()}" for i, t in enumerate(self.tensors)) or "no inputs"
+
+    def diff(self, other: "Signature") -> str:
+        """What changed from `other` to `self`, for a recompilation message."""
+        if len(self.tensors) != len(other.tensors):
+            return f"{len(other.tensors)} -> {len(self.tensors)} inputs"
+        out = []
+        for i, (a, b) in enumerate(zip(other.tensors, self.tensors)):
+            for field in ("shape", "dtype", "stride", "device"):
+                if getattr(a, field) != getattr(b, field):
+                    out.append(f"input {i} {field} {getattr(a, field)} -> {getattr(b, field)}")
+        return ", ".join(out) or "no change"
+
+
+def with_input_layouts(graph: Graph, sig: Signature) -> Graph:
+    """A copy of `graph` whose input nodes carry the signature's strides, so kernels read them in place."""
+    g = graph.copy()
+    for nid, t in zip(g.inputs, sig.tensors):
+        g.node(nid).layout = t.stride
+    return g
+
+
+def check_call(graph_name: str, specs: Sequence[tuple[str, tuple[int, ...], torch.dtype]],
+               device_type: str, inputs: Sequence) -> None:
+    """Raise GuardError unless `inputs` match `specs` (name, shape, dtype) on `device_type`."""
+    if len(inputs) != len(specs):
+        names = ", ".join(s[0] for s in specs)
+        raise GuardError(f"{graph_name} takes {len(specs)} input(s) ({names}), got {len(inputs)}")
+    for (name, shape, dtype), t in zip(specs, inputs):
+        if not isinstance(t, torch.Tensor):
+            raise GuardError(f"{graph_name}: input {name!r} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+            raise GuardError(f"{graph_name}: input {name!r} must be {type_str(tuple(shape), dtype)}, "
+                             f"got {type_str(tuple(t.shape), t.dtype)} (compile again for a new signature)")
+        if t.device.type != device_type:
+            raise GuardError(f"{graph_name}: input {name!r} is on {t.device}, but this call was compiled "
+                             f"for {device_type}")
