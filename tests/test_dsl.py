@@ -9,6 +9,7 @@ traceback.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import subprocess
 import sys
@@ -52,9 +53,11 @@ def run_sample(name: str, inputs: list[torch.Tensor], dtype: torch.dtype, **kw) 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rmsnorm_sample(dtype):
-    x, w = rand(7, 33, dtype=dtype), rand(33, dtype=dtype, seed=1)
-    (y,) = run_sample("rmsnorm", [x, w], dtype)
-    want = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+    x, r, w = rand(2, 7, 33, dtype=dtype), rand(2, 7, 33, dtype=dtype, seed=1), rand(33, dtype=dtype, seed=2)
+    h, y = run_sample("rmsnorm", [x, r, w], dtype)
+    hf = (x + r).float()
+    want = (hf * torch.rsqrt((hf * hf).mean(-1, keepdim=True) + 1e-6)).to(dtype) * w
+    torch.testing.assert_close(h, x + r, **tol(dtype))
     torch.testing.assert_close(y, want, **tol(dtype))
 
 
@@ -70,7 +73,7 @@ def test_softmax_sample(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_layernorm_sample(dtype):
-    x, w, b = rand(7, 33, dtype=dtype), rand(33, dtype=dtype, seed=1), rand(33, dtype=dtype, seed=2)
+    x, w, b = rand(2, 7, 33, dtype=dtype), rand(33, dtype=dtype, seed=1), rand(33, dtype=dtype, seed=2)
     (y,) = run_sample("layernorm", [x, w, b], dtype)
     mu = x.mean(-1, keepdim=True)
     var = ((x - mu) * (x - mu)).mean(-1, keepdim=True)
@@ -81,11 +84,11 @@ def test_layernorm_sample(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mlp_sample(dtype):
-    x = rand(7, 33, dtype=dtype)
+    x = rand(2, 7, 33, dtype=dtype)
     w1, b1 = rand(20, 33, dtype=dtype, seed=1) / 6, rand(20, dtype=dtype, seed=2)
     w2, b2 = rand(33, 20, dtype=dtype, seed=3) / 4, rand(33, dtype=dtype, seed=4)
     (y,) = run_sample("mlp", [x, w1, b1, w2, b2], dtype)
-    want = F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
+    want = F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
     torch.testing.assert_close(y, want, **tol(dtype))
 
 
@@ -99,6 +102,42 @@ def test_attention_sample(dtype):
     torch.testing.assert_close(y, p @ v, **tol(dtype))
     if dtype == torch.float32:
         torch.testing.assert_close(y, F.scaled_dot_product_attention(q, k, v, is_causal=True), **tol(dtype))
+
+
+def load_py_sample(name: str):
+    spec = importlib.util.spec_from_file_location(f"_dsl_test_sample_{name}", SAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Each .mc sample against its Python twin (samples/*.py), at odd sizes. A module's weights are
+# passed to the DSL function after its inputs, in named_parameters() order, then its buffers.
+TWINS = [
+    ("rmsnorm", dict(batch=2, seq=7, width=33)),
+    ("softmax", dict(rows=7, cols=33)),
+    ("layernorm", dict(batch=1, seq=7, width=33)),
+    ("mlp", dict(batch=1, seq=7, width=33, hidden=20)),
+    ("attention", dict(batch=2, heads=3, seq=11, head_dim=5)),
+    ("gpt_block", dict(batch=2, seq=7, width=36)),                  # 4 heads of 9
+    ("llama_block", dict(batch=2, seq=7, width=40, hidden=77)),     # 4 query heads, 2 kv heads of 10
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name,sizes", TWINS, ids=[t[0] for t in TWINS])
+def test_sample_equals_its_python_twin(name, sizes, dtype):
+    model, inputs = load_py_sample(name).build(dtype=dtype, **sizes)
+    dsl_inputs = list(inputs)
+    if isinstance(model, torch.nn.Module):
+        dsl_inputs += [p.detach() for p in model.parameters()] + list(model.buffers())
+    got = run_sample(name, dsl_inputs, dtype)
+    with torch.no_grad():
+        want = model(*inputs)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol(dtype))
 
 
 def test_sample_files_parse_and_their_entry_is_the_last_function():

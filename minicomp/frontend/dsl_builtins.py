@@ -331,7 +331,14 @@ def _clamp(e: Emit, x: Value, min: float | None = None, max: float | None = None
 
 @builtin()
 def _cast(e: Emit, x: Tensor, dtype: Dtype) -> Value:
+    if e.node(x).dtype == dtype:  # `cast(h, f32)` on an f32 h: nothing to do
+        return TensorVal(x)
     return e.add("cast", x, dtype=dtype)
+
+
+@builtin()
+def _type_as(e: Emit, x: Tensor, other: Tensor) -> Value:
+    return _cast(e, x, e.node(other).dtype)
 
 
 @builtin()
