@@ -1,0 +1,287 @@
+"""Attention groups: a FlashAttention-2 style forward kernel.
+
+One program per (query block, batch x head): it keeps its [BLOCK_M, D] query tile in
+registers and streams K and V in BLOCK_N blocks, with an online softmax (running max
+`m_i` and sum `l_i` in fp32, base-2 exponentials on scores pre-scaled by scale*log2(e)),
+so the [Sq, Sk] score matrix never reaches memory.
+
+Invariants and decisions:
+- two loops over key blocks: blocks that need no mask (every key exists and, when causal,
+  precedes every query of the block) run without one; the rest (the diagonal blocks, the
+  ragged last block) mask per element. Causal blocks entirely above the diagonal are never
+  visited; causal programs start with the longest rows (reversed query-block order);
+- causal masking is PyTorch's `is_causal`: top-left aligned, key j visible to query i iff j <= i;
+- a boolean mask keeps True, another mask is added to the scores; either is loaded through
+  its strides with broadcasting (and may itself be computed by nodes of the group);
+  rows with no visible key give 0, as PyTorch does;
+- grouped KV heads: query head h reads KV head h // (Hq // Hkv);
+- q/k/v are read where they lie (permuted views fold into strides; casts applied after
+  the load); head dims are padded to a power of two with masks;
+- fp32 uses full-precision dots unless PyTorch allows TF32; under the CPU interpreter
+  half operands are widened to fp32 (its bf16 dot is wrong);
+- the attention result (`o`, fp32) is a leaf of codegen's pointwise lowering, so a fused
+  epilogue (cast, scale, residual) is applied before the single store.
+
+Index symbols: `qm`/`qd` (query tile), `kd`/`kn` (K tile, transposed), `vn`/`vd` (V tile),
+`rm`/`rn` (score tile), `rm`/`od` (output tile), `z0`, `z1`... (batch and head).
+
+Unsupported: dtypes other than fp32/fp16/bf16, masks other than bool or floating,
+prologue ops other than views and casts, more than 65535 batch x heads, outputs of
+another shape than the attention result.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from minicomp.codegen import indexing as ix
+from minicomp.codegen.builder import CodeBuilder
+from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.epilogue import (LOG2E, Operand, TileLowering, cast_operand, dot_precision, fold_operand,
+                                       split_offset)
+from minicomp.codegen.gemm import DOT_DTYPES, needs_int64
+from minicomp.codegen.tlexpr import Val, storage_tl
+
+# (BLOCK_M, BLOCK_N, num_stages, num_warps); BLOCK_M is a multiple of BLOCK_N (causal block skipping)
+HALF_CONFIGS = [(128, 64, 3, 4), (128, 64, 3, 8), (128, 128, 3, 8), (64, 64, 3, 4), (128, 32, 4, 4), (64, 32, 4, 4)]
+FP32_CONFIGS = [(64, 32, 2, 4), (64, 64, 2, 4), (32, 32, 2, 4)]
+LOCALS = ("q", "k", "v", "o", "qk", "s", "p", "acc", "m_i", "l_i", "m_new", "m_safe", "alpha", "qk_scale",
+          "pid_m", "pid_bh", "start_n", "hi", "hi_full", "offs_m", "offs_n", "offs_nn", "offs_d", "offs_dv",
+          "mask_m", "qm", "qd", "kd", "kn", "vn", "vd", "rm", "rn", "od", "k_rows", "v_cols")
+
+
+class Spec:
+    """What one attention group computes, with the operands folded to memory."""
+
+    def __init__(self, ctx: KernelCtx):
+        g = ctx.graph
+        anchor = ctx.group.anchor
+        if anchor is None or g.node(anchor).op != "attention":
+            found = [n for n in ctx.group.nodes if g.node(n).op == "attention"]
+            if len(found) != 1:
+                raise Unsupported("attention group without exactly one attention node")
+            anchor = found[0]
+        node = g.node(anchor)
+        self.node = node
+        q, k, v = (g.node(a) for a in node.args[:3])
+        self.mask = g.node(node.args[3]) if len(node.args) > 3 else None
+        if q.dtype not in DOT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+            raise Unsupported(f"{node.describe()}: attention over {q.dtype}/{k.dtype}/{v.dtype}")
+        if self.mask is not None and not (self.mask.dtype == torch.bool or self.mask.dtype.is_floating_point):
+            raise Unsupported(f"{node.describe()}: attention mask of dtype {self.mask.dtype}")
+        for out in ctx.group.outputs:
+            if g.node(out).shape != node.shape:
+                raise Unsupported(f"{g.node(out).describe()}: output shape differs from the attention's")
+        self.batch = tuple(node.shape[:-2])
+        self.sq, self.d = q.shape[-2:]
+        self.sk, self.dv = v.shape[-2:]
+        self.scale = float(node.attrs["scale"])
+        self.causal = bool(node.attrs["is_causal"])
+        if math.prod(self.batch) > 65535:
+            raise Unsupported(f"{node.describe()}: {math.prod(self.batch)} batch x heads exceed one grid axis")
+        zs = [ix.sym(f"z{i}", b) for i, b in enumerate(self.batch)]
+        kv_batch, kv_zs = list(self.batch), list(zs)
+        if self.batch and k.shape[-3] != q.shape[-3] and len(k.shape) >= 3:
+            if not node.attrs["enable_gqa"] or q.shape[-3] % k.shape[-3]:
+                raise Unsupported(f"{node.describe()}: {q.shape[-3]} query heads over {k.shape[-3]} KV heads")
+            groups = q.shape[-3] // k.shape[-3]
+            kv_batch[-1] = k.shape[-3]
+            kv_zs[-1] = ix.floordiv(zs[-1], groups)   # query head h reads KV head h // groups
+        self.q = self._fold(ctx, q, self.batch, zs, ("qm", self.sq), ("qd", self.d))
+        self.k = self._fold(ctx, k, kv_batch, kv_zs, ("kn", self.sk), ("kd", self.d))
+        self.v = self._fold(ctx, v, kv_batch, kv_zs, ("vn", self.sk), ("vd", self.dv))
+        self.mask_idx = ix.dims_index(self.batch + (self.sq, self.sk), zs + [ix.sym("rm", self.sq),
+                                                                            ix.sym("rn", self.sk)])
+        self.out_idx = ix.dims_index(node.shape, zs + [ix.sym("rm", self.sq), ix.sym("od", self.dv)])
+
+    @staticmethod
+    def _fold(ctx: KernelCtx, node, batch, zs, rows: tuple[str, int], cols: tuple[str, int]) -> Operand:
+        full = ix.dims_index(tuple(batch) + (rows[1], cols[1]), list(zs) + [ix.sym(*rows), ix.sym(*cols)])
+        return fold_operand(ctx, node.id, ix.broadcast(full, node.shape))
+
+
+def configs(spec: Spec, device_type: str) -> list[tuple[int, int, int, int]]:
+    if device_type != "cuda":
+        bm = min(max(next_pow2(spec.sq), 16), 64)
+        return [(bm, min(bm, max(next_pow2(spec.sk), 16), 32), 1, 4)]
+    table = FP32_CONFIGS if spec.q.dtype == torch.float32 else HALF_CONFIGS
+    fit = [c for c in table if c[0] <= max(64, next_pow2(spec.sq)) and c[1] <= max(32, next_pow2(spec.sk))]
+    return fit or [table[-1]]
+
+
+class _Writer:
+    def __init__(self, ctx: KernelCtx, spec: Spec, body: CodeBuilder):
+        self.ctx, self.spec, self.body = ctx, spec, body
+        self.block_d, self.block_dv = max(16, next_pow2(spec.d)), max(16, next_pow2(spec.dv))
+        self.d_mask = "kd < {}".format(spec.d) if self.block_d != spec.d else None
+        self.dv_mask = "vd < {}".format(spec.dv) if self.block_dv != spec.dv else None
+        masks = {"rm": "mask_m[:, None]"}
+        if self.block_dv != spec.dv:
+            masks["od"] = f"od < {spec.dv}"
+        reserved = LOCALS + tuple(f"z{i}" for i in range(len(spec.batch)))
+        self.low = TileLowering(ctx, body, masks, reserved=reserved)
+        cuda = ctx.device_type == "cuda"
+        self.precision = dot_precision(spec.q.dtype if cuda else torch.float32)
+        self.p_dtype = storage_tl(spec.v.dtype) if cuda else "tl.float32"
+
+    def write(self, wide: bool) -> None:
+        b, s, low = self.body, self.spec, self.low
+        w = ".to(tl.int64)" if wide else ""
+        if s.causal:
+            b.writeline("# longest rows first: causal work grows with the query block")
+            b.writeline("pid_m = tl.num_programs(0) - 1 - tl.program_id(0)")
+        else:
+            b.writeline("pid_m = tl.program_id(0)")
+        if s.batch:
+            b.writeline("pid_bh = tl.program_id(1)")
+            for i, size in enumerate(s.batch):
+                below = math.prod(s.batch[i + 1:])
+                text = "pid_bh" + (f" // {below}" if below > 1 else "") + (f" % {size}" if i else "")
+                b.writeline(f"z{i} = ({text}){w}")
+        b.writeline(f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){w}")
+        b.writeline(f"offs_n = tl.arange(0, BLOCK_N){w}")
+        b.writeline(f"offs_d = tl.arange(0, {self.block_d}){w}")
+        b.writeline(f"offs_dv = tl.arange(0, {self.block_dv}){w}")
+        b.writeline("mask_m = offs_m < SQ")
+        b.writeline("qm = offs_m[:, None]")
+        b.writeline("rm = offs_m[:, None]")
+        b.writeline("qd = offs_d[None, :]")
+        b.writeline("kd = offs_d[:, None]")
+        b.writeline("vd = offs_dv[None, :]")
+        b.writeline("od = offs_dv[None, :]")
+        q_mask = "mask_m[:, None]" + (f" & (qd < {s.d})" if self.d_mask else "")
+        b.writeline(f"q = tl.load({low.pointer(s.q.leaf)} + {low.offset_text(s.q.offset, ('qm', 'qd'))}, "
+                    f"mask={q_mask}, other=0.0)")
+        self._cast("q", s.q)
+        k_out, self.k_in = split_offset(s.k.offset, {"kn"})
+        v_out, self.v_in = split_offset(s.v.offset, {"vn"})
+        b.writeline(f"k_rows = {low.pointer(s.k.leaf)} + {low.offset_text(k_out, ('kd',))}")
+        b.writeline(f"v_cols = {low.pointer(s.v.leaf)} + {low.offset_text(v_out, ('vd',))}")
+        b.writeline("m_i = tl.full([BLOCK_M], float(\"-inf\"), tl.float32)")
+        b.writeline("l_i = tl.zeros([BLOCK_M], dtype=tl.float32)")
+        b.writeline(f"acc = tl.zeros([BLOCK_M, {self.block_dv}], dtype=tl.float32)")
+        b.writeline(f"qk_scale = {s.scale * LOG2E!r}  # scale * log2(e): softmax in base 2")
+        if s.causal:
+            b.writeline("# key blocks before hi_full need no mask: all keys exist and precede every query here")
+            b.writeline("hi_full = min((SK // BLOCK_N) * BLOCK_N, pid_m * BLOCK_M)")
+        else:
+            b.writeline("# key blocks before hi_full need no mask: all their keys exist")
+            b.writeline("hi_full = (SK // BLOCK_N) * BLOCK_N")
+        with b.block("for start_n in range(0, hi_full, BLOCK_N):"):
+            self._block(masked=False)
+        if s.causal:
+            b.writeline("# the diagonal blocks (and a ragged last block): per-element masks")
+            b.writeline("hi = min(SK, (pid_m + 1) * BLOCK_M)")
+            with b.block("for start_n in range(hi_full, hi, BLOCK_N):"):
+                self._block(masked=True)
+        else:
+            with b.block("if SK % BLOCK_N != 0:"):
+                b.writeline("# the ragged last block: mask keys past the end")
+                with b.block("for start_n in range(hi_full, SK, BLOCK_N):"):
+                    self._block(masked=True)
+        if s.mask is not None:
+            b.writeline("l_i = tl.where(l_i == 0.0, 1.0, l_i)  # no visible key: output 0, as PyTorch")
+        b.writeline("o = acc / l_i[:, None]")
+        low.leaves[s.node.id] = (s.out_idx, Val("o", s.node.dtype, frozenset({"rm", "od"})))
+        store_mask = "mask_m[:, None]" + (f" & (od < {s.dv})" if self.dv_mask else "")
+        for out in self.ctx.group.outputs:
+            low.store(out, s.out_idx, ("rm", "od"), store_mask)
+
+    def _cast(self, var: str, op: Operand) -> None:
+        text = cast_operand(var, op, self.ctx.device_type)
+        if text:
+            self.body.writeline(f"{var} = {text}")
+
+    def _block(self, masked: bool) -> None:
+        """One key block: scores, mask, online-softmax update, accumulate P @ V."""
+        b, s, low = self.body, self.spec, self.low
+        with low.scope():
+            low.masks.pop("rn", None)
+            if masked:
+                low.masks["rn"] = "rn < SK"
+            b.writeline("offs_nn = start_n + offs_n")
+            b.writeline("kn = offs_nn[None, :]")
+            b.writeline("vn = offs_nn[:, None]")
+            b.writeline("rn = offs_nn[None, :]")
+            k_mask = [m for m in (self.d_mask, "kn < SK" if masked else None) if m]
+            v_mask = [m for m in (self.dv_mask, "vn < SK" if masked else None) if m]
+            b.writeline(self._load("k", "k_rows", self.k_in, ("kn",), k_mask))
+            self._cast("k", s.k)
+            b.writeline(f"qk = tl.dot(q, k{self.precision})")
+            b.writeline("s = qk * qk_scale")
+            if s.mask is not None:
+                mval = low.value(s.mask.id, ix.broadcast(s.mask_idx, s.mask.shape))
+                if s.mask.dtype == torch.bool:
+                    b.writeline(f"s = tl.where({mval.code}, s, float(\"-inf\"))")
+                else:
+                    b.writeline(f"s = s + {mval.code} * {LOG2E!r}")
+            if masked:
+                cond = "(rn < SK) & (rm >= rn)" if s.causal else "rn < SK"
+                b.writeline(f"s = tl.where({cond}, s, float(\"-inf\"))")
+            b.writeline("m_new = tl.maximum(m_i, tl.max(s, 1))")
+            m = "m_new"
+            if s.mask is not None:
+                b.writeline("m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)  # no visible key yet")
+                m = "m_safe"
+            b.writeline(f"p = tl.exp2(s - {m}[:, None])")
+            b.writeline(f"alpha = tl.exp2(m_i - {m})")
+            b.writeline("l_i = l_i * alpha + tl.sum(p, 1)")
+            b.writeline("acc = acc * alpha[:, None]")
+            b.writeline(self._load("v", "v_cols", self.v_in, ("vn",), v_mask))
+            self._cast("v", s.v)
+            b.writeline(f"acc = tl.dot(p.to({self.p_dtype}), v, acc{self.precision})")
+            b.writeline("m_i = m_new")
+
+    def _load(self, var: str, base: str, inner: ix.Expr, need: tuple[str, ...], masks: list[str]) -> str:
+        ptrs = f"{base} + {self.low.offset_text(inner, need)}"
+        if masks:
+            return f"{var} = tl.load({ptrs}, mask={' & '.join(f'({m})' for m in masks)}, other=0.0)"
+        return f"{var} = tl.load({ptrs})"
+
+
+def emit(ctx: KernelCtx) -> Kernel:
+    spec = Spec(ctx)
+    name = kernel_name(ctx, "attn")
+    cfgs = configs(spec, ctx.device_type)
+    body = CodeBuilder()
+    writer = _Writer(ctx, spec, body)
+    writer.write(needs_int64(ctx))
+    low = writer.low
+
+    g = ctx.graph
+    cuda = ctx.device_type == "cuda"
+    src = CodeBuilder()
+    if cuda:
+        with src.block(f"{name}_configs = ["):
+            for bm, bn, stages, warps in cfgs:
+                src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}}}, "
+                              f"num_stages={stages}, num_warps={warps}),")
+        src.writeline("]")
+        src.writeline("")
+        src.writeline("")
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"SQ\", \"SK\"])")
+    src.writeline("@triton.jit")
+    pointers = list(low.pointers.values())
+    params = [p.name for p in pointers] + [f"{d}: tl.constexpr" for d in ("SQ", "SK", "BLOCK_M", "BLOCK_N")]
+    nbh = math.prod(spec.batch)
+    with src.block(f"def {name}({', '.join(params)}):"):
+        what = "causal " if spec.causal else ""
+        what += "masked " if spec.mask is not None else ""
+        src.writeline(f"# {what}attention: softmax(q @ k^T * {spec.scale:.6g}) @ v over {nbh} batch x head(s), "
+                      f"Sq={spec.sq}, Sk={spec.sk}, D={spec.d}, Dv={spec.dv}")
+        reads = ", ".join(g.node(p.nid).type for p in pointers if p.nid not in ctx.group.outputs)
+        writes = ", ".join(g.node(o).type for o in ctx.group.outputs)
+        src.writeline(f"# reads {reads}; writes {writes}")
+        src.splice(body.getvalue())
+
+    args = ", ".join(ctx.buf(p.nid) for p in pointers)
+    sizes = f"SQ={spec.sq}, SK={spec.sk}"
+    if cuda:
+        grid = f"lambda meta: (triton.cdiv({spec.sq}, meta[\"BLOCK_M\"]), {nbh})"
+        launch = [f"{name}[{grid}]({args}, {sizes})"]
+    else:
+        bm, bn, _, _ = cfgs[0]
+        launch = [f"{name}[({-(-spec.sq // bm)}, {nbh})]({args}, {sizes}, BLOCK_M={bm}, BLOCK_N={bn})"]
+    return Kernel(name, src.getvalue(), launch)
