@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-BENCH_SIZES = dict(batch=1, seq=2048, width=4096, heads=32, kv_heads=8, hidden=14336)
+BENCH_SIZES = dict(batch=4, seq=2048, width=4096, heads=32, kv_heads=8, hidden=11008)
 
 
 def rotate_half(x):

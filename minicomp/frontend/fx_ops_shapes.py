@@ -286,6 +286,13 @@ def _arange_step(cx: Ctx, start, end, step=1, *_):
     return cx.add("arange", start=start, end=end, step=step, dtype=cx.out_dtype)
 
 
+@lowers("eye.default", "eye.m")
+def _eye(cx: Ctx, *_):
+    # the diagonal is what both triu and tril keep
+    ones = cx.add("full", shape=cx.out_shape, value=1, dtype=cx.out_dtype)
+    return cx.add("tril", cx.add("triu", ones, diagonal=0), diagonal=0)
+
+
 @lowers("tril.default")
 def _tril(cx: Ctx, x, diagonal=0):
     return cx.add("tril", x, diagonal=diagonal)
