@@ -1,0 +1,363 @@
+"""GEMM kernels (codegen/gemm.py) against eager PyTorch.
+
+CPU tests run the generated kernels under Triton's interpreter with tiny, odd shapes;
+`gpu` tests (skipped without CUDA) check bf16/fp16 at 1024-4096 against torch.matmul.
+Each graph is compiled as one hand-made gemm group, the way the planner groups it.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tol
+
+from minicomp.codegen import generate
+from minicomp.ir import composites as C
+from minicomp.ir.graph import Graph
+from minicomp.passes.plan import Group, Plan
+from minicomp.runtime import load
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def one_group(g: Graph, device_type: str = "cpu"):
+    """Generate `g` as a single gemm group holding every computed node."""
+    nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
+    reads = sorted({a for nid in nodes for a in g.node(nid).args if g.node(a).kind in ("input", "constant")})
+    mms = [n for n in nodes if g.node(n).op == "matmul"]
+    group = Group(0, "gemm", nodes=nodes, inputs=reads, outputs=list(g.outputs), anchor=mms[0])
+    return generate(g, Plan(g.name, [group]), device_type), group
+
+
+def run_gemm(g: Graph, inputs, device: str = "cpu", expect_kernel: bool = True):
+    gen, group = one_group(g, "cuda" if str(device).startswith("cuda") else "cpu")
+    if expect_kernel:
+        assert not gen.fallbacks, gen.fallbacks
+        assert any(name.startswith("mc_gemm") for name in gen.kernel_names)
+    return load(gen, device)(*inputs), gen, group
+
+
+def randn(*shape, dtype=torch.float32, device="cpu", scale=1.0):
+    gen = torch.Generator().manual_seed(hash(shape) % 1000)
+    return (torch.randn(shape, generator=gen) * scale).to(dtype).to(device)
+
+
+# --------------------------------------------------------------------------- plain matmuls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_odd_sizes(dtype):
+    g = Graph("mm")
+    a = g.add_input("a", (33, 29), dtype)
+    b = g.add_input("b", (29, 17), dtype)
+    g.set_outputs([g.add("matmul", a, b)])
+    x, y = randn(33, 29, dtype=dtype), randn(29, 17, dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [x, y])
+    ref = (x.float() @ y.float()).to(dtype)
+    torch.testing.assert_close(out, ref, **tol(dtype))
+    if dtype == torch.float32:
+        assert 'input_precision="ieee"' in gen.source     # full-precision dot, as eager fp32
+    else:
+        assert ".to(tl.float32)" in gen.source            # interpreter: half operands widened
+
+
+@pytest.mark.parametrize("which", ["a", "b", "both"])
+def test_transposed_operands_read_in_place(which):
+    """A transpose in the prologue becomes strides: no copy, no fallback."""
+    g = Graph("mmT")
+    a = g.add_input("a", (29, 33) if which in ("a", "both") else (33, 29), torch.float32)
+    b = g.add_input("b", (17, 29) if which in ("b", "both") else (29, 17), torch.float32)
+    at = C.transpose(g, a, 0, 1) if which in ("a", "both") else a
+    bt = C.transpose(g, b, 0, 1) if which in ("b", "both") else b
+    g.set_outputs([g.add("matmul", at, bt)])
+    x = randn(*g.node(a).shape)
+    y = randn(*g.node(b).shape)
+    (out,), gen, _ = run_gemm(g, [x, y])
+    xa = x.t() if which in ("a", "both") else x
+    yb = y.t() if which in ("b", "both") else y
+    torch.testing.assert_close(out, xa @ yb, **tol(torch.float32))
+    assert "permute" not in gen.source and ".contiguous" not in gen.source
+
+
+def test_non_contiguous_input_strides():
+    """An input that arrives transposed is read through its own strides."""
+    g = Graph("mm_strided")
+    a = g.add_input("a", (20, 24), torch.float32)
+    b = g.add_input("b", (24, 18), torch.float32)
+    g.node(a).layout = (1, 20)          # column-major, as set_input_layouts records it
+    g.set_outputs([g.add("matmul", a, b)])
+    x = randn(24, 20).t()
+    y = randn(24, 18)
+    (out,), _, _ = run_gemm(g, [x, y])
+    torch.testing.assert_close(out, x @ y, **tol(torch.float32))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((3, 19, 21), (3, 21, 23)),          # batched
+    ((2, 19, 21), (21, 23)),             # broadcast B: folds into one [38, 21] GEMM
+    ((19, 21), (3, 21, 23)),             # broadcast A: batch from the program id
+    ((2, 1, 9, 21), (1, 3, 21, 10)),     # 4-D, broadcast on both sides
+])
+def test_batched_and_broadcast(a_shape, b_shape):
+    g = Graph("bmm")
+    a = g.add_input("a", a_shape, torch.float32)
+    b = g.add_input("b", b_shape, torch.float32)
+    g.set_outputs([g.add("matmul", a, b)])
+    x, y = randn(*a_shape), randn(*b_shape)
+    (out,), gen, _ = run_gemm(g, [x, y])
+    torch.testing.assert_close(out, torch.matmul(x, y), **tol(torch.float32))
+    if len(b_shape) == 2:
+        assert "pid_batch" not in gen.source   # the batch folded into M
+
+
+def test_permuted_batched_operand():
+    """[B, S, H, D] viewed as [B, H, S, D] and multiplied per head: strides, no copy."""
+    g = Graph("heads")
+    x = g.add_input("x", (2, 13, 3, 8), torch.float32)
+    w = g.add_input("w", (8, 11), torch.float32)
+    xh = g.add("permute", x, dims=(0, 2, 1, 3))
+    g.set_outputs([g.add("matmul", xh, w)])
+    xv, wv = randn(2, 13, 3, 8), randn(8, 11)
+    (out,), _, _ = run_gemm(g, [xv, wv])
+    torch.testing.assert_close(out, xv.permute(0, 2, 1, 3) @ wv, **tol(torch.float32))
+
+
+def test_reshape_in_prologue():
+    """A reshape that merges permuted dims cannot be one stride: it becomes // and %."""
+    g = Graph("merge")
+    x = g.add_input("x", (2, 3, 5, 4), torch.float32)        # [B, H, S, D]
+    w = g.add_input("w", (12, 7), torch.float32)
+    xs = g.add("permute", x, dims=(0, 2, 1, 3))               # [B, S, H, D]
+    flat = g.add("reshape", xs, shape=(2, 5, 12))             # [B, S, H*D]
+    g.set_outputs([g.add("matmul", flat, w)])
+    xv, wv = randn(2, 3, 5, 4), randn(12, 7)
+    (out,), _, _ = run_gemm(g, [xv, wv])
+    torch.testing.assert_close(out, xv.permute(0, 2, 1, 3).reshape(2, 5, 12) @ wv, **tol(torch.float32))
+
+
+def test_prologue_cast_after_load():
+    g = Graph("cast_in")
+    a = g.add_input("a", (17, 24), torch.bfloat16)
+    b = g.add_input("b", (24, 9), torch.float32)
+    g.set_outputs([g.add("matmul", g.add("cast", a, dtype=torch.float32), b)])
+    x, y = randn(17, 24, dtype=torch.bfloat16), randn(24, 9)
+    (out,), _, _ = run_gemm(g, [x, y])
+    torch.testing.assert_close(out, x.float() @ y, **tol(torch.float32))
+
+
+# --------------------------------------------------------------------------- epilogues
+
+
+def _linear_graph(dtype, act=None, residual=False, scale=None, out_dtype=None):
+    g = Graph("linear")
+    x = g.add_input("x", (2, 11, 24), dtype)
+    w = g.add_input("w", (20, 24), dtype)
+    bias = g.add_input("bias", (20,), dtype)
+    y = C.linear(g, x, w, bias)
+    if act == "relu":
+        y = g.add("relu", y)
+    elif act in ("none", "tanh"):
+        y = g.add("gelu", y, approximate=act)
+    elif act == "silu":
+        y = g.add("silu", y)
+    if scale is not None:
+        y = g.add("mul", y, g.constant(scale))
+    if residual:
+        r = g.add_input("r", (2, 11, 20), dtype)
+        y = g.add("add", y, r)
+    if out_dtype is not None:
+        y = g.add("cast", y, dtype=out_dtype)
+    g.set_outputs([y])
+    return g
+
+
+def _linear_ref(x, w, bias, act=None, r=None, scale=None, out_dtype=None):
+    y = F.linear(x.float(), w.float(), bias.float())
+    if act == "relu":
+        y = torch.relu(y)
+    elif act in ("none", "tanh"):
+        y = F.gelu(y, approximate=act)
+    elif act == "silu":
+        y = F.silu(y)
+    if scale is not None:
+        y = y * scale
+    if r is not None:
+        y = y + r.float()
+    return y.to(out_dtype or x.dtype)
+
+
+@pytest.mark.parametrize("act", [None, "relu", "none", "tanh", "silu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bias_activation(act, dtype):
+    g = _linear_graph(dtype, act)
+    x, w, b = randn(2, 11, 24, dtype=dtype), randn(20, 24, dtype=dtype), randn(20, dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [x, w, b])
+    torch.testing.assert_close(out, _linear_ref(x, w, b, act), **tol(dtype))
+    assert gen.source.count("tl.store(") == 1          # the epilogue is fused: one store
+
+
+def test_residual_scale_and_cast():
+    g = _linear_graph(torch.float32, "tanh", residual=True, scale=0.5, out_dtype=torch.float16)
+    x, w, b, r = randn(2, 11, 24), randn(20, 24), randn(20), randn(2, 11, 20)
+    (out,), _, _ = run_gemm(g, [x, w, b, r])
+    assert out.dtype == torch.float16
+    ref = _linear_ref(x, w, b, "tanh", r=r, scale=0.5, out_dtype=torch.float16)
+    torch.testing.assert_close(out, ref, **tol(torch.float16))
+
+
+def test_matmul_and_epilogue_both_written():
+    """A group that writes the matmul result and its activation stores both from one tile."""
+    g = Graph("two_out")
+    a = g.add_input("a", (21, 30), torch.float32)
+    b = g.add_input("b", (30, 19), torch.float32)
+    mm = g.add("matmul", a, b)
+    g.set_outputs([mm, g.add("relu", mm)])
+    x, y = randn(21, 30), randn(30, 19)
+    (o1, o2), gen, _ = run_gemm(g, [x, y])
+    torch.testing.assert_close(o1, x @ y, **tol(torch.float32))
+    torch.testing.assert_close(o2, torch.relu(x @ y), **tol(torch.float32))
+    assert gen.source.count("tl.store(") == 2
+
+
+def test_tensor_constant_bias():
+    g = Graph("const_bias")
+    a = g.add_input("a", (9, 16), torch.float32)
+    w = randn(16, 12)
+    bias = randn(12)
+    y = g.add("add", g.add("matmul", a, g.constant(w)), g.constant(bias))
+    g.set_outputs([y])
+    x = randn(9, 16)
+    (out,), _, _ = run_gemm(g, [x])
+    torch.testing.assert_close(out, x @ w + bias, **tol(torch.float32))
+
+
+# --------------------------------------------------------------------------- dual GEMM
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dual_gemm_swiglu(dtype):
+    g = Graph("swiglu")
+    x = g.add_input("x", (3, 7, 24), dtype)
+    w1 = g.add_input("w1", (40, 24), dtype)
+    w3 = g.add_input("w3", (40, 24), dtype)
+    h = g.add("mul", g.add("silu", C.linear(g, x, w1, None)), C.linear(g, x, w3, None))
+    g.set_outputs([h])
+    xv, a, b = randn(3, 7, 24, dtype=dtype), randn(40, 24, dtype=dtype), randn(40, 24, dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [xv, a, b])
+    ref = (F.silu(xv.float() @ a.float().t()) * (xv.float() @ b.float().t())).to(dtype)
+    torch.testing.assert_close(out, ref, **tol(dtype))
+    assert "acc0" in gen.source and "acc1" in gen.source and gen.source.count("a = tl.load(") == 2  # A loaded once per step
+
+
+def test_matmuls_not_sharing_a_fall_back():
+    g = Graph("not_dual")
+    x = g.add_input("x", (8, 16), torch.float32)
+    y = g.add_input("y", (8, 16), torch.float32)
+    w = g.add_input("w", (16, 8), torch.float32)
+    g.set_outputs([g.add("add", g.add("matmul", x, w), g.add("matmul", y, w))])
+    gen, group = one_group(g)
+    assert "share operand A" in group.fallback
+    xv, yv, wv = randn(8, 16), randn(8, 16), randn(16, 8)
+    (out,) = load(gen, "cpu")(xv, yv, wv)
+    torch.testing.assert_close(out, xv @ wv + yv @ wv, **tol(torch.float32))
+
+
+def test_matrix_vector_falls_back():
+    g = Graph("mv")
+    a = g.add_input("a", (8, 16), torch.float32)
+    v = g.add_input("v", (16,), torch.float32)
+    g.set_outputs([g.add("matmul", a, v)])
+    gen, group = one_group(g)
+    assert "matrix-vector" in group.fallback
+    av, vv = randn(8, 16), randn(16)
+    torch.testing.assert_close(load(gen, "cpu")(av, vv)[0], av @ vv, **tol(torch.float32))
+
+
+# --------------------------------------------------------------------------- generated source
+
+
+def test_cuda_source_autotunes_and_groups_programs():
+    g = _linear_graph(torch.bfloat16, "tanh")
+    gen, _ = one_group(g, "cuda")
+    src = gen.source
+    assert "@triton.autotune(" in src and 'key=["M", "N", "K"]' in src
+    assert "GROUP_M" in src and "group_size_m" in src
+    assert "triton.Config({\"BLOCK_M\": " in src
+    assert "input_precision" not in src                  # half dot: no precision switch
+    assert ".to(tl.float32)" not in src.split("for k0")[1].split("epilogue")[0]  # no widening on the GPU
+
+
+def test_fp32_dot_follows_torch_tf32_switch():
+    g = Graph("mm32")
+    a = g.add_input("a", (64, 64), torch.float32)
+    g.set_outputs([g.add("matmul", a, a)])
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert 'input_precision="ieee"' in one_group(g, "cuda")[0].source
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert 'input_precision="tf32"' in one_group(g, "cuda")[0].source
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(1024, 1024, 1024), (4096, 4096, 4096), (2048, 4096, 1024), (1000, 3000, 1500)])
+def test_gpu_large(dtype, m, n, k):
+    g = Graph("mm_gpu")
+    a = g.add_input("a", (m, k), dtype)
+    b = g.add_input("b", (k, n), dtype)
+    g.set_outputs([g.add("matmul", a, b)])
+    x = randn(m, k, dtype=dtype, device="cuda", scale=1 / math.sqrt(k))
+    y = randn(k, n, dtype=dtype, device="cuda")
+    (out,), _, _ = run_gemm(g, [x, y], device="cuda")
+    torch.testing.assert_close(out, torch.matmul(x, y), **tol(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_linear_gelu(dtype):
+    g = Graph("mlp_up")
+    x = g.add_input("x", (4, 512, 1024), dtype)
+    w = g.add_input("w", (4096, 1024), dtype)
+    bias = g.add_input("bias", (4096,), dtype)
+    g.set_outputs([g.add("gelu", C.linear(g, x, w, bias), approximate="tanh")])
+    xv = randn(4, 512, 1024, dtype=dtype, device="cuda")
+    wv = randn(4096, 1024, dtype=dtype, device="cuda", scale=1 / 32)
+    bv = randn(4096, dtype=dtype, device="cuda")
+    (out,), _, _ = run_gemm(g, [xv, wv, bv], device="cuda")
+    ref = F.gelu(F.linear(xv, wv, bv), approximate="tanh")
+    torch.testing.assert_close(out, ref, **tol(dtype))
+
+
+@pytest.mark.gpu
+def test_gpu_fp32_matches_eager():
+    g = Graph("mm32_gpu")
+    a = g.add_input("a", (1024, 768), torch.float32)
+    b = g.add_input("b", (768, 1000), torch.float32)
+    g.set_outputs([g.add("matmul", a, b)])
+    x, y = randn(1024, 768, device="cuda"), randn(768, 1000, device="cuda")
+    (out,), _, _ = run_gemm(g, [x, y], device="cuda")
+    ref = (x.double() @ y.double()).float()
+    torch.testing.assert_close(out, ref, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_dual_gemm_swiglu():
+    dtype = torch.bfloat16
+    g = Graph("swiglu_gpu")
+    x = g.add_input("x", (2048, 1024), dtype)
+    w1 = g.add_input("w1", (2816, 1024), dtype)
+    w3 = g.add_input("w3", (2816, 1024), dtype)
+    g.set_outputs([g.add("mul", g.add("silu", C.linear(g, x, w1, None)), C.linear(g, x, w3, None))])
+    xv = randn(2048, 1024, dtype=dtype, device="cuda")
+    a = randn(2816, 1024, dtype=dtype, device="cuda", scale=1 / 32)
+    b = randn(2816, 1024, dtype=dtype, device="cuda", scale=1 / 32)
+    (out,), _, _ = run_gemm(g, [xv, a, b], device="cuda")
+    ref = (F.silu((xv @ a.t()).float()) * (xv @ b.t()).float()).to(dtype)
+    torch.testing.assert_close(out, ref, **tol(dtype))
