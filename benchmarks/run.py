@@ -26,26 +26,23 @@ import argparse
 import datetime
 import gc
 import json
-import math
 import os
 import platform
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:            # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.measure import (TOLERANCES, compare, deadline, error_record, io_bytes, ledger,  # noqa: E402
+                                measure_ceilings, sync, time_fn)
 CHILD_MARKER = "BENCH_CHILD_RESULT "
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-# The same tolerances as tests/conftest.py.
-TOLERANCES = {"bfloat16": dict(atol=2e-2, rtol=2e-2), "float16": dict(atol=2e-3, rtol=2e-3),
-              "float32": dict(atol=1e-4, rtol=1e-4)}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -62,6 +59,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    "(default: all three on cuda; eager,minicomp on cpu)")
     p.add_argument("--compile-time", choices=["all", "minicomp", "none"], default=None,
                    help="fresh-process compile-time runs (default: all on cuda, minicomp on cpu)")
+    p.add_argument("--compile-jobs", type=int, default=1,
+                   help="fresh-process compile-time runs at once (default 1: no contention)")
     p.add_argument("--budget-s", type=float, default=480.0,
                    help="wall-clock budget; compile-time runs that would overrun it are skipped")
     p.add_argument("--step-timeout-s", type=float, default=None,
@@ -91,8 +90,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device == "cpu":
         # Read by Triton when kernels are defined: set before any generated module loads.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     if args.compile_time_child:
         return child_main(args)
     from benchmarks.workloads import WORKLOADS
@@ -101,161 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{w.name:16s} {w.kind:10s} {w.title}  full={w.full}")
         return 0
     return suite_main(args)
-
-
-# ----------------------------------------------------------------------------------------
-# Small helpers.
-
-class StepTimeout(Exception):
-    pass
-
-
-@contextmanager
-def deadline(seconds: float):
-    """Raise StepTimeout in the main thread after `seconds` (checked between bytecodes)."""
-    def on_alarm(signum, frame):
-        raise StepTimeout(f"timed out after {seconds:.0f} s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def error_text(e: BaseException) -> str:
-    """One readable line for the table; the last frames go to the JSON for the tuner."""
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {first}"[:400]
-
-
-def error_record(e: BaseException) -> dict:
-    tb = traceback.format_exception(type(e), e, e.__traceback__)
-    return {"error": error_text(e), "traceback": "".join(tb[-6:])[-4000:]}
-
-
-def flat_tensors(out: Any) -> list:
-    import torch
-    leaves, _ = torch.utils._pytree.tree_flatten(out)
-    return [t for t in leaves if isinstance(t, torch.Tensor)]
-
-
-def sync(device: str) -> None:
-    import torch
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
-# ----------------------------------------------------------------------------------------
-# Timing and checking.
-
-def time_fn(fn: Callable[[], Any], args: argparse.Namespace) -> dict:
-    """Median and spread of `fn()`; on CUDA through do_bench, at least `args.reps` timed runs."""
-    if args.device == "cuda":
-        from triton.testing import do_bench
-        sync("cuda")
-        t0 = time.perf_counter()
-        fn()
-        sync("cuda")
-        estimate_ms = (time.perf_counter() - t0) * 1e3
-        rep_ms = min(max(args.rep_ms, args.reps * estimate_ms), 3000.0)
-        try:
-            times = do_bench(fn, warmup=args.warmup_ms, rep=rep_ms, return_mode="all")
-        except (AssertionError, TypeError):       # a Triton without return_mode="all"
-            p20, p50, p80 = do_bench(fn, warmup=args.warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-            return {"ms": p50, "p20_ms": p20, "p80_ms": p80, "n": None, "rep_ms": rep_ms,
-                    "method": "triton.testing.do_bench quantiles"}
-        method = "triton.testing.do_bench"
-    else:
-        fn()
-        times = []
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        method = "time.perf_counter"
-        rep_ms = None
-    times = sorted(times)
-    q = lambda f: times[min(len(times) - 1, int(f * len(times)))]
-    return {"ms": statistics.median(times), "p20_ms": q(0.2), "p80_ms": q(0.8),
-            "n": len(times), "rep_ms": rep_ms, "method": method}
-
-
-def compare(outs: Any, refs: Any, tol: dict) -> dict:
-    """assert_close against eager, plus the size of the difference (for the tuner)."""
-    import torch
-    outs, refs = flat_tensors(outs), flat_tensors(refs)
-    rec: dict[str, Any] = {"ok": True, "atol": tol["atol"], "rtol": tol["rtol"], "outputs": len(refs)}
-    if len(outs) != len(refs):
-        return {**rec, "ok": False, "error": f"{len(outs)} outputs, eager gives {len(refs)}"}
-    max_abs, rel_l2, bad = 0.0, 0.0, 0.0
-    for o, r in zip(outs, refs):
-        if o.shape == r.shape:
-            d = (o.float() - r.float())
-            max_abs = max(max_abs, float(d.abs().max()) if d.numel() else 0.0)
-            rel_l2 = max(rel_l2, float(d.norm() / r.float().norm().clamp_min(1e-30)))
-            close = torch.isclose(o.float(), r.float(), rtol=tol["rtol"], atol=tol["atol"], equal_nan=True)
-            bad = max(bad, float((~close).float().mean()))
-        try:
-            torch.testing.assert_close(o, r, **tol)
-        except AssertionError as e:
-            rec["ok"] = False
-            rec.setdefault("error", " ".join(str(e).split())[:400])
-    rec.update(max_abs=finite(max_abs), rel_l2=finite(rel_l2), mismatch_frac=bad)
-    return rec
-
-
-def io_bytes(built, outs) -> int:
-    """The seeds' floor: every input (parameters too) read once, every output written once."""
-    import torch
-    tensors = list(built.inputs)
-    if isinstance(built.fn, torch.nn.Module):
-        tensors += list(built.fn.parameters()) + list(built.fn.buffers())
-    seen, total = set(), 0
-    for t in tensors + flat_tensors(outs):
-        key = (t.data_ptr(), t.nbytes)
-        if key not in seen:
-            seen.add(key)
-            total += t.nbytes
-    return total
-
-
-def ledger(plan) -> dict:
-    groups = [{"id": g.id, "kind": g.kind, "name": g.name, "bytes_in": g.bytes_in,
-               "bytes_out": g.bytes_out, "flops": g.flops, "lower_bound_us": g.lower_bound_us,
-               "bound": g.bound, "fallback": g.fallback} for g in plan.groups]
-    return {"bytes": plan.total_bytes, "flops": plan.total_flops, "unfused_bytes": plan.unfused_bytes,
-            "lower_bound_us": sum(g.lower_bound_us for g in plan.groups), "groups": groups,
-            "kinds": plan.kinds(), "fallbacks": [g for g in groups if g["fallback"]]}
-
-
-# ----------------------------------------------------------------------------------------
-# Ceilings.
-
-def measure_ceilings(args: argparse.Namespace) -> dict:
-    import torch
-    gpu = args.device == "cuda"
-    n_copy = (1 << 30) if gpu else (1 << 22)         # bf16 elements: 2 GiB on the GPU
-    n_mm = 8192 if gpu else 256
-    src = torch.randn(n_copy, device=args.device, dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    copy = time_fn(lambda: dst.copy_(src), args)
-    del src, dst
-    a = torch.randn(n_mm, n_mm, device=args.device, dtype=torch.bfloat16)
-    b = torch.randn(n_mm, n_mm, device=args.device, dtype=torch.bfloat16)
-    mm = time_fn(lambda: torch.mm(a, b), args)
-    del a, b
-    copy_gbps = 2 * n_copy * 2 / (copy["ms"] * 1e6)
-    mm_tflops = 2 * n_mm ** 3 / (mm["ms"] * 1e9)
-    return {"copy": {"bytes": 2 * n_copy * 2, "what": f"copy_ of {n_copy * 2 >> 20} MiB bf16, read+write",
-                     "gbps": copy_gbps, **copy},
-            "matmul": {"what": f"torch.mm bf16 {n_mm}^3" + (" (cuBLAS)" if gpu else ""), "tflops": mm_tflops, **mm},
-            "balance_flop_per_byte": mm_tflops * 1e12 / (copy_gbps * 1e9)}
 
 
 # ----------------------------------------------------------------------------------------
@@ -366,21 +208,37 @@ def child_main(args: argparse.Namespace) -> int:
 
 
 def compile_time_runs(names: list[str], args, record: dict, started: float, save: Callable) -> None:
+    """Fresh-process first calls, `--compile-jobs` at a time (1: no contention between them)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    lock = threading.Lock()                  # workers write records while the main thread saves
     backends = ["minicomp", "inductor"] if args.compile_time == "all" else ["minicomp"]
+    jobs = []
     for name in names:
         wrec = next(r for r in record["workloads"] if r["name"] == name)
         ct = wrec.setdefault("compile_time", {})
         for backend in backends:
-            if backend not in wrec["backends"]:
+            if backend in wrec["backends"]:
+                jobs.append((name, backend, ct))
+            else:
                 ct[backend] = {"skipped": "failed or not run in the main run"}
-                continue
-            left = args.budget_s - (time.perf_counter() - started)
-            if left < 20:
+
+    def one(job) -> None:
+        name, backend, ct = job
+        left = args.budget_s - (time.perf_counter() - started)
+        if left < 20:
+            with lock:
                 ct[backend] = {"skipped": f"over the run's budget of {args.budget_s:.0f} s"}
-                continue
-            ct[backend] = fresh_process_first_call(name, backend, args, timeout=min(left, 240.0))
-            print(f"  compile-time {name:14s} {backend:9s} {ct[backend]}", flush=True)
-        save()
+            return
+        result = fresh_process_first_call(name, backend, args, timeout=min(left, 240.0))
+        with lock:
+            ct[backend] = result
+        print(f"  compile-time {name:14s} {backend:9s} {result}", flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, args.compile_jobs)) as pool:
+        for _ in pool.map(one, jobs):
+            with lock:
+                save()
 
 
 def fresh_process_first_call(name: str, backend: str, args, timeout: float) -> dict:
@@ -418,6 +276,7 @@ def environment(args: argparse.Namespace) -> dict:
         "timing": {"method": "triton.testing.do_bench (CUDA events, L2 flushed, median)"
                    if args.device == "cuda" else "time.perf_counter median (interpreter: not a speed)",
                    "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "min_reps": args.reps},
+        "compile_time": {"fresh_process": args.compile_time, "jobs_at_once": args.compile_jobs},
         "tolerance": {"check": "torch.testing.assert_close against eager, before timing",
                       **TOLERANCES[DTYPES[args.dtype]]},
         "sizes": "tiny (CPU interpreter)" if args.tiny else "full (ceilings.md anchors)",
@@ -436,6 +295,19 @@ def _quiet(cmd: list[str]) -> str | None:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip() or None
     except Exception:
         return None
+
+
+def warm_minicomp(device: str) -> float | None:
+    """Compile one trivial function first, so no workload's own compile time carries the
+    process's one-time imports (minicomp's stages, and what torch.fx capture pulls in)."""
+    import torch
+    t0 = time.perf_counter()
+    try:
+        import minicomp
+        minicomp.compile(lambda x: x * 2.0 + 1.0).compile_for(torch.ones(4, 8, device=device))
+    except Exception:
+        return None                      # the workloads will record the error
+    return time.perf_counter() - t0
 
 
 def select(args: argparse.Namespace) -> list[str]:
@@ -466,6 +338,8 @@ def suite_main(args: argparse.Namespace) -> int:
         (out / "bench.json").write_text(json.dumps(report.json_safe(record), indent=1) + "\n")
         (out / "bench.md").write_text(report.markdown(record))
 
+    if "minicomp" in args.backends:
+        record["environment"]["minicomp_warmup_s"] = warm_minicomp(args.device)
     print(f"minicomp benchmarks on {record['environment']['gpu'] or args.device}: {', '.join(names)}", flush=True)
     try:
         record["ceilings"] = measure_ceilings(args)

@@ -211,10 +211,11 @@ def _sample(name: str):
         fn, inputs = module.build(device=device, dtype=dtype, **kwargs)
         if isinstance(fn, torch.nn.Module):
             fn = fn.eval()
-        shapes = ", ".join("x".join(map(str, t.shape)) for t in inputs)
+        shapes = ", ".join(f"{k} {v}" for k, v in s.items()) + "; x " + ", ".join(
+            "x".join(map(str, t.shape)) for t in inputs)
         notes = [f"samples/{name}.py build() has no size argument for {m!r}: its default was used"
                  for m in missing]
-        return Built(fn, list(inputs), f"{s} -> inputs {shapes}", kwargs, notes=notes)
+        return Built(fn, list(inputs), shapes, kwargs, notes=notes)
     return make
 
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import report  # noqa: E402
-from benchmarks.run import compare, TOLERANCES  # noqa: E402
+from benchmarks.measure import TOLERANCES, compare  # noqa: E402
 from benchmarks.workloads import WORKLOADS, match_sizes  # noqa: E402
 
 

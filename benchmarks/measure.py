@@ -1,0 +1,177 @@
+"""Measuring: timing, checking against eager, the ledger, the ceilings, error records.
+
+Invariants:
+- CUDA times are `triton.testing.do_bench` medians (CUDA events, L2 flushed before every
+  repetition) with at least `min_reps` timed runs; CPU times are `time.perf_counter` medians.
+- `compare` is the correctness gate: `torch.testing.assert_close` (dtypes must match eager's),
+  plus the size of any difference, so a failure can be judged from the record alone.
+- torch and triton are imported inside functions: the caller sets TRITON_INTERPRET first.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import statistics
+import time
+import traceback
+from contextlib import contextmanager
+from typing import Any, Callable
+
+# The same tolerances as tests/conftest.py.
+TOLERANCES = {"bfloat16": dict(atol=2e-2, rtol=2e-2), "float16": dict(atol=2e-3, rtol=2e-3),
+              "float32": dict(atol=1e-4, rtol=1e-4)}
+
+# ----------------------------------------------------------------------------------------
+# Small helpers.
+
+class StepTimeout(Exception):
+    pass
+
+
+@contextmanager
+def deadline(seconds: float):
+    """Raise StepTimeout in the main thread after `seconds` (checked between bytecodes)."""
+    def on_alarm(signum, frame):
+        raise StepTimeout(f"timed out after {seconds:.0f} s")
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def error_text(e: BaseException) -> str:
+    """One readable line for the table; the last frames go to the JSON for the tuner."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"[:400]
+
+
+def error_record(e: BaseException) -> dict:
+    tb = traceback.format_exception(type(e), e, e.__traceback__)
+    return {"error": error_text(e), "traceback": "".join(tb[-6:])[-4000:]}
+
+
+def flat_tensors(out: Any) -> list:
+    import torch
+    leaves, _ = torch.utils._pytree.tree_flatten(out)
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def sync(device: str) -> None:
+    import torch
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+# ----------------------------------------------------------------------------------------
+# Timing and checking.
+
+def time_fn(fn: Callable[[], Any], args) -> dict:
+    """Median and spread of `fn()`; on CUDA through do_bench, at least `args.reps` timed runs."""
+    if args.device == "cuda":
+        from triton.testing import do_bench
+        sync("cuda")
+        t0 = time.perf_counter()
+        fn()
+        sync("cuda")
+        estimate_ms = (time.perf_counter() - t0) * 1e3
+        rep_ms = min(max(args.rep_ms, args.reps * estimate_ms), 3000.0)
+        try:
+            times = do_bench(fn, warmup=args.warmup_ms, rep=rep_ms, return_mode="all")
+        except (AssertionError, TypeError):       # a Triton without return_mode="all"
+            p20, p50, p80 = do_bench(fn, warmup=args.warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
+            return {"ms": p50, "p20_ms": p20, "p80_ms": p80, "n": None, "rep_ms": rep_ms,
+                    "method": "triton.testing.do_bench quantiles"}
+        method = "triton.testing.do_bench"
+    else:
+        fn()
+        times = []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        method = "time.perf_counter"
+        rep_ms = None
+    times = sorted(times)
+    q = lambda f: times[min(len(times) - 1, int(f * len(times)))]
+    return {"ms": statistics.median(times), "p20_ms": q(0.2), "p80_ms": q(0.8),
+            "n": len(times), "rep_ms": rep_ms, "method": method}
+
+
+def compare(outs: Any, refs: Any, tol: dict) -> dict:
+    """assert_close against eager, plus the size of the difference (for the tuner)."""
+    import torch
+    outs, refs = flat_tensors(outs), flat_tensors(refs)
+    rec: dict[str, Any] = {"ok": True, "atol": tol["atol"], "rtol": tol["rtol"], "outputs": len(refs)}
+    if len(outs) != len(refs):
+        return {**rec, "ok": False, "error": f"{len(outs)} outputs, eager gives {len(refs)}"}
+    max_abs, rel_l2, bad = 0.0, 0.0, 0.0
+    for o, r in zip(outs, refs):
+        if o.shape == r.shape:
+            d = (o.float() - r.float())
+            max_abs = max(max_abs, float(d.abs().max()) if d.numel() else 0.0)
+            rel_l2 = max(rel_l2, float(d.norm() / r.float().norm().clamp_min(1e-30)))
+            close = torch.isclose(o.float(), r.float(), rtol=tol["rtol"], atol=tol["atol"], equal_nan=True)
+            bad = max(bad, float((~close).float().mean()))
+        try:
+            torch.testing.assert_close(o, r, **tol)
+        except AssertionError as e:
+            rec["ok"] = False
+            rec.setdefault("error", " ".join(str(e).split())[:400])
+    rec.update(max_abs=finite(max_abs), rel_l2=finite(rel_l2), mismatch_frac=bad)
+    return rec
+
+
+def io_bytes(built, outs) -> int:
+    """The seeds' floor: every input (parameters too) read once, every output written once."""
+    import torch
+    tensors = list(built.inputs)
+    if isinstance(built.fn, torch.nn.Module):
+        tensors += list(built.fn.parameters()) + list(built.fn.buffers())
+    seen, total = set(), 0
+    for t in tensors + flat_tensors(outs):
+        key = (t.data_ptr(), t.nbytes)
+        if key not in seen:
+            seen.add(key)
+            total += t.nbytes
+    return total
+
+
+def ledger(plan) -> dict:
+    groups = [{"id": g.id, "kind": g.kind, "name": g.name, "bytes_in": g.bytes_in,
+               "bytes_out": g.bytes_out, "flops": g.flops, "lower_bound_us": g.lower_bound_us,
+               "bound": g.bound, "fallback": g.fallback} for g in plan.groups]
+    return {"bytes": plan.total_bytes, "flops": plan.total_flops, "unfused_bytes": plan.unfused_bytes,
+            "lower_bound_us": sum(g.lower_bound_us for g in plan.groups), "groups": groups,
+            "kinds": plan.kinds(), "fallbacks": [g for g in groups if g["fallback"]]}
+
+
+# ----------------------------------------------------------------------------------------
+# Ceilings.
+
+def measure_ceilings(args) -> dict:
+    import torch
+    gpu = args.device == "cuda"
+    n_copy = (1 << 30) if gpu else (1 << 22)         # bf16 elements: 2 GiB on the GPU
+    n_mm = 8192 if gpu else 256
+    src = torch.randn(n_copy, device=args.device, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    copy = time_fn(lambda: dst.copy_(src), args)
+    del src, dst
+    a = torch.randn(n_mm, n_mm, device=args.device, dtype=torch.bfloat16)
+    b = torch.randn(n_mm, n_mm, device=args.device, dtype=torch.bfloat16)
+    mm = time_fn(lambda: torch.mm(a, b), args)
+    del a, b
+    copy_gbps = 2 * n_copy * 2 / (copy["ms"] * 1e6)
+    mm_tflops = 2 * n_mm ** 3 / (mm["ms"] * 1e9)
+    return {"copy": {"bytes": 2 * n_copy * 2, "what": f"copy_ of {n_copy * 2 >> 20} MiB bf16, read+write",
+                     "gbps": copy_gbps, **copy},
+            "matmul": {"what": f"torch.mm bf16 {n_mm}^3" + (" (cuBLAS)" if gpu else ""), "tflops": mm_tflops, **mm},
+            "balance_flop_per_byte": mm_tflops * 1e12 / (copy_gbps * 1e9)}
