@@ -10,7 +10,8 @@ Accounting (the seeds' ledger, DESIGN.md):
 - flops come from `minicomp.ir.ops.flops`: one per elementwise op or transcendental, two
   per multiply-add; views and casts are free;
 - "unfused" is eager execution: every node that is not a leaf or a view is its own kernel
-  (reads its operands, writes its result).
+  (reads its operands, writes its result); `cat` counts as a kernel there, since
+  `torch.cat` always copies.
 
 A `Machine` holds peak bandwidth and peak compute (matmul peaks per operand dtype, and a
 vector peak for elementwise math). The lower bound of a kernel is
@@ -138,14 +139,19 @@ def node_flops(graph: Graph, n: Node) -> int:
     return ops.flops(n.op, [graph.node(a).shape for a in n.args], n.shape, n.attrs)
 
 
+def eager_views(graph: Graph) -> set[int]:
+    """Views eager PyTorch makes without a kernel: all but `cat`, which always copies."""
+    return {i for i in graph.nx.nodes if is_view(graph.node(i)) and graph.node(i).op != "cat"}
+
+
 def node_cost(graph: Graph, nid: int, views: set[int] | None = None) -> Cost:
     """Eager cost of one node as its own kernel: reads its operands (through views, to their
-    storage), writes its result. Views and leaves cost nothing."""
+    storage), writes its result. Views (but `cat`) and leaves cost nothing."""
     n = graph.node(nid)
-    if is_leaf(n) or is_view(n):
-        return Cost()
     if views is None:
-        views = {i for i in graph.nx.nodes if is_view(graph.node(i))}
+        views = eager_views(graph)
+    if is_leaf(n) or nid in views:
+        return Cost()
     acc: dict[int, float] = {}
     for a in dict.fromkeys(n.args):
         _add(acc, footprint(graph, a, views))
@@ -154,7 +160,7 @@ def node_cost(graph: Graph, nid: int, views: set[int] | None = None) -> Cost:
 
 def unfused_cost(graph: Graph) -> Cost:
     """Every non-leaf, non-view node its own kernel (eager)."""
-    views = {i for i in graph.nx.nodes if is_view(graph.node(i))}
+    views = eager_views(graph)
     costs = [node_cost(graph, nid, views) for nid in graph.nx.nodes]
     return Cost(sum(c.bytes_in for c in costs), sum(c.bytes_out for c in costs), sum(c.flops for c in costs))
 

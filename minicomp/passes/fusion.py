@@ -110,16 +110,39 @@ class State:
 
 
 def view_closure(graph: Graph, nodes: set[int]) -> set[int]:
-    """The views that the non-opaque nodes in `nodes` read through (folded into loads)."""
+    """The views that `nodes` read through (folded into their loads). Opaque nodes read
+    materialised tensors; a matmul or attention operand is read through strided views only
+    (a `cat` feeding one is materialised by a kernel of its own)."""
     out: set[int] = set()
-    stack = [a for n in nodes if graph.node(n).kind != "opaque" for a in graph.node(n).args]
+    stack = [(a, graph.node(n).kind in ("gemm", "attention")) for n in nodes if graph.node(n).kind != "opaque"
+             for a in graph.node(n).args]
     while stack:
-        a = stack.pop()
-        if a in out or a in nodes or graph.node(a).kind != "view":
+        a, anchored = stack.pop()
+        node = graph.node(a)
+        if a in out or a in nodes or node.kind != "view" or (anchored and node.op == "cat"):
             continue
         out.add(a)
-        stack.extend(graph.node(a).args)
+        stack.extend((x, anchored) for x in node.args)
     return out
+
+
+def materialised_views(graph: Graph, live: set[int]) -> set[int]:
+    """Views some kernel must write: graph outputs, operands of opaque nodes, and `cat`s that
+    a matmul or attention operand reads (their loads take strided views only)."""
+    need = {v for v in graph.outputs if graph.node(v).kind == "view"}
+    for nid in live:
+        n = graph.node(nid)
+        if n.kind == "opaque":
+            need |= {a for a in n.args if graph.node(a).kind == "view"}
+        elif n.kind in ("gemm", "attention"):
+            stack = list(n.args)
+            while stack:
+                a = stack.pop()
+                if graph.node(a).op == "cat":
+                    need.add(a)
+                elif graph.node(a).kind == "view":
+                    stack.extend(graph.node(a).args)
+    return need
 
 
 def live_nodes(graph: Graph) -> set[int]:
@@ -132,14 +155,13 @@ def live_nodes(graph: Graph) -> set[int]:
 def initial_state(graph: Graph) -> State:
     """Eager: one cluster per node; views owned only where memory needs them."""
     live = live_nodes(graph)
-    outs = set(graph.outputs)
-    needs_memory = {a for n in live if graph.node(n).kind == "opaque" for a in graph.node(n).args}
+    owned_views = materialised_views(graph, live)
     clusters: dict[int, Cluster] = {}
     for nid in graph.topo_order():
         n = graph.node(nid)
         if nid not in live or n.kind in ("input", "constant"):
             continue
-        if n.kind == "view" and nid not in outs and nid not in needs_memory:
+        if n.kind == "view" and nid not in owned_views:
             continue
         copies = view_closure(graph, {nid}) if n.kind != "opaque" else set()
         clusters[nid] = Cluster(frozenset({nid}), frozenset(copies - {nid}))
@@ -229,6 +251,8 @@ def candidates(state: State) -> Iterator[Move]:
             if _cheap(state.graph, a):
                 yield Move("recompute", src, cid, a)
     for a, rs in sorted(state.readers.items()):
+        if state.graph.node(a).numel <= 1:
+            continue   # sharing a scalar saves nothing worth a kernel
         ordered = sorted(rs)
         for i, x in enumerate(ordered):
             for y in ordered[i + 1:]:
@@ -284,9 +308,16 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
             return state, applied
 
 
-def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200") -> Plan:
-    """Group the nodes of `graph` into kernels; see the module docstring and contracts.md."""
+def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseline: Graph | None = None) -> Plan:
+    """Group the nodes of `graph` into kernels; see the module docstring and contracts.md.
+
+    `baseline`: the program as written (before the passes), whose eager bytes the plan's
+    `unfused_bytes` should count; by default `graph` itself.
+    """
     from minicomp.passes.fusion_report import build_plan
     m = ledger.get_machine(machine)
     final, recomputed = search(initial_state(graph))
-    return build_plan(final, recomputed, m)
+    plan = build_plan(final, recomputed, m)
+    if baseline is not None:
+        plan.unfused_bytes = ledger.unfused_bytes(baseline)
+    return plan

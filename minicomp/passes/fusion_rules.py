@@ -231,6 +231,8 @@ def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: l
     allowed = ("view",) if kind == "attention" else ("view", "cast")
     for p in prologue:
         n = graph.node(p)
+        if n.kind == "view" and n.op not in STRIDED_VIEWS:
+            return f"the {kind} prologue folds strided views only; {describe(graph, p)} is not one"
         if n.kind not in allowed and n.op not in allowed:
             what = "views" if kind == "attention" else "views and casts"
             return f"the {kind} prologue holds only {what}; {describe(graph, p)} computes a value"
