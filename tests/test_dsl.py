@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from conftest import tol
 from minicomp.errors import MinicompError, SourceError
@@ -270,6 +272,42 @@ def test_half_precision_stays_half_with_python_scalars_and_scalar_params():
     torch.testing.assert_close(y, x * 2 + 1e-6 - x * s)
 
 
+# Random infix expressions: the DSL must parse them with Python's precedence and associativity
+# for these operators (unary minus above * / @, above + -, above comparisons), so Python's own
+# evaluation of the same text is the reference.
+_LEAVES = st.sampled_from(["x", "y", "w", "2", "0.5", "3"])
+
+
+def _combine(children):
+    binary = st.tuples(children, st.sampled_from([" + ", " - ", " * ", " / "]), children).map("".join)
+    return st.one_of(binary, children.map(lambda c: "-" + c), children.map(lambda c: f"({c})"))
+
+
+EXPRESSIONS = st.recursive(_LEAVES, _combine, max_leaves=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(expr=EXPRESSIONS, compare=st.sampled_from(["", " < x", " >= 0.5"]))
+def test_infix_precedence_matches_python(expr, compare):
+    text = expr + compare
+    g = load_dsl(PROG.replace("EXPR", text), "p.mc", example_inputs=[X, Y, W])
+    (got,) = run(g, [X, Y, W])
+    try:
+        want = eval(text, {"x": X, "y": Y, "w": W})
+    except ZeroDivisionError:  # Python's ints refuse 1 / 0; the DSL folds it to inf, like torch
+        assume(False)
+    want = want if isinstance(want, torch.Tensor) else torch.tensor(want)
+    torch.testing.assert_close(got, want.expand(got.shape).to(got.dtype), equal_nan=True, **tol(torch.float32))
+
+
+def test_caret_stays_under_the_culprit_on_lines_with_tabs():
+    with pytest.raises(SourceError) as info:
+        load_dsl("func f(x: f32[N]) {\n\treturn exq(x)\n}\n", "t.mc", dims={"N": 2})
+    head, echoed, caret = str(info.value).split("\n")
+    assert head.startswith("t.mc:2:9: error: unknown function 'exq'")
+    assert echoed.index("exq") == caret.index("^")
+
+
 # ------------------------------------------------------------------ errors: exact positions
 
 ERROR_CASES = [
@@ -296,7 +334,7 @@ ERROR_CASES = [
      "sum() has no argument named 'dim' (its arguments: x, axis, keepdim)"),
     ("bad-argument", "func f(x: f32[N]) {\n  return sum(x, axis=1.5)\n}\n", {"dims": {"N": 4}}, 2, 17,
      "argument 'axis' of sum() must be an int or a list of ints, got float 1.5"),
-    ("bad-string", 'func f(x: f32[N]) {\n  return x + "a"\n}\n', {"dims": {"N": 4}}, 2, 14, 'add() takes tensors or numbers, got string "a"'),
+    ("bad-string", 'func f(x: f32[N]) {\n  return x + "a"\n}\n', {"dims": {"N": 4}}, 2, 14, 'expected a tensor or a number, got string "a"'),
     ("shape-mismatch", "func f(x: f32[M, N], y: f32[M, K]) {\n  s = exp(x)\n  return s + y\n}\n",
      {"dims": {"M": 4, "N": 8, "K": 5}}, 3, 12, "shapes f32[4, 8] and f32[4, 5] do not broadcast (dimension -1: 5 vs 8)"),
     ("matmul-shape", "func f(x: f32[M, N], y: f32[M, N]) {\n  return x @ y\n}\n", {"dims": {"M": 4, "N": 8}}, 2, 12,
@@ -344,7 +382,8 @@ ERROR_CASES = [
     ("callee-arity", "func g(t: f32[K]) {\n  return t\n}\nfunc f(x: f32[M]) {\n  return g(x, x)\n}\n",
      {"dims": {"M": 2}}, 5, 15, "g() takes 1 argument (t), got 2"),
     ("inside-callee", "func g(t: f32[K]) {\n  return t @ t @ t\n}\nfunc f(x: f32[M]) {\n  return g(x)\n}\n",
-     {"dims": {"M": 2}}, 2, 16, "(in 'g', called at line 5)"),
+     {"dims": {"M": 2}}, 2, 12,
+     "matmul needs tensors of rank 1 or more, got f32[] (in 'g', called at line 5)"),
     ("tuple-as-value", "func g(t: f32[K]) {\n  return t, t\n}\nfunc f(x: f32[M]) {\n  return g(x) + 1\n}\n",
      {"dims": {"M": 2}}, 5, 10, "this returns 2 values; assign them first"),
     ("unpack-count", "func f(x: f32[M]) {\n  a, b = x\n  return a\n}\n", {"dims": {"M": 2}}, 2, 3,

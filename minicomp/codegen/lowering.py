@@ -23,7 +23,7 @@ import torch
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import KernelCtx, Unsupported
-from minicomp.codegen.tlexpr import Val, compute_tl, convert, op_text, py_literal, storage_tl, zero_literal
+from minicomp.codegen.tlexpr import Val, compute_tl, convert, op_text, py_literal, storage_tl, store_text, zero_literal
 from minicomp.ir.graph import Node
 
 KERNEL_LOCALS = ("pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "c0",
@@ -55,6 +55,7 @@ class Lowering:
     def __init__(self, ctx: KernelCtx, builder_for: Callable[[frozenset], CodeBuilder],
                  mask_for: Callable[[frozenset], str | None]):
         self.ctx = ctx
+        self.cpu = ctx.device_type == "cpu"
         self.graph = ctx.graph
         self.computed = {n for n in ctx.group.nodes if self.graph.node(n).kind not in ("input", "constant")}
         self.builder_for = builder_for
@@ -100,10 +101,10 @@ class Lowering:
         return " & ".join(parts) if parts else None
 
     # ------------------------------------------------------------------ values
-    def emit(self, base: str, text: str, dtype: torch.dtype, syms: frozenset) -> Val:
+    def emit(self, base: str, text: str, dtype: torch.dtype, syms: frozenset, exact: bool = False) -> Val:
         name = self.names.fresh(base)
         self.builder_for(syms).writeline(f"{name} = {text}")
-        return Val(name, dtype, syms)
+        return Val(name, dtype, syms, exact=exact)
 
     def value(self, nid: int, idx: ix.Index, cond: Cond = Cond()) -> Val:
         key = (nid, idx.key(), cond.names)
@@ -132,7 +133,7 @@ class Lowering:
         if compute_tl(node.dtype) != storage_tl(node.dtype):
             text += f".to({compute_tl(node.dtype)})"
         base = ident(node.attrs["name"]) if node.op == "input" else f"ld{node.id}"
-        return self.emit(base, text, node.dtype, s | cond.syms)
+        return self.emit(base, text, node.dtype, s | cond.syms, exact=True)
 
     def _compute(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
         op, a = node.op, node.attrs
@@ -165,7 +166,7 @@ class Lowering:
             return self.emit(f"{op}{node.id}", text, node.dtype, s)
         args = [self.value(arg, ix.broadcast(idx, self.graph.node(arg).shape), cond) for arg in node.args]
         s = frozenset().union(*(v.syms for v in args)) if args else frozenset()
-        return self.emit(f"{op}{node.id}", op_text(node, args), node.dtype, s)
+        return self.emit(f"{op}{node.id}", op_text(node, args, self.cpu), node.dtype, s, exact=(op == "cast"))
 
     def _view(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
         op, a = node.op, node.attrs
@@ -221,9 +222,7 @@ class Lowering:
         if v.literal:
             text = f"tl.full({block_shape}, {py_literal(v.value, node.dtype)}, {storage_tl(node.dtype)})"
         else:
-            text = convert(v, node.dtype)
-            if storage_tl(node.dtype) != compute_tl(node.dtype):
-                text = f"{text}.to({storage_tl(node.dtype)})"
+            text = store_text(convert(v, node.dtype), node.dtype, self.cpu)
         mask = self.mask_for(s)
         addr = f"{ptr} + {self.render(off)}"
         self.builder_for(s).writeline(f"tl.store({addr}, {text}" + (f", mask={mask})" if mask else ")"))

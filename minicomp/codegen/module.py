@@ -29,6 +29,7 @@ from minicomp.codegen import fallback
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.lowering import ident
+from minicomp.codegen.tlexpr import ROUND_BF16_HELPER
 from minicomp.errors import CompileError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
@@ -217,6 +218,10 @@ class ModuleWriter:
         out.writeline("")
         out.writeline("CONSTANTS = []  # tensor constants: set by minicomp's loader, or read from constants.pt")
         out.writeline(f"OPAQUE = []  # {len(self.opaque)} PyTorch callable(s) for opaque nodes, set by minicomp's loader")
+        if any("_round_bf16(" in k.source for k in self.kernels):
+            out.writeline("")
+            out.writeline("")
+            out.splice(ROUND_BF16_HELPER)
         for k in self.kernels:
             out.writeline("")
             out.writeline("")

@@ -194,26 +194,43 @@ class RowKernel:
         return Val(name, dt, frozenset({"rows"}))
 
     # ------------------------------------------------------------------ outputs
+    def output_index(self, nid: int) -> ix.Index | None:
+        """Where the element at (rows, cols) lands in output `nid`: the domain, a reduced shape,
+        or a permute/reshape of one of those (a transposed softmax output); None otherwise."""
+        g, dom = self.ctx.graph, self.dom
+        node = g.node(nid)
+        keep, drop = dom.reduced_shapes()
+        if node.shape == dom.shape:
+            return self.s_index
+        if node.shape in (keep, drop):
+            return ix.Index(node.shape, flat=self.rows)
+        if node.op in ("permute", "reshape") and nid in self.low.computed:
+            src = self.output_index(node.args[0])
+            if src is None:
+                return None
+            if node.op == "reshape":
+                return ix.Index(node.shape, flat=src.to_flat())
+            dims = src.to_dims()
+            return ix.dims_index(node.shape, [dims[p] for p in node.attrs["dims"]])
+        return None
+
     def store_outputs(self) -> None:
         g, dom = self.ctx.graph, self.dom
-        keep, drop = dom.reduced_shapes()
         full, row = [], []
         for o in self.ctx.group.outputs:
-            shape = g.node(o).shape
-            if shape == dom.shape:
-                full.append(o)
-            elif shape in (keep, drop):
-                row.append(o)
-            else:
-                raise Unsupported(f"output %{o} of shape {shape} is neither the domain {dom.shape} nor reduced")
-        for o in row:
-            self.low.store(o, ix.Index(g.node(o).shape, flat=self.rows), "[BLOCK_R, 1]")
+            idx = self.output_index(o)
+            if idx is None:
+                raise Unsupported(f"output %{o} of shape {g.node(o).shape} is neither the domain {dom.shape}, "
+                                  "nor reduced, nor a view of either")
+            (full if "cols" in ix.syms(idx.to_flat()) or dom.n_cols == 1 else row).append((o, idx))
+        for o, idx in row:
+            self.low.store(o, idx, "[BLOCK_R, 1]")
         if not full:
             return
         if not self.single:
             self._open_loop()
-        for o in full:
-            self.low.store(o, self.s_index, "[BLOCK_R, BLOCK_C]")
+        for o, idx in full:
+            self.low.store(o, idx, "[BLOCK_R, BLOCK_C]")
         if not self.single:
             self._close_loop()
 

@@ -66,6 +66,7 @@ class Val:
     syms: frozenset = frozenset()  # the index symbols it depends on; empty: scalar
     literal: bool = False
     value: object = None         # the Python value of a literal
+    exact: bool = False          # already a value of `dtype` (a load, a cast), not an unrounded fp32 result
 
 
 def convert(v: Val, dtype: torch.dtype) -> str:
@@ -86,18 +87,40 @@ def tensor_of(v: Val, dtype: torch.dtype) -> str:
     return convert(v, dtype)
 
 
-def round_to(code: str, dtype: torch.dtype) -> str:
+# Triton's interpreter truncates fp32 -> bf16 (the GPU rounds to nearest even), so CPU
+# kernels round through this helper, which the module defines when a kernel uses it.
+ROUND_BF16_HELPER = '''\
+@triton.jit
+def _round_bf16(x):
+    # fp32 -> nearest-even bf16 value, kept in fp32 (the interpreter's own cast truncates)
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)'''
+
+
+def round_to(code: str, dtype: torch.dtype, cpu: bool) -> str:
     """Round an fp32 value to a half type and widen again, as an explicit cast does in eager."""
+    if dtype == torch.bfloat16 and cpu:
+        return f"_round_bf16({code})"
     if dtype in (torch.float16, torch.bfloat16):
         return f"{code}.to({storage_tl(dtype)}).to(tl.float32)"
     return code
+
+
+def store_text(code: str, dtype: torch.dtype, cpu: bool) -> str:
+    """An fp32 (compute type) value converted for storing as `dtype`."""
+    if storage_tl(dtype) == compute_tl(dtype):
+        return code
+    if dtype == torch.bfloat16 and cpu:
+        return f"_round_bf16({code}).to(tl.bfloat16)"
+    return f"{code}.to({storage_tl(dtype)})"
 
 
 ARITH = ("add", "sub", "mul", "div", "maximum", "minimum")
 FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "sigmoid", "silu")
 
 
-def op_text(node: Node, args: list[Val]) -> str:
+def op_text(node: Node, args: list[Val], cpu: bool) -> str:
     """Triton text computing `node` from its operand values (in its compute type)."""
     op, dt, a = node.op, node.dtype, node.attrs
     d = ops.get(op)
@@ -149,19 +172,23 @@ def op_text(node: Node, args: list[Val]) -> str:
         c = tensor_of(args[0], torch.bool)
         return f"tl.where({c}, {convert(args[1], dt)}, {convert(args[2], dt)})"
     if op == "cast":
-        return cast_text(args[0], dt)
+        return cast_text(args[0], dt, cpu)
     raise Unsupported(f"no Triton form for op {op!r} ({node.describe()})")
 
 
-def cast_text(v: Val, dtype: torch.dtype) -> str:
+def cast_text(v: Val, dtype: torch.dtype, cpu: bool) -> str:
     """An explicit cast: to bool compares with 0; to a half type rounds (then widens back)."""
     if v.literal:
         return f"tl.full([1], {py_literal(v.value, dtype)}, {compute_tl(dtype)})"
     if dtype == torch.bool:
         return f"{v.code} != 0"
-    text = v.code if compute_tl(v.dtype) == compute_tl(dtype) else f"{v.code}.to({compute_tl(dtype)})"
+    src = v.code
+    if v.dtype in (torch.float16, torch.bfloat16) and v.dtype != dtype and not v.exact:
+        # a half-typed intermediate is held unrounded; eager would have rounded it before this cast
+        src = round_to(src, v.dtype, cpu)
+    text = src if compute_tl(v.dtype) == compute_tl(dtype) else f"{src}.to({compute_tl(dtype)})"
     if dtype in (torch.float16, torch.bfloat16) and v.dtype != dtype:
-        text = round_to(text, dtype)
+        text = round_to(text, dtype, cpu)
     return text
 
 

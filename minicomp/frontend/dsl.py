@@ -269,7 +269,9 @@ class Lowerer:
             return thunk()
         except CallError as err:
             raise self.src.error(err.message, arg_pos.get(err.arg, pos)) from None
-        except ValueError as err:
+        except (ValueError, IndexError, RuntimeError, TypeError) as err:
+            # ValueError: Graph.add's inference (PyTorch's message); the others: operands a
+            # composite did not expect (a 0-d query...). All are the program's fault.
             prefix = f"{what()}: " if what else ""
             raise self.src.error(f"{prefix}{err}", pos) from None
 

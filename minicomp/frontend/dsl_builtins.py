@@ -264,7 +264,10 @@ def _fold(op: str, values: list[Value], attrs: dict[str, Any]) -> Value:
         dt = torch.bool if isinstance(v, bool) else torch.int64 if isinstance(v, int) else torch.float64
         return torch.tensor(v, dtype=dt)
 
-    out = ops.get(op).ref(*[as_tensor(v) for v in values], **attrs)
+    try:
+        out = ops.get(op).ref(*[as_tensor(v) for v in values], **attrs)
+    except (RuntimeError, TypeError) as err:  # e.g. relu(true): reported like a graph op's error
+        raise ValueError(str(err).split("\n")[0]) from None
     return out.item()
 
 
@@ -288,7 +291,7 @@ def pointwise(e: Emit, op: str, values: Sequence[Value], **attrs: Any) -> Value:
     for i, v in enumerate(values):
         nid = _to_tensor(e, v)
         if nid is None:
-            raise CallError(f"{op}() takes tensors or numbers, got {describe(v, e.g)}", arg=f"#{i}")
+            raise CallError(f"expected a tensor or a number, got {describe(v, e.g)}", arg=f"#{i}")
         nids.append(nid)
     msg = broadcast_error(e.g, nids)
     if msg:
@@ -435,6 +438,9 @@ def _same_dtype(e: Emit, what: str, **tensors: int) -> None:
 
 @builtin()
 def _matmul(e: Emit, a: Tensor, b: Tensor) -> Value:
+    for name, t in (("a", a), ("b", b)):
+        if e.rank(t) == 0:
+            raise CallError(f"matmul needs tensors of rank 1 or more, got {e.node(t).type}", arg=name)
     _same_dtype(e, "matmul", a=a, b=b)
     return e.add("matmul", a, b)
 

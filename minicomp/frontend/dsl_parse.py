@@ -165,7 +165,9 @@ class Source:
         return f"{self.filename}:{pos.line}:{pos.col}"
 
     def error(self, message: str, pos: Pos) -> SourceError:
-        return SourceError(message, self.filename, pos.line, pos.col, self.line(pos.line))
+        line = self.line(pos.line)
+        # a tab counts as one column: show it as one space so the caret stays under the culprit
+        return SourceError(message, self.filename, pos.line, pos.col, line.replace("\t", " ") if line else line)
 
     def end(self) -> Pos:
         """The position just after the last character (where "unexpected end of file" points)."""

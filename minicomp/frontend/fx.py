@@ -15,7 +15,7 @@ How capture works, and why:
 - **functionalize** (`torch.func.functionalize(..., remove="mutations")`) turns the user's
   in-place ops (`y.add_(1)`, `y[:, 0] = 0`) into pure ones. In-place ops that a
   decomposition emits below functionalization (rms_norm's `add_`) are lowered to their
-  pure form and the mutated value is rebound (`_lower_call`); mutating an input or a view
+  pure form and the mutated value is rebound (`_Lowering._call`); mutating an input or a view
   is refused with a clear error, so no mutation ever reaches the IR.
 - **Interception before decomposition.** A `TorchFunctionMode` is active while tracing. It
   redirects three calls to minicomp's own traceable ops (`torch.library.custom_op`, with
@@ -103,7 +103,9 @@ class _Multi:
     items: list[int | None]
 
 
-def _opaque(g: Graph, node: fx.Node, args: tuple, kwargs: dict, output: int | None, origin: str | None) -> int:
+def _opaque(g: Graph, node: fx.Node, target: Any, args: tuple, kwargs: dict, output: int | None,
+            origin: str | None) -> int:
+    """An opaque node computing `target(*args, **kwargs)` (output `output` of it, if given)."""
     operands: list[int] = []
 
     def slot(a):
@@ -114,7 +116,7 @@ def _opaque(g: Graph, node: fx.Node, args: tuple, kwargs: dict, output: int | No
             raise MinicompError(f"{origin or node.name}: {node.target} takes the tuple result of another op")
         return a
 
-    call = AtenCall(node.target, fx.node.map_aggregate(args, slot), fx.node.map_aggregate(kwargs, slot), output)
+    call = AtenCall(target, fx.node.map_aggregate(args, slot), fx.node.map_aggregate(kwargs, slot), output)
     val = node.meta.get("val")
     if output is not None:
         val = val[output]
@@ -245,7 +247,7 @@ class _Lowering:
             if isinstance(val, (list, tuple)):
                 out = _Multi(node, [None] * len(val))
             else:
-                out = T(_opaque(self.g, node, args, kwargs, None, origin))
+                out = T(_opaque(self.g, node, target, args, kwargs, None, origin))
         self.env[node] = out
         if pure is not None:  # later readers of the mutated tensor see the new value
             self.env[node.args[0]] = out
@@ -258,7 +260,8 @@ class _Lowering:
             parent = src.node
             p_args = fx.node.map_aggregate(parent.args, self.value)
             p_kwargs = fx.node.map_aggregate(parent.kwargs, self.value)
-            src.items[index] = _opaque(self.g, parent, p_args, p_kwargs, index, origin_of(parent))
+            target = _functional_variant(parent.target) or parent.target
+            src.items[index] = _opaque(self.g, parent, target, p_args, p_kwargs, index, origin_of(parent))
         return T(src.items[index])
 
     def _outputs(self, node: fx.Node) -> None:

@@ -51,25 +51,18 @@ def _sdpa_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     return q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
 
 
+# matmul and linear compute their fake results by running themselves on fake tensors
 def _matmul_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.matmul(a, b).clone()  # a custom op's output must not alias its inputs
-
-
-def _matmul_fake(a, b):
-    return torch.matmul(a, b).clone()
+    return torch.matmul(a, b)
 
 
 def _linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    return F.linear(x, weight, bias).clone()
-
-
-def _linear_fake(x, weight, bias):
-    return F.linear(x, weight, bias).clone()
+    return F.linear(x, weight, bias)
 
 
 SDPA = _define_op("sdpa", _sdpa_impl, _sdpa_fake)
-MATMUL = _define_op("matmul", _matmul_impl, _matmul_fake)
-LINEAR = _define_op("linear", _linear_impl, _linear_fake)
+MATMUL = _define_op("matmul", _matmul_impl, _matmul_impl)
+LINEAR = _define_op("linear", _linear_impl, _linear_impl)
 
 
 def _sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -147,7 +140,8 @@ def describe(fn: Any) -> str:
 def _user_error(exc: BaseException, what: str) -> MinicompError:
     """A one-paragraph error at the innermost user frame of `exc`'s traceback."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_user_file(f.filename)]
-    message = f"{what}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    message = f"{what}: {type(exc).__name__}" + (f": {text}" if text else "")
     if "DataDependent" in type(exc).__name__ or "data-dependent" in str(exc):
         message += (" (a tensor's value decides Python control flow or is read with .item()/.tolist(); "
                     "minicomp captures one static graph, so compute it with tensor ops such as torch.where)")

@@ -1,0 +1,196 @@
+"""Reduction kernels under Triton's interpreter: single-pass and looped forms, any axis, several outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tol
+
+from minicomp import runtime
+from minicomp.codegen import generate, reduction
+from minicomp.ir import composites as C
+from minicomp.ir.graph import Graph
+from minicomp.ir.interpret import run
+from minicomp.passes.plan import Group, Plan
+from minicomp.runtime.cache import ModuleCache
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return ModuleCache(tmp_path_factory.mktemp("mc-cache"))
+
+
+@pytest.fixture(params=["single", "looped"])
+def form(request, monkeypatch):
+    """Run a test in both kernel forms: the looped one with 16-wide column blocks, so rows span several."""
+    if request.param == "looped":
+        monkeypatch.setattr(reduction, "SINGLE_PASS_MAX", 0)
+        monkeypatch.setattr(reduction, "CPU_LOOP_BLOCK", 16)
+    return request.param
+
+
+def one_group(g: Graph, name: str = "") -> Plan:
+    nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
+    leaves = [n.id for n in g.nodes() if n.kind in ("input", "constant") and g.users(n.id)]
+    return Plan(g.name, [Group(0, "reduction", nodes=nodes, inputs=leaves, outputs=list(dict.fromkeys(g.outputs)),
+                               name=name)])
+
+
+def rand(shape, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=gen).to(dtype)
+
+
+def check(g, inputs, expected, cache, name="", dtype=None):
+    gen = generate(g, one_group(g, name), "cpu")
+    assert not gen.fallbacks, gen.fallbacks
+    out = runtime.load(gen, "cpu", cache=cache)(*inputs)
+    ref = run(g, inputs)
+    for o, r, e in zip(out, ref, expected, strict=True):
+        assert o.shape == e.shape and o.dtype == e.dtype
+        t = tol(dtype or o.dtype)
+        torch.testing.assert_close(o, r, **t)
+        torch.testing.assert_close(o, e, **t)
+    return gen
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 7), (5, 37), (2, 3, 40)])
+def test_softmax(shape, dtype, form, cache):
+    g = Graph("softmax")
+    x = g.add_input("x", shape, dtype)
+    g.set_outputs([C.softmax(g, x, -1)])
+    a = rand(shape, dtype) * 3
+    gen = check(g, [a], [torch.softmax(a, -1)], cache, "softmax")
+    assert gen.kernel_names == ["mc_red_softmax_0"]
+    assert ("for c0 in range(0, n_cols, BLOCK_C):" in gen.source) == (form == "looped")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_log_softmax_large_values(dtype, form, cache):
+    g = Graph("log_softmax")
+    x = g.add_input("x", (3, 33), dtype)
+    g.set_outputs([C.log_softmax(g, x, -1)])
+    a = rand((3, 33), dtype) * 40 + 1000          # max-subtracted: exp never overflows
+    check(g, [a], [torch.log_softmax(a.float(), -1).to(dtype)], cache)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rmsnorm(dtype, form, cache):
+    g = Graph("rmsnorm")
+    x = g.add_input("x", (6, 45), dtype)
+    w = g.add_input("w", (45,), dtype)
+    g.set_outputs([C.rms_norm(g, x, 1, w, 1e-6)])
+    a, b = rand((6, 45), dtype), rand((45,), dtype, 1)
+    check(g, [a, b], [F.rms_norm(a, (45,), b, 1e-6)], cache, "rmsnorm")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_residual_layernorm_with_stats(dtype, form, cache):
+    """Prologue (residual add), epilogue (affine, cast), and outputs of both shapes."""
+    g = Graph("add_layernorm")
+    x = g.add_input("x", (4, 3, 50), dtype)
+    r = g.add_input("r", (4, 3, 50), dtype)
+    w = g.add_input("w", (50,), dtype)
+    b = g.add_input("b", (50,), dtype)
+    h = g.add("add", x, r)
+    y = C.layer_norm(g, h, 1, w, b, 1e-5)
+    mean = C.reduce(g, "mean", g.add("cast", h, dtype=torch.float32), -1, keepdim=True)
+    top = C.reduce(g, "amax", h, -1, keepdim=False)
+    g.set_outputs([y, h, mean, top])
+    xs = [rand((4, 3, 50), dtype, i) for i in range(2)] + [rand((50,), dtype, i) for i in (2, 3)]
+    hh = xs[0] + xs[1]
+    expected = [F.layer_norm(hh, (50,), xs[2], xs[3], 1e-5), hh, hh.float().mean(-1, keepdim=True), hh.amax(-1)]
+    check(g, xs, expected, cache, "add_layernorm")
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("shape,axes", [((37, 5), (0,)), ((2, 9, 3), (1,)), ((4, 6, 5), (0, 2)),
+                                        ((3, 5), (0, 1)), ((7,), (0,))])
+def test_any_axis(op, shape, axes, form, cache):
+    g = Graph(f"{op}_axes")
+    x = g.add_input("x", shape, torch.float32)
+    k = C.reduce(g, op, x, axes, keepdim=True)
+    n = C.reduce(g, op, g.add("mul", x, g.constant(2.0)), axes, keepdim=False)
+    g.set_outputs([g.add("sub", x, k), n])
+    a = rand(shape, torch.float32)
+    f = getattr(torch, op)
+    check(g, [a], [a - f(a, dim=axes, keepdim=True), f(a * 2, dim=axes)], cache)
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_var(correction, dtype, form, cache):
+    g = Graph("var")
+    x = g.add_input("x", (5, 41), dtype)
+    v = g.add("var", g.add("cast", x, dtype=torch.float32), axes=(1,), keepdim=False, correction=correction)
+    g.set_outputs([v])
+    a = rand((5, 41), dtype) + 100          # large mean: the two-step form stays accurate
+    check(g, [a], [torch.var(a.float(), dim=1, correction=correction)], cache, dtype=dtype)
+
+
+def test_int_and_bool_reductions(form, cache):
+    g = Graph("counts")
+    x = g.add_input("x", (4, 19), torch.int32)
+    pos = g.add("gt", x, g.constant(0))
+    g.set_outputs([C.reduce(g, "sum", pos, 1), C.reduce(g, "amax", x, 1), C.reduce(g, "sum", x, 1)])
+    a = torch.randint(-50, 50, (4, 19), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    check(g, [a], [(a > 0).sum(1), a.amax(1), a.sum(1)], cache)
+
+
+def test_full_reduction_to_scalar(form, cache):
+    g = Graph("total")
+    x = g.add_input("x", (3, 50), torch.float16)
+    s = C.reduce(g, "sum", g.add("cast", x, dtype=torch.float32), (0, 1))
+    g.set_outputs([s, g.add("div", g.add("cast", x, dtype=torch.float32), s)])
+    a = rand((3, 50), torch.float16).abs() + 0.1
+    t = a.float().sum()
+    check(g, [a], [t, a.float() / t], cache)
+
+
+def test_noncontiguous_input(form, cache):
+    g = Graph("softmax_t")
+    x = g.add_input("x", (6, 21), torch.float32)
+    g.set_outputs([C.softmax(g, x, -1)])
+    a = rand((21, 6), torch.float32).t()
+    g2 = runtime.with_input_layouts(g, runtime.Signature.of([a]))
+    check(g2, [a], [torch.softmax(a, -1)], cache)
+    check(g, [a], [torch.softmax(a, -1)], cache)
+
+
+def test_softmax_through_a_transpose(form, cache):
+    """Softmax over axis 0 written as permute -> softmax(-1) -> permute: a strided row kernel."""
+    g = Graph("softmax_axis0")
+    x = g.add_input("x", (23, 4), torch.float32)
+    s = C.softmax(g, g.add("permute", x, dims=(1, 0)), -1)
+    g.set_outputs([g.add("permute", s, dims=(1, 0))])
+    a = rand((23, 4), torch.float32)
+    check(g, [a], [torch.softmax(a, 0)], cache)
+
+
+def test_reduction_read_across_rows_falls_back(cache):
+    """A reduced value read through a view that mixes rows is not a row kernel: PyTorch runs it."""
+    g = Graph("mixed_rows")
+    x = g.add_input("x", (4, 4), torch.float32)
+    s = C.reduce(g, "sum", x, 1, keepdim=True)                          # [4, 1]
+    st = g.add("reshape", g.add("permute", s, dims=(1, 0)), shape=(4, 1))  # rows reversed? no: same, but via views
+    flip = g.add("expand", g.add("slice", s, dim=0, start=0, end=1, step=1), shape=(4, 4))
+    g.set_outputs([g.add("add", x, flip), st])
+    plan = one_group(g)
+    a = rand((4, 4), torch.float32)
+    out = runtime.load(generate(g, plan, "cpu"), "cpu", cache=cache)(a)
+    assert plan.groups[0].fallback and "another row" in plan.groups[0].fallback
+    torch.testing.assert_close(out[0], a + a[:1].sum(1, keepdim=True))
+
+
+def test_cuda_source_configs():
+    g = Graph("softmax")
+    x = g.add_input("x", (64, 30000), torch.bfloat16)
+    g.set_outputs([C.softmax(g, x, -1)])
+    src = generate(g, one_group(g, "softmax"), "cuda").source
+    assert "@triton.autotune(" in src and "key=['n_rows', 'n_cols']" in src
+    assert "for c0 in range(0, n_cols, BLOCK_C):" in src        # 30000 > SINGLE_PASS_MAX: looped
+    compile(src, "<generated>", "exec")
