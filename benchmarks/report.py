@@ -228,7 +228,8 @@ def markdown(record: dict) -> str:
             f"| {w['name']}", _f(mc.get("compile_for_s")), _yes(s.get("own_compile_met", {}).get(w["name"])),
             _f((ct.get("minicomp") or {}).get("compile_seconds")), _ct_cell(ct.get("minicomp")),
             _ct_cell(ct.get("inductor")),
-            f"{_f(mc.get('first_call_s'), '{:.2f}')} / {_f(ind.get('first_call_s'), '{:.2f}')}"]) + " |")
+            f"{_f(_sum(mc.get('compile_for_s'), mc.get('first_call_s')), '{:.2f}')} / "
+            f"{_f(ind.get('first_call_s'), '{:.2f}')}"]) + " |")
     errors = [(w["name"], k, v) for w in record.get("workloads", []) for k, v in w.get("errors", {}).items()]
     notes = [(w["name"], n) for w in record.get("workloads", []) for n in w.get("notes", [])]
     if errors or notes:
@@ -237,6 +238,10 @@ def markdown(record: dict) -> str:
         lines += [f"- {name}: {n}" for name, n in notes]
     lines.append("")
     return "\n".join(lines)
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
 
 
 def _ct_cell(c: dict | None) -> str:

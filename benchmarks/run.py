@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:            # run as a script: make `benchmarks` im
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import (TOLERANCES, compare, deadline, error_record, io_bytes, ledger,  # noqa: E402
-                                measure_ceilings, sync, time_fn)
+                                measure_ceilings, poison_allocator, sync, time_fn)
 CHILD_MARKER = "BENCH_CHILD_RESULT "
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -128,11 +128,13 @@ def run_backend(name: str, built, ref, args, tol) -> dict:
         rec["compile_seconds"] = compiled.compile_seconds         # minicomp's own figure
         rec["ledger"] = ledger(compiled.plan)
         rec["kernels"] = list(getattr(compiled.generated, "kernel_names", []))
+    if ref is not None:
+        poison_allocator(ref)
     sync(args.device)
     t0 = time.perf_counter()
     out = fn(*built.inputs)
     sync(args.device)
-    rec["first_call_s"] = time.perf_counter() - t0               # in this (warm) process
+    rec["first_call_s"] = time.perf_counter() - t0               # in this (warm) process, after compile_for
     rec["check"] = compare(out, ref, tol) if ref is not None else {"ok": True, "reference": True}
     del out
     rec.update(time_fn(lambda: fn(*built.inputs), args))
