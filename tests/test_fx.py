@@ -540,3 +540,28 @@ def test_loader_user_errors(tmp_path):
     with pytest.raises(SourceError, match="ZeroDivisionError") as info:
         load_model_file(at_import)
     assert info.value.line == 2
+
+
+
+def test_leftover_in_place_ops_lower_to_pure_ones():
+    # In-place ops that survive functionalisation (from decompositions) are lowered out of place,
+    # mapped or opaque, and later readers see the new value; no run mutates its operands.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minicomp.frontend.fx import lower
+
+    def fn(x):
+        y = x * 2
+        y.add_(1)
+        y.cumsum_(1)
+        return y + x
+
+    x = rand(3, 6)
+    gm = make_fx(fn, tracing_mode="fake")(x)  # no functionalize: add_ and cumsum_ stay in place
+    assert {str(n.target) for n in gm.graph.nodes} >= {"aten.add_.Tensor", "aten.cumsum_.default"}
+    g = lower(gm, "fn", ["x"])
+    verify(g)
+    assert [n.attrs["target"] for n in g.nodes() if n.op == "opaque"] == ["aten.cumsum.default"]
+    (y,) = run(g, [x])
+    torch.testing.assert_close(y, fn(x.clone()))
+    assert torch.equal(x, rand(3, 6))

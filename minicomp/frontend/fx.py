@@ -345,9 +345,17 @@ def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.T
             raise MinicompError(f"example input {i} of {describe(fn_or_module)} is {type(t).__name__}; "
                                 "capture takes tensors only")
     gm = trace(fn_or_module, inputs)
-    g = Graph(name or describe(fn_or_module))
-    _Lowering(gm, g, _input_names(fn_or_module, len(inputs)), _weight_names(fn_or_module),
-              _def_origin(fn_or_module)).run()
+    return lower(gm, name or describe(fn_or_module), _input_names(fn_or_module, len(inputs)),
+                 _weight_names(fn_or_module), _def_origin(fn_or_module))
+
+
+def lower(gm: fx.GraphModule, name: str, input_names: Sequence[str] | None = None,
+          weight_names: dict[int, str] | None = None, input_origin: str | None = None) -> Graph:
+    """The Graph of an aten-level fx GraphModule (what `trace` returns); capture = trace + lower."""
+    count = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    names = list(input_names) if input_names is not None else [f"arg{i}" for i in range(count)]
+    g = Graph(name)
+    _Lowering(gm, g, names, weight_names or {}, input_origin).run()
     _prune(g)
     return g
 
