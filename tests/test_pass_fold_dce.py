@@ -171,3 +171,41 @@ def test_dce_nothing_to_do():
     a = g.add("neg", x)
     g.set_outputs([a, g.add("add", a, x), x])
     check_pass("dce", g, dump(g), {})
+
+
+def test_views_of_constants_are_looked_through_not_materialised():
+    g = Graph("views")
+    x = g.add_input("x", (3, 2), torch.float32)
+    w_value = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    w = g.constant(w_value, label="w")
+    wt = g.add("permute", w, dims=(1, 0))                  # a weight transpose: left to the layout pass
+    half = g.add("cast", wt, dtype=torch.bfloat16)         # fewer bytes: folded, through the view
+    wide = g.add("cast", g.constant(w_value.to(torch.bfloat16), label="v"), dtype=torch.float32)  # 2x bytes: kept
+    corner = g.add("slice", g.add("slice", w, dim=0, start=0, end=1, step=1), dim=1, start=0, end=1, step=1)
+    g.set_outputs([g.add("add", x, wt), half, wide, corner])
+    check_pass("constant_fold", g, """
+        graph views(%0: x) {
+          %0 = input x : f32[3, 2]
+          %1 = constant(<f32[2, 3] #W>, label="w") : f32[2, 3]
+          %2 = permute(%1, dims=[1, 0]) : f32[3, 2]
+          %3 = constant(<bf16[2, 3] #V>, label="v") : bf16[2, 3]
+          %4 = cast(%3, dtype=f32) : f32[2, 3]
+          %5 = slice(%1, dim=0, start=0, end=1, step=1) : f32[1, 3]
+          %6 = add(%0, %2) : f32[3, 2]
+          %7 = constant(<bf16[3, 2] #HALF>, label="cast(w)") : bf16[3, 2]
+          %8 = constant(<f32[1, 1] #CORNER>, label="slice(w)") : f32[1, 1]
+          return %6, %7, %4, %8
+        }""".replace("#W", "#" + _digest(w_value)).replace("#V", "#" + _digest(w_value.to(torch.bfloat16)))
+        .replace("#HALF", "#" + _digest(w_value.T.to(torch.bfloat16))).replace("#CORNER", "#" + _digest(w_value[:1, :1])),
+        {"folded": 2})
+
+
+def test_a_fold_that_raises_is_left_for_run_time():
+    g = Graph("raises")
+    x = g.add_input("x", (2,), torch.float32)
+    flags = g.constant(torch.tensor([True, False]))
+    bad = g.add("sub", flags, g.constant(1.0))   # meta inference accepts this; evaluation refuses
+    g.set_outputs([x, bad])
+    from minicomp.passes.manager import PASSES
+    out, changes = PASSES["constant_fold"].run(g)
+    assert changes == {} and dump(out) == dump(g)

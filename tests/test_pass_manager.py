@@ -7,7 +7,7 @@ import torch
 
 from minicomp.errors import MinicompError, VerifyError
 from minicomp.ir.graph import Graph
-from minicomp.passes.manager import DEFAULT_PIPELINE, PASSES, describe_passes, run_pipeline
+from minicomp.passes.manager import CLEANUP_PIPELINE, DEFAULT_PIPELINE, PASSES, describe_passes, run_pipeline
 from minicomp.passes.registry import Pass, register_pass
 from pass_testing import assert_same_results, dump
 
@@ -26,10 +26,10 @@ def two_round_graph() -> Graph:
     return g
 
 
-def test_default_pipeline_reaches_a_fixed_point():
+def test_cleanup_passes_reach_a_fixed_point():
     g = two_round_graph()
     before = g.dump()
-    out, records = run_pipeline(g)
+    out, records = run_pipeline(g, CLEANUP_PIPELINE)
     assert g.dump() == before, "the caller's graph was mutated"
     assert dump(out) == """graph rounds(%0: x) {
   %0 = input x : f32[4, 4]
@@ -56,8 +56,18 @@ def test_default_pipeline_reaches_a_fixed_point():
     ]
     assert [r.nodes_after for r in records][:4] == [11, 9, 8, 5]
     # running the pipeline again changes nothing
-    _, again = run_pipeline(out)
+    _, again = run_pipeline(out, CLEANUP_PIPELINE)
     assert [r.changed for r in again] == [False] * 4
+
+
+def test_default_pipeline():
+    assert DEFAULT_PIPELINE[:4] == CLEANUP_PIPELINE
+    if "attention" in PASSES:
+        assert DEFAULT_PIPELINE[4:9] == ["attention"] + CLEANUP_PIPELINE
+    if "layout" in PASSES:
+        assert DEFAULT_PIPELINE[-1] == "layout"
+    out, records = run_pipeline(two_round_graph())
+    assert [r.name for r in records][:12] == CLEANUP_PIPELINE * 3
 
 
 def _digest(t):
@@ -132,13 +142,14 @@ def test_pass_table_entries_are_graph_to_graph():
     out = PASSES["dce"](g)
     assert isinstance(out, Graph) and len(out) == len(g) - 1
     text = describe_passes()
-    for name in DEFAULT_PIPELINE:
+    for name in CLEANUP_PIPELINE:
         assert name in text and PASSES[name].fixed_point and PASSES[name].doc
+    assert all(name in text for name in PASSES)
 
 
 def test_print_after_all_shows_each_pass_and_node_counts():
     buf = io.StringIO()
-    run_pipeline(two_round_graph(), print_after_all=True, out=buf)
+    run_pipeline(two_round_graph(), CLEANUP_PIPELINE, print_after_all=True, out=buf)
     text = buf.getvalue()
     headers = [line for line in text.splitlines() if line.startswith("=====")]
     assert headers[0] == "======== 000 input: 11 nodes ========"
@@ -154,7 +165,7 @@ def test_dump_dir_writes_one_file_per_step(tmp_path):
     stale.write_text("from an earlier run")
     keep = tmp_path / "notes.txt"
     keep.write_text("mine")
-    out, records = run_pipeline(two_round_graph(), dump_dir=tmp_path / "d")
+    out, records = run_pipeline(two_round_graph(), CLEANUP_PIPELINE, dump_dir=tmp_path / "d")
     files = sorted(p.name for p in (tmp_path / "d").iterdir())
     assert files[:3] == ["000_input.txt", "001_constant_fold.txt", "002_simplify.txt"]
     assert len(files) == len(records) + 1
@@ -168,7 +179,7 @@ def test_dump_dir_writes_one_file_per_step(tmp_path):
 
 def test_time_passes_prints_a_table():
     buf = io.StringIO()
-    run_pipeline(two_round_graph(), time_passes=True, out=buf)
+    run_pipeline(two_round_graph(), CLEANUP_PIPELINE, time_passes=True, out=buf)
     lines = buf.getvalue().splitlines()
     assert lines[0].split() == ["pass", "runs", "ms", "%", "changes"]
     rows = {line.split()[0]: line for line in lines[1:]}

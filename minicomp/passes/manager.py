@@ -1,6 +1,8 @@
 """The pass manager: runs a named pipeline of graph passes, and lets you watch it.
 
-`run_pipeline(graph, ["constant_fold", "simplify", "cse", "dce", ...])`:
+`run_pipeline(graph, ["constant_fold", "simplify", "cse", "dce", ...])` (None: DEFAULT_PIPELINE,
+the cleanup passes, then attention matching and cleanup again, then layout — those two
+when their modules exist):
 - checks every name first (an unknown one is a MinicompError listing the known passes);
 - copies the graph once: the caller's graph is never mutated, and each pass gets a graph
   the manager owns (passes also promise not to mutate their argument);
@@ -33,13 +35,14 @@ from minicomp.ir.printer import format_node
 from minicomp.ir.verify import verify
 from minicomp.passes.registry import PASSES, Changes, Pass
 
-__all__ = ["PASSES", "DEFAULT_PIPELINE", "PassRecord", "run_pipeline", "resolve_pipeline", "describe_passes"]
+__all__ = ["PASSES", "DEFAULT_PIPELINE", "CLEANUP_PIPELINE", "PassRecord", "run_pipeline", "resolve_pipeline", "describe_passes"]
 
 # Pass modules, imported (in this order) to fill PASSES; OPTIONAL ones may not exist yet.
 PASS_MODULES = ("constant_fold", "simplify", "cse", "dce")
-OPTIONAL_PASS_MODULES = ("attention", "layout")
+OPTIONAL_PASS_MODULES = ("attention_match", "layout")
 
-DEFAULT_PIPELINE: list[str] = ["constant_fold", "simplify", "cse", "dce"]
+# The cleanup passes, run together to a fixed point.
+CLEANUP_PIPELINE: list[str] = ["constant_fold", "simplify", "cse", "dce"]
 
 MAX_ROUNDS = 20  # fixed-point groups converge in 2-3 rounds; this bounds a buggy ping-pong
 
@@ -250,5 +253,17 @@ def _load_pass_modules() -> None:
                 raise
 
 
+def _default_pipeline() -> list[str]:
+    """Cleanup; then attention matching and cleanup again (its rewrite leaves permutes and
+    constants to tidy); then layout, last, once the graph no longer changes shape."""
+    pipeline = list(CLEANUP_PIPELINE)
+    if "attention" in PASSES:
+        pipeline += ["attention"] + CLEANUP_PIPELINE
+    if "layout" in PASSES:
+        pipeline.append("layout")
+    return pipeline
+
+
 # At the end, so a pass module that imports this one (for run_pipeline) finds it complete.
 _load_pass_modules()
+DEFAULT_PIPELINE: list[str] = _default_pipeline()
