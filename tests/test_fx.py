@@ -400,6 +400,24 @@ def test_module_inputs_and_weights():
     assert consts["proj.weight"].data_ptr() == net.proj.weight.data_ptr()
 
 
+@pytest.mark.parametrize("make", [lambda x: x * 2, lambda x: (x, x * 2), lambda x: [x * 2, (x + 1, x)],
+                                  lambda x: {"b": x * 2, "a": x + 1}, lambda x: x.max(0)],
+                         ids=["tensor", "tuple", "nested_list", "dict", "namedtuple"])
+def test_out_spec_rebuilds_the_result(make):
+    x = rand(3, 4)
+    g = capture(make, [x])
+    rebuilt = torch.utils._pytree.tree_unflatten(run(g, [x]), g.out_spec)
+    want = make(x)
+    assert type(rebuilt) is type(want)
+    torch.testing.assert_close(rebuilt, want)
+
+
+def test_tied_weights_are_one_constant():
+    emb = nn.Linear(6, 6, bias=False)
+    g = check(lambda x: emb(emb(x)) + x @ emb.weight, rand(2, 6))
+    assert sum(n.op == "constant" and n.shape == (6, 6) for n in g.nodes()) == 1
+
+
 def test_origins_point_at_user_lines():
     def fn(x):
         y = torch.exp(x)

@@ -56,6 +56,7 @@ import networkx as nx
 import torch
 import torch.fx as fx
 import torch.nn as nn
+import torch.utils._pytree as pytree
 
 from minicomp.errors import MinicompError
 from minicomp.frontend import fx_ops
@@ -208,6 +209,7 @@ class _Lowering:
         self.weight_names = weight_names
         self.input_origin = input_origin
         self.env: dict[fx.Node, Any] = {}
+        self.constants: dict[int, T] = {}   # id(tensor) -> its node: a tied weight is one constant
 
     def value(self, a: Any) -> Any:
         return self.env[a] if isinstance(a, fx.Node) else a
@@ -222,8 +224,10 @@ class _Lowering:
                 placeholders += 1
             elif node.op == "get_attr":
                 tensor = _fetch_attr(self.gm, node.target)
-                label = self.weight_names.get(id(tensor), node.target)
-                self.env[node] = T(self.g.constant(tensor, label=label, origin=origin_of(node)))
+                if id(tensor) not in self.constants:
+                    label = self.weight_names.get(id(tensor), node.target)
+                    self.constants[id(tensor)] = T(self.g.constant(tensor, label=label, origin=origin_of(node)))
+                self.env[node] = self.constants[id(tensor)]
             elif node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
@@ -265,8 +269,7 @@ class _Lowering:
         return T(src.items[index])
 
     def _outputs(self, node: fx.Node) -> None:
-        flat: list[Any] = []
-        fx.node.map_aggregate(node.args[0], flat.append)
+        flat, self.g.out_spec = pytree.tree_flatten(node.args[0])
         outs = []
         for item in flat:
             v = self.value(item)
@@ -336,7 +339,8 @@ def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.T
     """Trace `fn_or_module(*example_inputs)` into a verified-shape minicomp Graph.
 
     Inputs are named after the function's (or `forward`'s) parameters. Weights become
-    constants holding the module's own tensors. Raises MinicompError (SourceError at the
+    constants holding the module's own tensors. `graph.outputs` are the returned tensors in
+    pytree order and `graph.out_spec` the structure that `tree_unflatten` rebuilds from them. Raises MinicompError (SourceError at the
     user's line where one is known) for anything the user's code or inputs cause.
     """
     inputs = list(example_inputs)
@@ -344,14 +348,20 @@ def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.T
         if not isinstance(t, torch.Tensor):
             raise MinicompError(f"example input {i} of {describe(fn_or_module)} is {type(t).__name__}; "
                                 "capture takes tensors only")
-    gm = trace(fn_or_module, inputs)
-    return lower(gm, name or describe(fn_or_module), _input_names(fn_or_module, len(inputs)),
-                 _weight_names(fn_or_module), _def_origin(fn_or_module))
+    gm, out_spec = trace(fn_or_module, inputs)
+    g = lower(gm, name or describe(fn_or_module), _input_names(fn_or_module, len(inputs)),
+              _weight_names(fn_or_module), _def_origin(fn_or_module))
+    g.out_spec = out_spec
+    return g
 
 
 def lower(gm: fx.GraphModule, name: str, input_names: Sequence[str] | None = None,
           weight_names: dict[int, str] | None = None, input_origin: str | None = None) -> Graph:
-    """The Graph of an aten-level fx GraphModule (what `trace` returns); capture = trace + lower."""
+    """The Graph of an aten-level fx GraphModule (what `trace` returns); capture = trace + lower.
+
+    `graph.out_spec` is the pytree structure of the GraphModule's result: the flat
+    `graph.outputs` rebuild it with `torch.utils._pytree.tree_unflatten`.
+    """
     count = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
     names = list(input_names) if input_names is not None else [f"arg{i}" for i in range(count)]
     g = Graph(name)

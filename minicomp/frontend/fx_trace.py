@@ -4,8 +4,8 @@
   with fake implementations) for calls that must reach the IR whole.
 - `_Intercept`: the TorchFunctionMode active while tracing; it redirects those calls and
   stamps every new fx node with the user's frame (`file`, `line`) as its stack trace.
-- `trace(fn, inputs)`: the fx GraphModule; anything the user's code raises becomes a
-  MinicompError at the user's line.
+- `trace(fn, inputs)`: the fx GraphModule and the structure of `fn`'s result; anything the
+  user's code raises becomes a MinicompError at the user's line.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch.fx as fx
 import torch.fx.traceback as fx_traceback
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
 
@@ -152,16 +153,22 @@ def _user_error(exc: BaseException, what: str) -> MinicompError:
     return SourceError(message, short_path(f.filename), f.lineno or 0, col, f.line)
 
 
-def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> fx.GraphModule:
-    """make_fx capture of `fn` (see the module docstring); user errors become MinicompError."""
+def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.GraphModule, pytree.TreeSpec]:
+    """make_fx capture of `fn` (see the module docstring) and the pytree structure of what it
+    returns (tuple, list, dict, namedtuple...); user errors become MinicompError."""
+    returned: list[pytree.TreeSpec] = []
+
     def positional(*args):  # make_fx would also make placeholders for defaulted parameters
-        return fn(*args)
+        out = fn(*args)
+        returned.append(pytree.tree_structure(out))
+        return out
 
     try:
         with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept():
-            return make_fx(torch.func.functionalize(positional, remove="mutations"), tracing_mode="fake",
-                           _allow_non_fake_inputs=True)(*example_inputs)
+            gm = make_fx(torch.func.functionalize(positional, remove="mutations"), tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*example_inputs)
     except MinicompError:
         raise
     except Exception as e:  # anything the user's code raised while running on fake tensors
         raise _user_error(e, f"capturing {describe(fn)} failed") from None
+    return gm, returned[-1]
