@@ -67,6 +67,18 @@ def test_softmax(shape, dtype, form, cache):
     gen = check(g, [a], [torch.softmax(a, -1)], cache, "softmax")
     assert gen.kernel_names == ["mc_red_softmax_0"]
     assert ("for c0 in range(0, n_cols, BLOCK_C):" in gen.source) == (form == "looped")
+    assert ("online softmax" in gen.source) == (form == "looped")      # max and sum share one loop
+
+
+def test_softmax_with_masked_entries(form, cache):
+    """Rows holding -inf (a causal mask) stay finite; the online form never computes -inf - -inf."""
+    g = Graph("masked_softmax")
+    x = g.add_input("x", (2, 37, 37), torch.float32)
+    keep = g.add("tril", g.add("full", shape=(37, 37), value=True, dtype=torch.bool), diagonal=0)
+    g.set_outputs([C.softmax(g, g.add("where", keep, x, g.constant(float("-inf"))), -1)])
+    a = rand((2, 37, 37), torch.float32)
+    mask = torch.ones(37, 37, dtype=torch.bool).tril()
+    check(g, [a], [torch.softmax(a.masked_fill(~mask, float("-inf")), -1)], cache)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

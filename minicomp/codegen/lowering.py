@@ -166,7 +166,11 @@ class Lowering:
             return self.emit(f"{op}{node.id}", text, node.dtype, s)
         args = [self.value(arg, ix.broadcast(idx, self.graph.node(arg).shape), cond) for arg in node.args]
         s = frozenset().union(*(v.syms for v in args)) if args else frozenset()
-        return self.emit(f"{op}{node.id}", op_text(node, args, self.cpu), node.dtype, s, exact=(op == "cast"))
+        text = op_text(node, args, self.cpu)
+        if op == "cast" and text == args[0].code:
+            # a widening that changes nothing inside the kernel (bf16 -> f32 is already f32 here)
+            return Val(text, node.dtype, s, exact=args[0].exact)
+        return self.emit(f"{op}{node.id}", text, node.dtype, s, exact=(op == "cast"))
 
     def _view(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
         op, a = node.op, node.attrs
@@ -222,7 +226,7 @@ class Lowering:
         if v.literal:
             text = f"tl.full({block_shape}, {py_literal(v.value, node.dtype)}, {storage_tl(node.dtype)})"
         else:
-            text = store_text(convert(v, node.dtype), node.dtype, self.cpu)
+            text = store_text(convert(v, node.dtype), node.dtype, self.cpu, exact=v.exact and v.dtype == node.dtype)
         mask = self.mask_for(s)
         addr = f"{ptr} + {self.render(off)}"
         self.builder_for(s).writeline(f"tl.store({addr}, {text}" + (f", mask={mask})" if mask else ")"))

@@ -209,13 +209,13 @@ class ModuleWriter:
         out.writeline(f"# outputs: {outs}")
         out.writeline("# run as a script: python this.py [inputs.pt [outputs.pt]] (random inputs by default)")
         out.writeline("")
-        out.writelines(["import os", "import sys", "", "import torch", "import triton",
-                        "import triton.language as tl", ""])
+        out.writelines(["import os", "import sys", ""])
         out.writeline(f"DEVICE_TYPE = {self.device_type!r}")
         with out.block('if __name__ == "__main__" and DEVICE_TYPE == "cpu":'):
-            out.writeline("# Triton reads this when @triton.jit runs below: CPU tensors need its interpreter")
+            out.writeline("# CPU tensors run under Triton's interpreter, which must be on before triton is imported")
             out.writeline('os.environ.setdefault("TRITON_INTERPRET", "1")')
         out.writeline("")
+        out.writelines(["import torch", "import triton", "import triton.language as tl", ""])
         out.writeline("CONSTANTS = []  # tensor constants: set by minicomp's loader, or read from constants.pt")
         out.writeline(f"OPAQUE = []  # {len(self.opaque)} PyTorch callable(s) for opaque nodes, set by minicomp's loader")
         if any("_round_bf16(" in k.source for k in self.kernels):

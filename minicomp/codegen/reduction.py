@@ -153,6 +153,47 @@ class RowKernel:
             total = self.low.emit(f"mean{nid}", f"{total.code} / {float(self.dom.n_cols)!r}", node.dtype, total.syms)
         self.reduced[nid] = total
 
+    def online_partner(self, m_id: int, pending: list[int]) -> int | None:
+        """A later `sum(exp(a - m))` that can share the loop of `m = amax(a)` (online softmax)."""
+        g, computed = self.ctx.graph, self.low.computed
+        m = g.node(m_id)
+        if self.single or m.op != "amax" or m.dtype != torch.float32:
+            return None
+        for r in pending:
+            s = g.node(r)
+            e = g.node(s.args[0]) if s.op == "sum" else None
+            if e is None or e.op != "exp" or e.id not in computed:
+                continue
+            d = g.node(e.args[0])
+            if (d.op == "sub" and d.id in computed and tuple(d.args) == (m.args[0], m_id)
+                    and s.dtype == e.dtype == d.dtype == torch.float32):
+                return r
+        return None
+
+    def reduce_online(self, m_id: int, s_id: int) -> None:
+        """One loop for max and sum of exp(x - max): each lane keeps its running max and rescales its sum."""
+        m = self.ctx.graph.node(m_id)
+        low, main = self.low, self.main
+        m_acc, s_acc = low.names.fresh(f"acc{m_id}"), low.names.fresh(f"acc{s_id}")
+        main.writeline("# online softmax: max and sum of exp in one pass over the row")
+        main.writeline(f"{m_acc} = tl.full([BLOCK_R, BLOCK_C], -float('inf'), tl.float32)")
+        main.writeline(f"{s_acc} = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)")
+        loop = self._open_loop()
+        x = convert(low.value(m.args[0], self.s_index), m.dtype)
+        xm, m_new = low.names.fresh("x_masked"), low.names.fresh("m_new")
+        loop.writeline(f"{xm} = tl.where(mask, {x}, -float('inf'))")
+        loop.writeline(f"{m_new} = tl.maximum({m_acc}, {xm})")
+        loop.writeline(f"{s_acc} = {s_acc} * tl.where({m_acc} == -float('inf'), 0.0, tl.exp({m_acc} - {m_new})) "
+                       f"+ tl.where({xm} == -float('inf'), 0.0, tl.exp({xm} - {m_new}))")
+        loop.writeline(f"{m_acc} = {m_new}")
+        self._close_loop()
+        mx, sm = low.names.fresh(f"amax{m_id}"), low.names.fresh(f"sum{s_id}")
+        main.writeline(f"{mx} = tl.max({m_acc}, axis=1)[:, None]")
+        main.writeline(f"{sm} = tl.sum(tl.where({m_acc} == -float('inf'), 0.0, {s_acc} * tl.exp({m_acc} - {mx})), "
+                       "axis=1)[:, None]")
+        self.reduced[m_id] = Val(mx, m.dtype, frozenset({"rows"}))
+        self.reduced[s_id] = Val(sm, torch.float32, frozenset({"rows"}))
+
     def _neutral(self, kind: str, dtype: torch.dtype) -> str:
         if kind in ("sum", "sum_sq"):
             return "0.0" if dtype.is_floating_point else "0"
@@ -263,8 +304,15 @@ def emit(ctx: KernelCtx) -> Kernel:
     dom = find_domain(ctx)
     single = dom.n_cols <= SINGLE_PASS_MAX
     k = RowKernel(ctx, dom, single)
-    for r in _needed_reductions(ctx, dom):
-        k.reduce(r)
+    pending = _needed_reductions(ctx, dom)
+    while pending:
+        r = pending.pop(0)
+        partner = k.online_partner(r, pending)
+        if partner is not None:
+            pending.remove(partner)
+            k.reduce_online(r, partner)
+        else:
+            k.reduce(r)
     k.store_outputs()
 
     group = ctx.group

@@ -107,11 +107,11 @@ def round_to(code: str, dtype: torch.dtype, cpu: bool) -> str:
     return code
 
 
-def store_text(code: str, dtype: torch.dtype, cpu: bool) -> str:
-    """An fp32 (compute type) value converted for storing as `dtype`."""
+def store_text(code: str, dtype: torch.dtype, cpu: bool, exact: bool = False) -> str:
+    """An fp32 (compute type) value converted for storing as `dtype` (`exact`: already rounded)."""
     if storage_tl(dtype) == compute_tl(dtype):
         return code
-    if dtype == torch.bfloat16 and cpu:
+    if dtype == torch.bfloat16 and cpu and not exact:
         return f"_round_bf16({code}).to(tl.bfloat16)"
     return f"{code}.to({storage_tl(dtype)})"
 

@@ -1,0 +1,179 @@
+"""Runtime: the module cache (location, atomic entries, corruption), loading, guards, --emit modules."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tol
+
+from minicomp import runtime
+from minicomp.codegen import generate
+from minicomp.errors import GuardError
+from minicomp.ir import composites as C
+from minicomp.ir.graph import Graph
+from minicomp.passes.plan import Group, Plan
+from minicomp.runtime import cache as cache_mod
+from minicomp.runtime.cache import ModuleCache, cache_key, cache_root
+
+
+def rmsnorm_graph(shape=(6, 40), dtype=torch.float32, weight: torch.Tensor | None = None):
+    g = Graph("rmsnorm")
+    x = g.add_input("x", shape, dtype)
+    w = g.constant(weight) if weight is not None else g.add_input("w", shape[-1:], dtype)
+    g.set_outputs([C.rms_norm(g, x, 1, w, 1e-6)])
+    nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
+    leaves = [n.id for n in g.nodes() if n.kind in ("input", "constant") and g.users(n.id)]
+    return g, Plan(g.name, [Group(0, "reduction", nodes=nodes, inputs=leaves, outputs=list(g.outputs), name="rmsnorm")])
+
+
+def rand(shape, dtype=torch.float32, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+# ----------------------------------------------------------------------------- cache location and key
+
+def test_cache_location_follows_conventions(monkeypatch, tmp_path):
+    monkeypatch.delenv("MINICOMP_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache_root() == Path.home() / ".cache" / "minicomp"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "minicomp"
+    monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_root() == tmp_path / "mine"
+    assert ModuleCache().root == tmp_path / "mine"
+
+
+def test_cache_key_depends_on_source_and_device():
+    cpu = torch.device("cpu")
+    assert cache_key("a", cpu) == cache_key("a", cpu)
+    assert cache_key("a", cpu) != cache_key("b", cpu)
+    assert len(cache_key("a", cpu)) == 64
+
+
+def test_entry_is_written_once_and_verified(tmp_path):
+    c = ModuleCache(tmp_path)
+    path = c.store("ab" + "0" * 62, "print('hi')\n")
+    assert path.exists() and path.parent.name == "ab"
+    assert c.read("ab" + "0" * 62) == "print('hi')\n"
+    mtime = path.stat().st_mtime_ns
+    assert c.store("ab" + "0" * 62, "print('hi')\n") == path and path.stat().st_mtime_ns == mtime
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp-")]   # no temp file left
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_corrupt_entry_is_rebuilt_and_still_matches_eager(damage, tmp_path):
+    g, plan = rmsnorm_graph()
+    gen = generate(g, plan, "cpu")
+    c = ModuleCache(tmp_path)
+    x, w = rand((6, 40)), rand((40,), seed=1)
+    first = runtime.load(gen, "cpu", cache=c)
+    torch.testing.assert_close(first(x, w)[0], F.rms_norm(x, (40,), w, 1e-6))
+    text = first.path.read_text()
+    damaged = {"garbage": "def call(*a):\n    return [torch.zeros(1)]\n\x00\x01 not python",
+               "truncated": text[: len(text) // 2], "empty": ""}[damage]
+    first.path.write_text(damaged)
+    assert c.read(first.key) is None                          # detected, never trusted
+    again = runtime.load(gen, "cpu", cache=c)
+    assert again.path == first.path and again.path.read_text() == text
+    torch.testing.assert_close(again(x, w)[0], F.rms_norm(x, (40,), w, 1e-6))
+
+
+def test_unwritable_cache_compiles_in_memory_with_one_warning(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    c = ModuleCache(blocker / "cache")                          # mkdir fails, even for root
+    g, plan = rmsnorm_graph()
+    gen = generate(g, plan, "cpu")
+    x, w = rand((6, 40)), rand((40,), seed=1)
+    cache_mod._warned.discard(str(c.root))
+    with pytest.warns(UserWarning, match="not writable"):
+        f = runtime.load(gen, "cpu", cache=c)
+    assert f.path is None
+    torch.testing.assert_close(f(x, w)[0], F.rms_norm(x, (40,), w, 1e-6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                         # the second load does not warn again
+        runtime.load(gen, "cpu", cache=c)
+
+
+# ----------------------------------------------------------------------------- loading
+
+def test_loads_do_not_share_constants(tmp_path):
+    """Same source, different weights: each load gets its own module object and CONSTANTS."""
+    c = ModuleCache(tmp_path)
+    x = rand((3, 16))
+    outs = []
+    for seed in (1, 2):
+        w = rand((16,), seed=seed)
+        g, plan = rmsnorm_graph((3, 16), weight=w)
+        gen = generate(g, plan, "cpu")
+        outs.append((runtime.load(gen, "cpu", cache=c), w, gen.source))
+    assert outs[0][2] == outs[1][2]
+    for f, w, _ in outs:
+        torch.testing.assert_close(f(x)[0], F.rms_norm(x, (16,), w, 1e-6))
+
+
+def test_load_checks_device(tmp_path):
+    g, plan = rmsnorm_graph()
+    gen = generate(g, plan, "cpu")
+    with pytest.raises(GuardError, match="generated for cpu"):
+        runtime.load(gen, "cuda", cache=ModuleCache(tmp_path))
+
+
+# ----------------------------------------------------------------------------- guards
+
+def test_signature_of_inputs():
+    a = torch.zeros(4, 5)
+    s1 = runtime.Signature.of([a, a.t()])
+    assert s1 == runtime.Signature.of([torch.ones(4, 5), torch.ones(4, 5).t()])
+    assert s1 != runtime.Signature.of([a, a.t().contiguous()])
+    assert "input 1 stride" in runtime.Signature.of([a, a.t().contiguous()]).diff(s1)
+    assert runtime.Signature.of([a[:, None]]) == runtime.Signature.of([torch.zeros(4, 1, 5)])
+    assert runtime.Signature.of([a]).device == torch.device("cpu")
+    with pytest.raises(GuardError, match="'y' must be a torch.Tensor"):
+        runtime.Signature.of([a, 3.0], names=["x", "y"])
+
+
+def test_guard_errors_name_the_input(tmp_path):
+    g, plan = rmsnorm_graph((2, 8))
+    f = runtime.load(generate(g, plan, "cpu"), "cpu", cache=ModuleCache(tmp_path))
+    x, w = rand((2, 8)), rand((8,))
+    with pytest.raises(GuardError, match=r"takes 2 input\(s\) \(x, w\), got 1"):
+        f(x)
+    with pytest.raises(GuardError, match=r"input 'w' must be f32\[8\], got f16\[8\]"):
+        f(x, w.half())
+    with pytest.raises(GuardError, match="'x' must be a torch.Tensor, got list"):
+        f([1.0], w)
+    assert isinstance(f(x, w), list)
+
+
+# ----------------------------------------------------------------------------- --emit
+
+def _run_script(path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # the module sets it itself
+    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_emitted_module_runs_standalone_and_matches_eager(dtype, tmp_path):
+    w = rand((40,), dtype, seed=3)
+    g, plan = rmsnorm_graph((6, 40), dtype, weight=w)
+    gen = generate(g, plan, "cpu")
+    path = gen.write(tmp_path / "emit")
+    assert path.name == "rmsnorm.py" and (path.parent / "constants.pt").exists()
+    done = _run_script(path)
+    assert done.returncode == 0, done.stderr
+    assert f"output 0: (6, 40) {dtype}" in done.stdout
+    x = rand((6, 40), dtype, seed=4)
+    torch.save([x], tmp_path / "in.pt")
+    done = _run_script(path, str(tmp_path / "in.pt"), str(tmp_path / "out.pt"))
+    assert done.returncode == 0, done.stderr
+    out = torch.load(tmp_path / "out.pt")[0]
+    torch.testing.assert_close(out, F.rms_norm(x, (40,), w, 1e-6), **tol(dtype))
