@@ -3,10 +3,17 @@
     load_dsl(source, filename, entry=None, dims=None, example_inputs=None) -> Graph
     list_functions(source, filename) -> list[str]
 
-Stages: `dsl_parse` turns text into an AST; `bind_symbols` gives every symbolic dim of the
-entry function a value (from `dims`, i.e. `--dim M=4`, and/or the example inputs' shapes);
-`Lowerer` walks the entry function's body and builds the graph, inlining calls to other
-functions of the file and mapping builtins through `dsl_builtins`.
+Stages and files: `dsl_parse` turns text (grammar: `minicomp.lark`) into the AST of
+`dsl_ast`; `dsl_symbols.bind_symbols` gives every symbolic dim of the entry function a value
+(from `dims`, i.e. `--dim M=4`, and/or the example inputs' shapes); `Lowerer` below walks the
+entry function's body and builds the graph, inlining calls to other functions of the file
+(each binds its own symbols from its arguments) and mapping builtins through `dsl_builtins`
+(with `dsl_nn` and `dsl_views`).
+
+Name lookup, innermost first: variables and parameters, the function's symbols (ints),
+dtype names (`cast(x, bf16)`), then `inf`, `nan`, `pi`. Calls: the file's functions shadow
+builtins. Values are graph tensors (`TensorVal`) or compile-time Python values; arithmetic
+on numbers alone is folded (`1.0 / sqrt(D)` is a number, not a node).
 
 Invariants:
 - every node's `origin` is `file:line:col` of the expression that made it (for a binary
@@ -26,10 +33,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 from minicomp.errors import MinicompError, SourceError
+from minicomp.frontend.dsl_ast import (BinOp, Bool, Call, Expr, FuncDef, ListExpr, Module, Name, Neg, Num, Pos,
+                                       Return, Source, Str)
 from minicomp.frontend.dsl_builtins import (BUILTINS, REQUIRED, CallError, Emit, TensorVal, Value, bind_args,
                                             call_builtin, describe, pointwise)
-from minicomp.frontend.dsl_parse import (BinOp, Bool, Call, Expr, FuncDef, ListExpr, Module, Name, Neg, Num,
-                                         Pos, Return, Source, Str, TypeSpec, parse_module)
+from minicomp.frontend.dsl_parse import parse_module
 from minicomp.frontend.dsl_symbols import Bound, Mismatch, bind_symbols, check_dtypes, shown, unify
 from minicomp.ir.dtypes import parse_dtype
 from minicomp.ir.graph import Graph
@@ -250,7 +258,8 @@ class Lowerer:
         return self.guard(call.pos, arg_pos, lambda: f"{call.func}({shown_args()})",
                           lambda: call_builtin(self.emit(call.pos), b, args, kwargs))
 
-    def eval_args(self, call: Call, frame: Frame, names: list[str]):
+    def eval_args(self, call: Call, frame: Frame,
+                  names: list[str]) -> tuple[list[Value], list[tuple[str, Value]], dict[str, Pos]]:
         """Evaluated arguments and where each one is: by position (`#i`), by parameter name."""
         args = [self.eval_single(a, frame) for a in call.args]
         kwargs = [(k.name, self.eval_single(k.value, frame)) for k in call.kwargs]
@@ -273,7 +282,8 @@ class Lowerer:
             # ValueError: Graph.add's inference (PyTorch's message); the others: operands a
             # composite did not expect (a 0-d query...). All are the program's fault.
             prefix = f"{what()}: " if what else ""
-            raise self.src.error(f"{prefix}{err}", pos) from None
+            first_line = str(err).split("\n")[0]  # PyTorch's messages can run on; one line is the fact
+            raise self.src.error(f"{prefix}{first_line}", pos) from None
 
     def emit(self, pos: Pos) -> Emit:
         return Emit(self.g, self.src.origin(pos))

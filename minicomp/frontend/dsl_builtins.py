@@ -19,14 +19,13 @@ Invariants:
 from __future__ import annotations
 
 import inspect
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
-from minicomp.ir import composites, ops
-from minicomp.ir.dtypes import dtype_name, type_str
+from minicomp.ir import ops
+from minicomp.ir.dtypes import dtype_name
 from minicomp.ir.graph import Graph, Node
 
 
@@ -368,103 +367,6 @@ def _arange(e: Emit, start: int, end: int | None = None, step: int = 1, dtype: D
     return e.add("arange", start=start, end=end, step=step, dtype=dtype or torch.int64)
 
 
-# ------------------------------------------------------------------ reductions and norms
+# ------------------------------------------------------------------ the rest, registered on import
 
-
-def _reduce(e: Emit, op: str, x: int, axis: Any, keepdim: bool, **extra: Any) -> Value:
-    if axis is None:
-        axis = tuple(range(e.rank(x)))
-    return TensorVal(composites.reduce(e.g, op, x, axis, keepdim=keepdim, origin=e.origin, **extra))
-
-
-@builtin()
-def _sum(e: Emit, x: Tensor, axis: Axes | None = None, keepdim: bool = False) -> Value:
-    return _reduce(e, "sum", x, axis, keepdim)
-
-
-@builtin()
-def _mean(e: Emit, x: Tensor, axis: Axes | None = None, keepdim: bool = False) -> Value:
-    return _reduce(e, "mean", x, axis, keepdim)
-
-
-@builtin()
-def _amax(e: Emit, x: Tensor, axis: Axes | None = None, keepdim: bool = False) -> Value:
-    return _reduce(e, "amax", x, axis, keepdim)
-
-
-@builtin()
-def _amin(e: Emit, x: Tensor, axis: Axes | None = None, keepdim: bool = False) -> Value:
-    return _reduce(e, "amin", x, axis, keepdim)
-
-
-@builtin()
-def _var(e: Emit, x: Tensor, axis: Axes | None = None, keepdim: bool = False, correction: int = 1) -> Value:
-    return _reduce(e, "var", x, axis, keepdim, correction=correction)
-
-
-@builtin()
-def _softmax(e: Emit, x: Tensor, axis: int = -1) -> Value:
-    return TensorVal(composites.softmax(e.g, x, axis, origin=e.origin))
-
-
-@builtin()
-def _log_softmax(e: Emit, x: Tensor, axis: int = -1) -> Value:
-    return TensorVal(composites.log_softmax(e.g, x, axis, origin=e.origin))
-
-
-@builtin()
-def _layer_norm(e: Emit, x: Tensor, w: Tensor | None = None, b: Tensor | None = None,
-                eps: float = 1e-5) -> Value:
-    ndim = e.rank(w) if w is not None else 1  # normalise over as many trailing axes as w has
-    return TensorVal(composites.layer_norm(e.g, x, ndim, w, b, eps, origin=e.origin))
-
-
-@builtin()
-def _rms_norm(e: Emit, x: Tensor, w: Tensor | None = None, eps: float | None = None) -> Value:
-    ndim = e.rank(w) if w is not None else 1
-    return TensorVal(composites.rms_norm(e.g, x, ndim, w, eps, origin=e.origin))
-
-
-# ------------------------------------------------------------------ gemm and attention
-
-
-def _same_dtype(e: Emit, what: str, **tensors: int) -> None:
-    """PyTorch refuses mixed-dtype matmuls on real tensors (meta tensors let them pass)."""
-    dts = {name: e.node(n).dtype for name, n in tensors.items()}
-    if len(set(dts.values())) > 1:
-        listed = ", ".join(f"{k}: {e.node(tensors[k]).type}" for k in dts)
-        raise CallError(f"{what} needs operands of one dtype, got {listed} (insert a cast)")
-
-
-@builtin()
-def _matmul(e: Emit, a: Tensor, b: Tensor) -> Value:
-    for name, t in (("a", a), ("b", b)):
-        if e.rank(t) == 0:
-            raise CallError(f"matmul needs tensors of rank 1 or more, got {e.node(t).type}", arg=name)
-    _same_dtype(e, "matmul", a=a, b=b)
-    return e.add("matmul", a, b)
-
-
-@builtin()
-def _linear(e: Emit, x: Tensor, w: Tensor, b: Tensor | None = None) -> Value:
-    _same_dtype(e, "linear", x=x, w=w)
-    return TensorVal(composites.linear(e.g, x, w, b, origin=e.origin))
-
-
-@builtin()
-def _attention(e: Emit, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-               scale: float | None = None, is_causal: bool = False, enable_gqa: bool = False) -> Value:
-    _same_dtype(e, "attention", q=q, k=k, v=v)
-    if mask is not None and is_causal:
-        raise CallError("attention() takes mask= or is_causal=true, not both", arg="mask")
-    return TensorVal(composites.attention(e.g, q, k, v, mask, scale, is_causal, enable_gqa, origin=e.origin))
-
-
-@builtin()
-def _causal_mask(e: Emit, sq: int, sk: int) -> Value:
-    return TensorVal(composites.causal_mask(e.g, sq, sk, origin=e.origin))
-
-
-# ------------------------------------------------------------------ views
-
-from minicomp.frontend import dsl_views  # noqa: E402,F401  (registers the view builtins)
+from minicomp.frontend import dsl_nn, dsl_views  # noqa: E402,F401

@@ -1,9 +1,6 @@
-"""DSL text -> AST: the lark parser, the tree-to-AST transformer, and syntax errors.
+"""DSL text -> AST (`dsl_ast`): the lark parser, the tree-to-AST transformer, and syntax errors.
 
-The grammar lives in `minicomp.lark`; the parser is built once per process. Every AST
-node carries the `Pos` (1-based line and column) of the token that best names it: the
-operator of a binary expression, the callee's name of a call, the parameter's name...
-so that semantic errors can point a caret at the right character.
+The grammar lives in `minicomp.lark`; the parser is built once per process.
 
 Invariants:
 - parsing never raises anything but `SourceError` (lark's exceptions are translated, with
@@ -14,166 +11,14 @@ Invariants:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Iterator
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
 from minicomp.errors import SourceError
-
-# ------------------------------------------------------------------ AST
-
-
-@dataclass(frozen=True)
-class Pos:
-    line: int
-    col: int
-
-
-@dataclass
-class Num:
-    value: int | float
-    pos: Pos
-
-
-@dataclass
-class Str:
-    value: str
-    pos: Pos
-
-
-@dataclass
-class Bool:
-    value: bool
-    pos: Pos
-
-
-@dataclass
-class Name:
-    name: str
-    pos: Pos
-
-
-@dataclass
-class ListExpr:
-    items: list["Expr"]
-    pos: Pos
-
-
-@dataclass
-class Neg:
-    operand: "Expr"
-    pos: Pos
-
-
-@dataclass
-class BinOp:
-    op: str            # the source spelling: "+", "@", "<=", ...
-    lhs: "Expr"
-    rhs: "Expr"
-    pos: Pos           # the operator's position
-
-
-@dataclass
-class Keyword:
-    name: str
-    value: "Expr"
-    pos: Pos
-
-
-@dataclass
-class Call:
-    func: str
-    args: list["Expr"]
-    kwargs: list[Keyword]
-    pos: Pos
-
-
-Expr = Union[Num, Str, Bool, Name, ListExpr, Neg, BinOp, Call]
-
-
-@dataclass
-class Dim:
-    value: int | str   # an int literal or a symbol
-    pos: Pos
-
-
-@dataclass
-class TypeSpec:
-    dtype: str
-    dims: list[Dim]
-    pos: Pos           # the dtype name's position
-
-    def __str__(self) -> str:
-        return f"{self.dtype}[{', '.join(str(d.value) for d in self.dims)}]"
-
-
-@dataclass
-class Param:
-    name: str
-    type: TypeSpec
-    pos: Pos
-
-
-@dataclass
-class Assign:
-    targets: list[Name]
-    value: Expr
-    pos: Pos
-
-
-@dataclass
-class Return:
-    values: list[Expr]
-    pos: Pos
-
-
-Stmt = Union[Assign, Return]
-
-
-@dataclass
-class FuncDef:
-    name: str
-    params: list[Param]
-    returns: list[TypeSpec] | None   # None: no `->` annotation
-    body: list[Stmt]
-    pos: Pos                         # the function name's position
-
-
-@dataclass
-class Module:
-    source: "Source"
-    funcs: dict[str, FuncDef] = field(default_factory=dict)   # in file order
-
-
-# ------------------------------------------------------------------ source and errors
-
-
-@dataclass
-class Source:
-    """The text of one DSL file, for positions in error messages."""
-
-    text: str
-    filename: str
-
-    def line(self, n: int) -> str | None:
-        lines = self.text.splitlines()
-        return lines[n - 1] if 1 <= n <= len(lines) else None
-
-    def origin(self, pos: Pos) -> str:
-        return f"{self.filename}:{pos.line}:{pos.col}"
-
-    def error(self, message: str, pos: Pos) -> SourceError:
-        line = self.line(pos.line)
-        # a tab counts as one column: show it as one space so the caret stays under the culprit
-        return SourceError(message, self.filename, pos.line, pos.col, line.replace("\t", " ") if line else line)
-
-    def end(self) -> Pos:
-        """The position just after the last character (where "unexpected end of file" points)."""
-        lines = self.text.splitlines() or [""]
-        return Pos(len(lines), len(lines[-1]) + 1)
-
+from minicomp.frontend.dsl_ast import (BinOp, Bool, Call, Dim, Expr, FuncDef, Keyword, ListExpr, Module, Name, Neg,
+                                       Num, Param, Pos, Return, Assign, Source, Stmt, Str, TypeSpec)
 
 # ------------------------------------------------------------------ parser
 

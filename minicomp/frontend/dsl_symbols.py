@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from minicomp.frontend.dsl_parse import FuncDef, Pos, Source, TypeSpec
+from minicomp.frontend.dsl_ast import FuncDef, Pos, Source, TypeSpec
 from minicomp.ir.dtypes import NAME_TO_DTYPE, dtype_name, parse_dtype, type_str
 
 
