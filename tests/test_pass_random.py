@@ -73,11 +73,9 @@ class Builder:
             if isinstance(v, float) and self.rng.random() < 0.3:
                 dtype = self.rng.choice(FLOATS)
             return self.g.constant(v, dtype=dtype)
-        values = torch.tensor([self.rng.choice((1.0, 0.0, -0.0, 2.0, -3.0, 0.25, math.nan))
-                               for _ in range(math.prod(self.shape()) or 1)])
         shape = self.shape()
-        values = values[: math.prod(shape)].reshape(shape) if values.numel() >= math.prod(shape) else values
-        return self.g.constant(values.to(self.rng.choice(DTYPES[:5])))
+        values = [self.rng.choice((1.0, 0.0, -0.0, 2.0, -3.0, 0.25, math.nan)) for _ in range(math.prod(shape))]
+        return self.g.constant(torch.tensor(values).reshape(shape).to(self.rng.choice(DTYPES[:5])))
 
     def generator(self) -> int:
         r = self.rng.random()
@@ -166,8 +164,6 @@ class Builder:
         op, value = self.rng.choice((("mul", 1.0), ("mul", 1), ("add", -0.0), ("add", 0.0), ("sub", 0.0),
                                      ("sub", -0.0), ("div", 1.0), ("add", 0)))
         c = self.g.constant(value)
-        if op == "neg":
-            return self.add("neg", self.add("neg", x))
         return self.add(op, *((c, x) if op in COMMUTATIVE and self.rng.random() < 0.5 else (x, c)))
 
     def duplicate(self) -> int:
@@ -232,7 +228,7 @@ def test_pipeline_keeps_results_bit_exact(seed):
 
 @pytest.mark.parametrize("name", sorted(set(DEFAULT_PIPELINE)))
 def test_each_pass_alone_is_exact_and_idempotent(name):
-    for seed in range(0, 150, 3):
+    for seed in range(0, len(SEEDS), 4):
         g = random_graph(seed)
         once, _ = PASSES[name].run(g)
         verify(once)

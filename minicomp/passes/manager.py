@@ -10,8 +10,10 @@ when their modules exist):
   round, until a whole round changes nothing; other passes run once, in order;
 - verifies the graph after every pass; a VerifyError names the pass that broke it;
 - records each run as a `PassRecord` (nodes before/after, what changed, seconds);
-- optionally prints the IR after each pass (`print_after_all`), writes it to
-  `dump_dir/000_input.txt, 001_<pass>.txt, ...`, and prints a timing table (`time_passes`).
+- optionally prints the IR after each pass (`print_after_all`; a pass that changed
+  nothing prints its header only), writes it to `dump_dir/000_input.txt, 001_<pass>.txt,
+  ...` (one file per step, each headed by a `#` line; `NNN_*.txt` files of an earlier run
+  in that folder are removed first), and prints a timing table (`time_passes`).
 
 The table of passes is `PASSES` (from `registry.py`); this module imports every pass
 module so the table is complete once the manager is imported. Adding a pass: see
