@@ -8,7 +8,17 @@
 See README.md and DESIGN.md; the stages live in `ir`, `frontend`, `passes`, `codegen`, `runtime`.
 """
 
-from minicomp.api import CompiledFunction, compile
+import os as _os
+
+import torch as _torch
+
+if not _torch.cuda.is_available():
+    # With no GPU, generated kernels run under Triton's CPU interpreter, which Triton only
+    # honours if the variable is set before triton is first imported (torch.fx capture
+    # imports it through torch._dynamo), so it is set here, at minicomp's import.
+    _os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from minicomp.api import CompiledFunction, compile  # noqa: E402
 from minicomp.errors import MinicompError
 
 __version__ = "0.1.0"
