@@ -299,3 +299,71 @@ def test_wrong_inputs_raise_guard_error(cache):
     with pytest.raises(runtime.GuardError, match="must be a torch.Tensor"):
         f([1.0])
     assert math.isclose(f(torch.zeros(2, 3))[0].sum().item(), 6.0)
+
+
+# ----------------------------------------------------------------------------- GPU (the same kernels, autotuned)
+
+def _gpu_run(g: Graph, inputs, plan: Plan | None = None):
+    gen = generate(g, plan or one_group(g), "cuda")
+    assert not gen.fallbacks, gen.fallbacks
+    f = runtime.load(gen, "cuda")
+    return f(*[t.cuda() for t in inputs]), gen
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_pointwise_broadcast_and_ops(dtype):
+    g = Graph("gpu_pw")
+    x = g.add_input("x", (1024, 4097), dtype)
+    b = g.add_input("b", (4097,), dtype)
+    s = g.add_input("s", (1024, 1), dtype)
+    h = g.add("add", x, b)
+    y = g.add("gelu", h, approximate="tanh")
+    z = g.add("mul", g.add("silu", h), s)
+    m = g.add("gt", h, g.constant(0.0))
+    g.set_outputs([y, z, m, g.add("where", m, g.add("tanh", x), g.add("erf", x))])
+    a, bb, ss = rand((1024, 4097), dtype), rand((4097,), dtype, 1), rand((1024, 1), dtype, 2)
+    out, gen = _gpu_run(g, [a, bb, ss])
+    a, bb, ss = a.cuda(), bb.cuda(), ss.cuda()
+    hh = a + bb
+    expected = [F.gelu(hh, approximate="tanh"), F.silu(hh) * ss, hh > 0, torch.where(hh > 0, a.tanh(), a.erf())]
+    for o, e in zip(out, expected):
+        torch.testing.assert_close(o, e, **tol(e.dtype))
+    assert "@triton.autotune(" in gen.source
+
+
+@pytest.mark.gpu
+def test_gpu_views_and_layouts():
+    g = Graph("gpu_rope")
+    x = g.add_input("x", (4, 8, 128, 64), torch.bfloat16)
+    cos = g.add_input("cos", (128, 64), torch.bfloat16)
+    lo = g.add("slice", x, dim=3, start=0, end=32, step=1)
+    hi = g.add("slice", x, dim=3, start=32, end=64, step=1)
+    rot = g.add("cat", g.add("neg", hi), lo, dim=-1)
+    y = g.add("add", g.add("mul", x, cos), rot)
+    g.set_outputs([g.add("permute", y, dims=(0, 2, 1, 3))])
+    a = rand((4, 128, 8, 64), torch.bfloat16).permute(0, 2, 1, 3)          # strided input, read in place
+    c = rand((128, 64), torch.bfloat16, 1)
+    g2 = runtime.with_input_layouts(g, runtime.Signature.of([a, c]))
+    out, _ = _gpu_run(g2, [a, c])
+    a, c = a.cuda(), c.cuda()
+    ref = (a * c + torch.cat([-a[..., 32:], a[..., :32]], -1)).permute(0, 2, 1, 3)
+    torch.testing.assert_close(out[0], ref, **tol(torch.bfloat16))
+
+
+@pytest.mark.gpu
+def test_gpu_scalar_and_generated():
+    g = Graph("gpu_small")
+    x = g.add_input("x", (), torch.float32)
+    keep = g.add("tril", g.add("full", shape=(300, 300), value=True, dtype=torch.bool), diagonal=0)
+    g.set_outputs([g.add("exp", x)])
+    out, _ = _gpu_run(g, [torch.tensor(0.5)])
+    torch.testing.assert_close(out[0], torch.tensor(0.5).exp().cuda())
+    g2 = Graph("gpu_mask")
+    y = g2.add_input("y", (300, 300), torch.float16)
+    keep = g2.add("tril", g2.add("full", shape=(300, 300), value=True, dtype=torch.bool), diagonal=0)
+    g2.set_outputs([g2.add("where", keep, y, g2.constant(float("-inf")))])
+    b = rand((300, 300), torch.float16)
+    out, _ = _gpu_run(g2, [b])
+    torch.testing.assert_close(out[0], b.cuda().masked_fill(~torch.ones(300, 300, dtype=torch.bool, device="cuda").tril(),
+                                                            float("-inf")))

@@ -206,3 +206,65 @@ def test_cuda_source_configs():
     assert "@triton.autotune(" in src and "key=['n_rows', 'n_cols']" in src
     assert "for c0 in range(0, n_cols, BLOCK_C):" in src        # 30000 > SINGLE_PASS_MAX: looped
     compile(src, "<generated>", "exec")
+
+
+# ----------------------------------------------------------------------------- GPU (the same kernels, autotuned)
+
+def _gpu_check(g, inputs, expected, name=""):
+    gen = generate(g, one_group(g, name), "cuda")
+    assert not gen.fallbacks, gen.fallbacks
+    out = runtime.load(gen, "cuda")(*[t.cuda() for t in inputs])
+    for o, e in zip(out, expected, strict=True):
+        torch.testing.assert_close(o, e.cuda(), **tol(o.dtype))
+    return gen
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 7), (257, 1000), (64, 30000)])
+def test_gpu_softmax(shape, dtype):
+    g = Graph("softmax")
+    x = g.add_input("x", shape, dtype)
+    g.set_outputs([C.softmax(g, x, -1)])
+    a = rand(shape, dtype) * 3
+    gen = _gpu_check(g, [a], [torch.softmax(a, -1)], "softmax")
+    assert ("online softmax" in gen.source) == (shape[1] > reduction.SINGLE_PASS_MAX)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(512, 768), (8, 20000)])
+def test_gpu_norms(shape, dtype):
+    n = shape[-1]
+    g = Graph("add_layernorm")
+    x, r = g.add_input("x", shape, dtype), g.add_input("r", shape, dtype)
+    w, b = g.add_input("w", (n,), dtype), g.add_input("b", (n,), dtype)
+    h = g.add("add", x, r)
+    g.set_outputs([C.layer_norm(g, h, 1, w, b, 1e-5), h, C.rms_norm(g, h, 1, w, 1e-6)])
+    xs = [rand(shape, dtype, 0), rand(shape, dtype, 1), rand((n,), dtype, 2), rand((n,), dtype, 3)]
+    hh = xs[0] + xs[1]
+    _gpu_check(g, xs, [F.layer_norm(hh, (n,), xs[2], xs[3], 1e-5), hh, F.rms_norm(hh, (n,), xs[2], 1e-6)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "var"])
+@pytest.mark.parametrize("shape,axes", [((4096, 33), (0,)), ((16, 300, 24), (1,)), ((1000, 1000), (0, 1))])
+def test_gpu_any_axis(op, shape, axes):
+    g = Graph(f"gpu_{op}")
+    x = g.add_input("x", shape, torch.float32)
+    extra = {"correction": 1} if op == "var" else {}
+    g.set_outputs([C.reduce(g, op, x, axes, keepdim=True, **extra)])
+    a = rand(shape, torch.float32)
+    ref = torch.var(a, dim=axes, keepdim=True) if op == "var" else getattr(torch, op)(a, dim=axes, keepdim=True)
+    _gpu_check(g, [a], [ref])
+
+
+@pytest.mark.gpu
+def test_gpu_masked_softmax():
+    g = Graph("masked_softmax")
+    x = g.add_input("x", (4, 128, 128), torch.bfloat16)
+    keep = g.add("tril", g.add("full", shape=(128, 128), value=True, dtype=torch.bool), diagonal=0)
+    g.set_outputs([C.softmax(g, g.add("where", keep, x, g.constant(float("-inf"))), -1)])
+    a = rand((4, 128, 128), torch.bfloat16)
+    mask = torch.ones(128, 128, dtype=torch.bool).tril()
+    _gpu_check(g, [a], [torch.softmax(a.masked_fill(~mask, float("-inf")), -1)])

@@ -177,3 +177,27 @@ def test_emitted_module_runs_standalone_and_matches_eager(dtype, tmp_path):
     assert done.returncode == 0, done.stderr
     out = torch.load(tmp_path / "out.pt")[0]
     torch.testing.assert_close(out, F.rms_norm(x, (40,), w, 1e-6), **tol(dtype))
+
+
+# ----------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_gpu_load_cache_and_emit(tmp_path):
+    w = rand((4096,), torch.bfloat16, seed=3)
+    g, plan = rmsnorm_graph((256, 4096), torch.bfloat16, weight=w)
+    gen = generate(g, plan, "cuda")
+    c = ModuleCache(tmp_path / "cache")
+    f = runtime.load(gen, "cuda", cache=c)
+    x = rand((256, 4096), torch.bfloat16, seed=4)
+    ref = F.rms_norm(x.cuda(), (4096,), w.cuda(), 1e-6)
+    torch.testing.assert_close(f(x.cuda())[0], ref, **tol(torch.bfloat16))
+    f.path.write_text("garbage")
+    again = runtime.load(gen, "cuda", cache=c)
+    torch.testing.assert_close(again(x.cuda())[0], ref, **tol(torch.bfloat16))
+    with pytest.raises(GuardError, match="compiled for cuda"):
+        again(x)
+    path = gen.write(tmp_path / "emit")
+    torch.save([x], tmp_path / "in.pt")
+    done = _run_script(path, str(tmp_path / "in.pt"), str(tmp_path / "out.pt"))
+    assert done.returncode == 0, done.stderr
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt")[0].cuda(), ref, **tol(torch.bfloat16))
