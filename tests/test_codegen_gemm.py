@@ -232,6 +232,19 @@ def test_tensor_constant_bias():
     torch.testing.assert_close(out, x @ w + bias, **tol(torch.float32))
 
 
+def test_input_names_that_shadow_kernel_locals():
+    """Inputs named like the kernel's own names (M, acc, float) get fresh variable names."""
+    g = Graph("names")
+    a = g.add_input("M", (9, 16), torch.float32)
+    b = g.add_input("acc", (16, 12), torch.float32)
+    c = g.add_input("float", (12,), torch.float32)
+    g.set_outputs([g.add("add", g.add("matmul", a, b), c)])
+    x, y, z = randn(9, 16), randn(16, 12), randn(12)
+    (out,), gen, _ = run_gemm(g, [x, y, z])
+    torch.testing.assert_close(out, x @ y + z, **tol(torch.float32))
+    assert "float_1 = tl.load(" in gen.source
+
+
 # --------------------------------------------------------------------------- dual GEMM
 
 

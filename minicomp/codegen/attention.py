@@ -49,7 +49,8 @@ HALF_CONFIGS = [(128, 64, 3, 4), (128, 64, 3, 8), (128, 128, 3, 8), (64, 64, 3, 
 FP32_CONFIGS = [(64, 32, 2, 4), (64, 64, 2, 4), (32, 32, 2, 4)]
 LOCALS = ("q", "k", "v", "o", "qk", "s", "p", "acc", "m_i", "l_i", "m_new", "m_safe", "alpha", "qk_scale",
           "pid_m", "pid_bh", "start_n", "hi", "hi_full", "offs_m", "offs_n", "offs_nn", "offs_d", "offs_dv",
-          "mask_m", "qm", "qd", "kd", "kn", "vn", "vd", "rm", "rn", "od", "k_rows", "v_cols")
+          "mask_m", "qm", "qd", "kd", "kn", "vn", "vd", "rm", "rn", "od", "k_rows", "v_cols",
+          "SQ", "SK", "BLOCK_M", "BLOCK_N", "min", "range", "float")
 
 
 class Spec:
