@@ -238,10 +238,19 @@ register(OpDef("cat", "view", _cat, arity=None, flops_per_element=0, attrs=("dim
 
 # --------------------------------------------------------------------------- gemm / attention
 
-register(OpDef("matmul", "gemm", torch.matmul, arity=2, flops_per_element=0))
+def _matmul(a, b):
+    # Meta tensors accept mixed dtypes here; real PyTorch refuses them, so refuse them too.
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected both matmul operands to have the same dtype, got {a.dtype} and {b.dtype}")
+    return torch.matmul(a, b)
+
+
+register(OpDef("matmul", "gemm", _matmul, arity=2, flops_per_element=0))
 
 
 def _attention(q, k, v, *mask, scale, is_causal, enable_gqa):
+    if not (q.dtype == k.dtype == v.dtype):
+        raise RuntimeError(f"expected q, k and v to have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     attn_mask = mask[0] if mask else None
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
                                           scale=scale, enable_gqa=enable_gqa)
