@@ -5,8 +5,6 @@ widened for the interpreter's dot); `gpu` tests check bf16/fp16 at S=4096 on CUD
 Each graph is compiled as one hand-made attention group.
 """
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F

@@ -299,7 +299,8 @@ def emit(ctx: KernelCtx) -> Kernel:
     sizes = f"M={spec.m}, N={spec.n}, K={spec.k}"
     if cuda:
         batch = f" * {nbatch}" if nbatch > 1 else ""
-        grid = f"lambda meta: (triton.cdiv({spec.m}, meta[\"BLOCK_M\"]) * triton.cdiv({spec.n}, meta[\"BLOCK_N\"]){batch},)"
+        grid = (f"lambda meta: (triton.cdiv({spec.m}, meta[\"BLOCK_M\"]) * "
+                f"triton.cdiv({spec.n}, meta[\"BLOCK_N\"]){batch},)")
         launch = [f"{name}[{grid}]({args}, {sizes})"]
     else:
         bm, bn, bk, _, _ = cfgs[0]
