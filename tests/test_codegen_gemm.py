@@ -111,6 +111,23 @@ def test_batched_and_broadcast(a_shape, b_shape):
         assert "pid_batch" not in gen.source   # the batch folded into M
 
 
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((1, 16), (16, 12)), ((9, 16), (16, 1)), ((9, 1), (1, 12)), ((1, 1), (1, 1)), ((2, 3, 1, 7), (7, 1)),
+])
+def test_size_one_dims(a_shape, b_shape):
+    """M, N or K of 1: pointer blocks keep the full tile shape; bias broadcast still applies."""
+    g = Graph("ones")
+    a = g.add_input("a", a_shape, torch.float32)
+    b = g.add_input("b", b_shape, torch.float32)
+    bias = g.add_input("bias", b_shape[-1:], torch.float32)
+    mm = g.add("matmul", a, b)
+    g.set_outputs([mm, g.add("add", mm, bias)])
+    x, y, z = randn(*a_shape), randn(*b_shape), randn(*b_shape[-1:])
+    (o1, o2), _, _ = run_gemm(g, [x, y, z])
+    torch.testing.assert_close(o1, x @ y, **tol(torch.float32))
+    torch.testing.assert_close(o2, x @ y + z, **tol(torch.float32))
+
+
 def test_permuted_batched_operand():
     """[B, S, H, D] viewed as [B, H, S, D] and multiplied per head: strides, no copy."""
     g = Graph("heads")
