@@ -152,8 +152,7 @@ def cmd_compile(args) -> int:
         Path(args.dump_graph).write_text(to_dot(compiled.graph, groups))
         print(f"wrote {args.dump_graph}")
     if args.emit:
-        from minicomp.runtime import emit
-        path = emit(compiled.generated, args.emit)
+        path = compiled.generated.write(args.emit)
         print(f"wrote {path}")
     print(f"compiled {compiled.graph.name}: {len(compiled.plan.groups)} kernel group(s) in "
           f"{compiled.compile_seconds * 1000:.0f} ms (before Triton's JIT)")

@@ -64,12 +64,42 @@ def meta_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
+_INFER_CACHE: dict[tuple, tuple[tuple[int, ...], torch.dtype] | str] = {}
+
+
 def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[int, ...], torch.dtype]:
     """Shape and dtype of `op` applied to `arg_nodes`, by running the reference on meta tensors.
 
     Raises ValueError with PyTorch's message when the operands do not fit (shape mismatch...).
+    Results are memoised on (op, operand types, attributes): verify() re-infers every node
+    after every pass, and meta-tensor dispatch is the slow part of that.
     """
     d = ops.get(op)
+    try:
+        key = (op, tuple((a.shape, a.dtype) for a in arg_nodes),
+               # the value's type is part of the key: pow(x, 2) and pow(x, 2.0) differ for ints
+               tuple(sorted((k, type(v).__name__, v) for k, v in attrs.items() if k in d.attrs)))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _INFER_CACHE:
+        hit = _INFER_CACHE[key]
+        if isinstance(hit, str):
+            raise ValueError(hit)
+        return hit
+    try:
+        result = _infer_meta(d, arg_nodes, attrs)
+    except ValueError as e:
+        if key is not None:
+            _INFER_CACHE[key] = str(e)
+        raise
+    if key is not None:
+        _INFER_CACHE[key] = result
+    return result
+
+
+def _infer_meta(d: "ops.OpDef", arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[int, ...], torch.dtype]:
+    op = d.name
     metas = [meta_tensor(a.shape, a.dtype) for a in arg_nodes]
     kwargs = {k: v for k, v in attrs.items() if k in d.attrs}
     if op in ("full", "arange"):
