@@ -57,7 +57,9 @@ class Lowering:
         self.ctx = ctx
         self.cpu = ctx.device_type == "cpu"
         self.graph = ctx.graph
-        self.computed = {n for n in ctx.group.nodes if self.graph.node(n).kind not in ("input", "constant")}
+        # what the group computes; a node it also lists as an input is read from memory instead
+        self.computed = {n for n in ctx.group.nodes
+                         if self.graph.node(n).kind not in ("input", "constant") and n not in ctx.group.inputs}
         self.builder_for = builder_for
         self.mask_for = mask_for
         self.names = NameScope()

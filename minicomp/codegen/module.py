@@ -87,7 +87,7 @@ def _group_order(graph: Graph, plan: Plan) -> list[Group]:
             if all(i in ready for i in g.inputs):
                 order.append(g)
                 pending.remove(g)
-                ready |= set(g.outputs) | set(g.nodes)
+                ready |= set(g.outputs)
                 break
         else:
             g = pending[0]
@@ -106,6 +106,8 @@ class ModuleWriter:
         self.opaque: list[Callable] = []
         self.opaque_slot_of: dict[int, int] = {}
         self.call = CodeBuilder()
+        self.body = CodeBuilder()          # the groups' part of call(), written before the bindings
+        self.scalars_used: set[int] = set()  # scalar constants PyTorch code needs as tensors
         self.summary: list[str] = []
         self.fallbacks: dict[int, str] = {}
 
@@ -139,9 +141,11 @@ class ModuleWriter:
             ctx0 = KernelCtx(g, Group(-1, "opaque", [], [], []), -1, self.device_type)
             for nid, name in zip(g.inputs, arg_names):
                 b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
-            self._bind_constants(ctx0)
             for index, group in enumerate(_group_order(g, self.plan)):
                 self._write_group(group, index)
+            self.scalars_used |= set(g.outputs)
+            self._bind_constants(ctx0)
+            b.splice(self.body.getvalue().rstrip("\n"))
             b.writeline(f"return [{', '.join(ctx0.buf(o) for o in g.outputs)}]")
 
     def _bind_constants(self, ctx0: KernelCtx) -> None:
@@ -152,6 +156,8 @@ class ModuleWriter:
                 continue
             value = n.attrs["value"]
             label = f" {n.attrs['label']}" if n.attrs.get("label") else ""
+            if not isinstance(value, torch.Tensor) and n.id not in self.scalars_used:
+                continue  # inlined into the kernels that use it
             if isinstance(value, torch.Tensor):
                 strides = ctx0.strides(n.id)
                 t = torch.empty_strided(n.shape, strides, dtype=n.dtype)
@@ -160,12 +166,11 @@ class ModuleWriter:
                 self.constants.append(t)
                 b.writeline(f"{ctx0.buf(n.id)} = CONSTANTS[{self.const_slot[n.id]}]  # {type_str(n.shape, n.dtype)}{label}")
             else:
-                # scalars are inlined into kernels; this binding serves PyTorch code and outputs
                 b.writeline(f"{ctx0.buf(n.id)} = torch.tensor({fallback.py_value(value)}, dtype={n.dtype}, device=device)"
                             + (f"  #{label}" if label else ""))
 
     def _write_group(self, group: Group, index: int) -> None:
-        g, b = self.graph, self.call
+        g, b = self.graph, self.body
         ctx = KernelCtx(g, group, index, self.device_type)
         b.writeline("")
         emit, reason = _emitter(group.kind)
@@ -183,6 +188,7 @@ class ModuleWriter:
             self.fallbacks[group.id] = reason
             self.summary.append(f"group {group.id:<3} {what:<24} -> PyTorch ({reason})")
             fallback.emit_torch(ctx, reason, b, self.opaque_slot)
+            self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
             return
         group.fallback = None
         self.kernels.append(kernel)
