@@ -216,7 +216,11 @@ def markdown(record: dict) -> str:
               f"{_yes(s.get('geomean_met'))}). Ledger bytes/flops: "
               + ", ".join(sorted({w.get('derived', {}).get('source', '—') for w in record.get('workloads', [])}))
               + "."]
+    ct_env = env.get("compile_time", {})
     lines += ["", "## Compile time", "",
+              f"Fresh processes with empty Inductor, Triton and minicomp caches, "
+              f"{ct_env.get('jobs_at_once', 1)} at a time; CUDA context and cuBLAS warmed first. "
+              "\"Own\" is minicomp's capture → loaded module without Triton's JIT (target ≤ 0.3 s).", "",
               "| workload | minicomp own s (capture → module, warm process) | own ≤ 0.3 s | "
               "minicomp compile_seconds, fresh process | minicomp first call, fresh process s | "
               "torch.compile first call, fresh process s | first call, warm process: minicomp / torch.compile s |",
