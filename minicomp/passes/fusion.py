@@ -51,31 +51,51 @@ class Move:
     node: int | None = None     # recompute: the value recomputed
 
 
-class State:
-    """Clusters plus what follows from them (who reads what, who writes what)."""
+class Context:
+    """What every state of one search shares: the graph, its topological order, caches."""
 
-    def __init__(self, graph: Graph, clusters: dict[int, Cluster], costs: dict):
+    def __init__(self, graph: Graph):
         self.graph = graph
+        self.order = {nid: i for i, nid in enumerate(graph.topo_order())}
+        self.graph_outputs = frozenset(graph.outputs)
+        self.costs: dict = {}
+        self.checks: dict = {}
+
+
+class State:
+    """Clusters plus what follows from them (who reads what, who writes what).
+
+    States are immutable; `with_clusters` derives a new one by updating only what the
+    changed clusters touch, and records those clusters in `touched` so that a move's
+    gain is computed from them alone."""
+
+    def __init__(self, ctx: Context, clusters: dict[int, Cluster]):
+        self.ctx = ctx
+        self.graph = ctx.graph
         self.clusters = clusters
-        self._cost_cache = costs
         self.owner = {n: cid for cid, c in clusters.items() for n in c.owned}
-        self.reads: dict[int, set[int]] = {}        # cluster -> nodes it reads from memory
-        self.readers: dict[int, set[int]] = {}      # node -> clusters reading it
-        for cid, c in clusters.items():
-            nodes = c.nodes
-            r = {a for n in nodes for a in graph.node(n).args if a not in nodes}
-            self.reads[cid] = r
+        self.reads: dict[int, frozenset[int]] = {cid: self._reads_of(c) for cid, c in clusters.items()}
+        self.readers: dict[int, set[int]] = {}      # node -> clusters reading it from memory
+        for cid, r in self.reads.items():
             for a in r:
                 self.readers.setdefault(a, set()).add(cid)
-        outs = set(graph.outputs)
-        self.outputs = {cid: frozenset(n for n in c.owned if n in outs or self.readers.get(n, set()) - {cid})
-                        for cid, c in clusters.items()}
+        self.outputs = {cid: self._outputs_of(cid) for cid in clusters}
+        self.touched: set[int] = set(clusters)
+
+    def _reads_of(self, c: Cluster) -> frozenset[int]:
+        nodes = c.nodes
+        return frozenset(a for n in nodes for a in self.graph.node(n).args if a not in nodes)
+
+    def _outputs_of(self, cid: int) -> frozenset[int]:
+        outs = self.ctx.graph_outputs
+        return frozenset(n for n in self.clusters[cid].owned
+                         if n in outs or self.readers.get(n, set()) - {cid})
 
     def cost(self, cid: int) -> ledger.Cost:
         key = (self.clusters[cid].nodes, self.outputs[cid])
-        if key not in self._cost_cache:
-            self._cost_cache[key] = ledger.group_cost(self.graph, set(key[0]), key[1])
-        return self._cost_cache[key]
+        if key not in self.ctx.costs:
+            self.ctx.costs[key] = ledger.group_cost(self.graph, set(key[0]), key[1])
+        return self.ctx.costs[key]
 
     def total(self) -> int:
         return sum(self.cost(cid).bytes for cid in self.clusters)
@@ -90,18 +110,47 @@ class State:
         return q
 
     def with_clusters(self, changes: dict[int, Cluster | None]) -> "State":
-        clusters = dict(self.clusters)
+        new = object.__new__(State)
+        new.ctx, new.graph = self.ctx, self.graph
+        new.clusters, new.owner, new.reads = dict(self.clusters), dict(self.owner), dict(self.reads)
+        new.readers, new.outputs = dict(self.readers), dict(self.outputs)
+        affected: set[int] = set()
+        for cid in changes:
+            if cid in self.clusters:
+                old = self.clusters[cid]
+                for n in old.owned:
+                    if new.owner.get(n) == cid:
+                        del new.owner[n]
+                for a in self.reads[cid]:
+                    new.readers[a] = new.readers[a] - {cid}
+                affected |= self.reads[cid] | old.owned
+                del new.clusters[cid], new.reads[cid], new.outputs[cid]
         for cid, c in changes.items():
             if c is None:
-                clusters.pop(cid, None)
-            else:
-                clusters[cid] = c
-        return State(self.graph, clusters, self._cost_cache)
+                continue
+            new.clusters[cid] = c
+            for n in c.owned:
+                new.owner[n] = cid
+            r = new._reads_of(c)
+            new.reads[cid] = r
+            for a in r:
+                new.readers[a] = new.readers.get(a, set()) | {cid}
+            affected |= r | c.owned
+        touched = {cid for cid, c in changes.items() if c is not None}
+        touched |= {new.owner[n] for n in affected if n in new.owner}
+        for cid in touched:
+            new.outputs[cid] = new._outputs_of(cid)
+        new.touched = touched | set(changes)
+        return new
+
+    def gain(self, after: "State") -> int:
+        """Bytes saved going from this state to `after` (derived from it by one move)."""
+        before = sum(self.cost(c).bytes for c in after.touched if c in self.clusters)
+        return before - sum(after.cost(c).bytes for c in after.touched if c in after.clusters)
 
     def label(self, cid: int) -> str:
         """How reasons name a cluster: its first owned node, and the node count."""
-        order = self.graph.topo_order()
-        owned = sorted(self.clusters[cid].owned, key=order.index)
+        owned = sorted(self.clusters[cid].owned, key=self.ctx.order.__getitem__)
         extra = f" +{len(owned) - 1}" if len(owned) > 1 else ""
         return f"{{{describe(self.graph, owned[0])}{extra}}}"
 
@@ -165,7 +214,7 @@ def initial_state(graph: Graph) -> State:
             continue
         copies = view_closure(graph, {nid}) if n.kind != "opaque" else set()
         clusters[nid] = Cluster(frozenset({nid}), frozenset(copies - {nid}))
-    return State(graph, clusters, {})
+    return State(Context(graph), clusters)
 
 
 def _merged(graph: Graph, a: Cluster, b: Cluster) -> Cluster:
@@ -261,49 +310,138 @@ def candidates(state: State) -> Iterator[Move]:
                     yield Move("sibling", x, y)
 
 
-def legality(before: State, after: State, move: Move) -> str | None:
-    """None if `after` is a legal state reached by `move`; else the reason."""
+def _check_cluster(state: State, cid: int) -> str | None:
+    c = state.clusters[cid]
+    key = (c.nodes, state.outputs[cid])
+    if key not in state.ctx.checks:
+        state.ctx.checks[key] = check(state.graph, set(c.nodes), set(key[1]))
+    return state.ctx.checks[key]
+
+
+class Reach:
+    """Reachability in one state's group graph (computed once per state, on demand)."""
+
+    def __init__(self, state: State):
+        self.q = state.quotient()
+        self._desc: dict[int, set[int]] = {}
+
+    def path_via_other(self, a: int, b: int) -> list[int] | None:
+        """A path a -> s -> ... -> b through some other group s, if there is one."""
+        for s in sorted(self.q.successors(a)):
+            if s == b:
+                continue
+            if s not in self._desc:
+                self._desc[s] = nx.descendants(self.q, s)
+            if b in self._desc[s]:
+                return [a] + nx.shortest_path(self.q, s, b)
+        return None
+
+
+def legality(before: State, after: State, move: Move, reach: Reach | None = None) -> str | None:
+    """None if `after` is a legal state reached by `move`; else the reason.
+
+    A merge makes a cycle exactly when one of the two groups reaches the other through a
+    third; a recomputation cannot make one (the consumer now reads what the producer read,
+    which it already depended on)."""
     for cid in (move.a, move.b):
         if cid in after.clusters:
-            c = after.clusters[cid]
-            why = check(after.graph, set(c.nodes), set(after.outputs[cid]))
+            why = _check_cluster(after, cid)
             if why:
                 return why
-    q = after.quotient()
-    if not nx.is_directed_acyclic_graph(q):
-        cycle = nx.find_cycle(q)
-        path = " -> ".join(after.label(x) for x, _ in cycle) + " -> " + after.label(cycle[0][0])
-        if move.kind == "recompute":
-            return f"recomputing would create a cycle between groups: {path}"
+    if move.kind == "recompute":
+        return None
+    reach = reach or Reach(before)
+    path = reach.path_via_other(move.a, move.b) or reach.path_via_other(move.b, move.a)
+    if path:
+        text = " -> ".join(before.label(x) for x in path)
         return (f"fusing {before.label(move.a)} and {before.label(move.b)} would create a cycle "
-                f"between groups: {path}")
+                f"between groups: {text}")
     return None
+
+
+def _sort_key(state: State, gain: int, move: Move) -> tuple:
+    first = min(state.ctx.order[n] for n in state.clusters[move.a].owned | state.clusters[move.b].owned)
+    return (-gain, {"merge": 0, "sibling": 1, "recompute": 2}[move.kind], first, move.a, move.b)
+
+
+def scored_moves(state: State) -> list[tuple[int, Move, State]]:
+    """Every applicable move with its gain, best first (ties: merges, then the earliest nodes)."""
+    scored = []
+    for move in candidates(state):
+        after = apply(state, move)
+        if after is not None:
+            gain = state.gain(after)
+            scored.append((_sort_key(state, gain, move), gain, move, after))
+    scored.sort(key=lambda s: s[0])
+    return [(gain, move, after) for _, gain, move, after in scored]
+
+
+class MoveCache:
+    """Gains of moves, kept across greedy steps: a move's gain depends only on the clusters
+    it touches, so it stays valid until one of them changes (tracked by version numbers)."""
+
+    def __init__(self) -> None:
+        self.versions: dict[int, int] = {}
+        self.gains: dict[Move, tuple[tuple | None, tuple]] = {}
+        self.verdicts: dict[Move, tuple[tuple, int]] = {}
+        self.epoch = 0
+
+    def _deps(self, cids) -> tuple:
+        return tuple(sorted((c, self.versions.get(c, 0)) for c in cids))
+
+    def score(self, state: State, move: Move) -> tuple | None:
+        """The move's sort key (gain first, negated), or None when it does not apply."""
+        hit = self.gains.get(move)
+        if hit is not None and all(self.versions.get(c, 0) == v for c, v in hit[1]):
+            return hit[0]
+        after = apply(state, move)
+        key = None if after is None else _sort_key(state, state.gain(after), move)
+        touched = {move.a, move.b} | (after.touched if after is not None else set())
+        self.gains[move] = (key, self._deps(touched))
+        return key
+
+    def applied(self, after: State, move: Move) -> None:
+        for c in after.touched:
+            self.versions[c] = self.versions.get(c, 0) + 1
+        if move.kind == "recompute":
+            self.epoch += 1
+
+    def refused(self, move: Move) -> bool:
+        """Was `move` found illegal, with nothing since that could change the verdict? Its
+        own clusters are unchanged, and no recomputation removed a dependency (merges only
+        add paths between groups, so a cycle stays a cycle)."""
+        hit = self.verdicts.get(move)
+        return hit is not None and hit[1] == self.epoch and all(self.versions.get(c, 0) == v for c, v in hit[0])
+
+    def refuse(self, move: Move) -> None:
+        self.verdicts[move] = (self._deps({move.a, move.b}), self.epoch)
 
 
 def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
     """Greedy by bytes saved; returns the final state and the recomputations applied."""
     applied: list[tuple[Move, State, State]] = []
-    order = {nid: i for i, nid in enumerate(state.graph.topo_order())}
+    cache = MoveCache()
     while True:
-        base = state.total()
         scored = []
         for move in candidates(state):
+            key = cache.score(state, move)
+            if key is not None and key[0] < 0:
+                scored.append((key, move))
+        scored.sort(key=lambda s: s[0])
+        reach = None
+        for _, move in scored:
+            if cache.refused(move):
+                continue
             after = apply(state, move)
-            if after is None:
-                continue
-            gain = base - after.total()
-            if gain <= 0:
-                continue
-            first = min(order[n] for n in state.clusters[move.a].owned | state.clusters[move.b].owned)
-            priority = {"merge": 0, "sibling": 1, "recompute": 2}[move.kind]
-            scored.append((-gain, priority, first, move.a, move.b, move, after))
-        scored.sort(key=lambda s: s[:5])
-        for *_, move, after in scored:
-            if legality(state, after, move) is None:
+            if move.kind != "recompute" and reach is None:
+                reach = Reach(state)
+            if legality(state, after, move, reach) is None:
                 if move.kind == "recompute":
                     applied.append((move, state, after))
+                cache.applied(after, move)
                 state = after
                 break
+            cache.refuse(move)
         else:
             return state, applied
 

@@ -15,7 +15,7 @@ import networkx as nx
 
 from minicomp.ir.graph import Graph
 from minicomp.passes import cost as ledger
-from minicomp.passes.fusion import Move, State, apply, candidates, legality
+from minicomp.passes.fusion import Move, Reach, State, legality, scored_moves
 from minicomp.passes.fusion_rules import ROW_BLOCK_LIMIT, describe, kind_of, reduction_domain
 from minicomp.passes.plan import Group, Plan, Recompute, Rejection
 
@@ -23,7 +23,7 @@ ACTIVATIONS = ("gelu", "silu", "relu", "tanh", "sigmoid", "erf", "exp")
 
 
 def _ordered_clusters(state: State) -> list[int]:
-    order = {nid: i for i, nid in enumerate(state.graph.topo_order())}
+    order = state.ctx.order
     first = {cid: min(order[n] for n in c.owned) for cid, c in state.clusters.items()}
     return list(nx.lexicographical_topological_sort(state.quotient(), key=lambda cid: first[cid]))
 
@@ -140,14 +140,10 @@ def _consumer_group(state: State, consumer_owned, node: int, group_ids: dict[int
 def _refusals(state: State, gid: dict[int, int], names: dict[int, str]) -> tuple[list[Rejection], list[tuple]]:
     rejected: list[Rejection] = []
     recompute: list[tuple] = []
-    base = state.total()
     graph = state.graph
-    for move in candidates(state):
-        after = apply(state, move)
-        if after is None:
-            continue
-        gain = base - after.total()
-        why = legality(state, after, move)
+    reach = Reach(state)
+    for gain, move, after in scored_moves(state):
+        why = legality(state, after, move, reach)
         if move.kind == "recompute":
             if why is None and gain <= 0:
                 recompute.append((move, after))
@@ -159,9 +155,9 @@ def _refusals(state: State, gid: dict[int, int], names: dict[int, str]) -> tuple
             if gain > 0:
                 continue
             why = "no bytes saved" if gain == 0 else f"fusing costs {-gain} more bytes"
-        a = f"g{gid[move.a]} {names[move.a]}"
-        b = f"g{gid[move.b]} {names[move.b]}"
-        rejected.append(Rejection(a, b, why, gain))
+        first, second = sorted((move.a, move.b), key=gid.__getitem__)
+        rejected.append(Rejection(f"g{gid[first]} {names[first]}", f"g{gid[second]} {names[second]}", why, gain))
+    rejected.sort(key=lambda r: (int(r.a.split()[0][1:]), int(r.b.split()[0][1:])))
     return rejected, recompute
 
 
