@@ -33,7 +33,7 @@ class StepTimeout(Exception):
 def deadline(seconds: float):
     """Raise StepTimeout in the main thread after `seconds` (checked between bytecodes)."""
     def on_alarm(signum, frame):
-        raise StepTimeout(f"timed out after {seconds:.0f} s")
+        raise StepTimeout(f"timed out after {seconds:.1f} s")
     old = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:

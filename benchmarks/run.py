@@ -80,6 +80,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.rep_ms = args.rep_ms or (50.0 if args.quick else 100.0)
     args.step_timeout_s = args.step_timeout_s or (180.0 if gpu else 120.0)
     args.backends = (args.backends or ("eager,inductor,minicomp" if gpu else "eager,minicomp")).split(",")
+    unknown = set(args.backends) - {"eager", "inductor", "minicomp"}
+    if unknown:
+        p.error(f"unknown backend(s) {', '.join(sorted(unknown))}; known: eager, inductor, minicomp")
     args.compile_time = args.compile_time or ("all" if gpu else "minicomp")
     args.compile_jobs = args.compile_jobs or (2 if gpu else 1)
     if not args.list and not args.compile_time_child and not args.out:
