@@ -4,10 +4,13 @@ legality refusals with reasons, and recompute-versus-materialise decided by byte
 from collections import Counter
 from pathlib import Path
 
+import re
+
 import pytest
 import torch
 
 from minicomp.errors import MinicompError
+from minicomp.frontend.dsl import load_dsl
 from minicomp.frontend.fx import capture
 from minicomp.frontend.loader import load_model_file
 from minicomp.ir import composites as C
@@ -252,6 +255,22 @@ def test_llama_block_plan():
         plan.table()
     reasons = " ".join(r.reason for r in plan.rejected)
     assert "share operand A but no pointwise join consumes both" in reasons
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SAMPLES.glob("*.mc")))
+def test_dsl_samples_plan_like_their_python_twins(name):
+    # The .mc programs say the same models in the DSL (dims from the `--dim` line in their
+    # header): the same kernels, whatever the frontend.
+    path = SAMPLES / f"{name}.mc"
+    src = path.read_text()
+    dims = {k: int(v) for k, v in re.findall(r"--dim (\w+)=(\d+)", src)}
+    captured = load_dsl(src, str(path), dims=dims)
+    g = optimised(captured)
+    plan = plan_graph(g, baseline=captured)
+    assert_contract(g, plan)
+    assert plan.total_bytes < plan.unfused_bytes
+    twin = sample_plan(name)[2]
+    assert sorted((grp.kind, grp.name) for grp in plan.groups) == sorted((grp.kind, grp.name) for grp in twin.groups)
 
 
 # --------------------------------------------------------------------------- legality
