@@ -5,7 +5,8 @@ Invariants after the pass:
   dump shows `strides=[...]`; nodes no kernel writes (values inside a kernel, views)
   keep `layout=None`: views are never materialised, kernels fold them into the strides
   they read through;
-- graph outputs are contiguous (what eager PyTorch returns);
+- graph outputs are contiguous (what eager PyTorch returns), and so is whatever an opaque
+  node (PyTorch) writes;
 - an intermediate read only through one permute that keeps the last axis in place is
   written in the permuted order, so the permuted view is contiguous (attention's
   [B, H, S, D] output written as [B, S, H, D] memory: the `permute + reshape` before the
@@ -121,7 +122,7 @@ def _reduced_axes(g: Graph, nid: int, plan, writer) -> tuple[int, ...] | None:
 
 def choose_strides(g: Graph, nid: int, plan, writer) -> tuple[int, ...]:
     n = g.node(nid)
-    if nid in g.outputs:
+    if nid in g.outputs or writer.kind == "opaque":   # PyTorch hands back contiguous tensors
         return contiguous_strides(n.shape)
     dims = _permute_reader(g, nid)
     if dims is not None:
