@@ -415,3 +415,16 @@ def test_table_lists_groups_totals_and_refusals():
     assert lines[0].startswith("plan for swiglu on H200") and "bound µs" in lines[1]
     assert "unfused" in text and "planned" in text and "fewer bytes" in text
     assert "refused:" in text and "dual GEMM" in text
+
+
+@pytest.mark.parametrize("seed", range(0, 60, 3))
+def test_random_graphs_keep_the_contract(seed):
+    # the passes helper's seeded generator: pointwise, reduction and view ops, generators,
+    # casts, dead code; raw and after the cleanup pipeline
+    random_graph = pytest.importorskip("test_pass_random").random_graph
+    g = random_graph(seed)
+    for graph in (g, run_pipeline(g, PIPELINE)[0]):
+        plan = plan_graph(graph)
+        assert_contract(graph, plan)
+        assert plan.total_bytes <= cost.unfused_bytes(graph) + sum(
+            cost.nbytes(graph.node(o)) for o in graph.outputs if graph.node(o).kind == "view")
