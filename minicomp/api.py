@@ -68,8 +68,10 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     start = time.perf_counter()
     verify(graph)
     set_input_layouts(graph, inputs)
-    graph, records = optimise(graph, options)
-    plan = plan_graph(graph, options.machine)
+    captured = graph
+    graph, records = optimise(graph, options)   # the manager works on a copy: `captured` stays as it was
+    # the unfused baseline is the user's program as written (before attention matching)
+    plan = plan_graph(graph, options.machine, baseline=captured)
     device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     generated = generate(graph, plan, device.type)
     call = load(generated, device)
