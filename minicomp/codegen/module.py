@@ -29,7 +29,7 @@ from minicomp.codegen import fallback
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.lowering import ident
-from minicomp.codegen.tlexpr import ROUND_BF16_HELPER
+from minicomp.codegen.tlexpr import NAN_REDUCE_HELPERS, ROUND_BF16_HELPER
 from minicomp.errors import CompileError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
@@ -228,6 +228,10 @@ class ModuleWriter:
             out.writeline("")
             out.writeline("")
             out.splice(ROUND_BF16_HELPER)
+        if any("_max_nan" in k.source or "_min_nan" in k.source for k in self.kernels):
+            out.writeline("")
+            out.writeline("")
+            out.splice(NAN_REDUCE_HELPERS)
         for k in self.kernels:
             out.writeline("")
             out.writeline("")

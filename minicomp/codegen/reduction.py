@@ -31,7 +31,7 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
-from minicomp.codegen.tlexpr import Val, compute_tl, convert
+from minicomp.codegen.tlexpr import NAN_ALL, Val, compute_tl, convert
 
 SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
 CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
@@ -182,13 +182,13 @@ class RowKernel:
         x = convert(low.value(m.args[0], self.s_index), m.dtype)
         xm, m_new = low.names.fresh("x_masked"), low.names.fresh("m_new")
         loop.writeline(f"{xm} = tl.where(mask, {x}, -float('inf'))")
-        loop.writeline(f"{m_new} = tl.maximum({m_acc}, {xm})")
+        loop.writeline(f"{m_new} = tl.maximum({m_acc}, {xm}{NAN_ALL})")
         loop.writeline(f"{s_acc} = {s_acc} * tl.where({m_acc} == -float('inf'), 0.0, tl.exp({m_acc} - {m_new})) "
                        f"+ tl.where({xm} == -float('inf'), 0.0, tl.exp({xm} - {m_new}))")
         loop.writeline(f"{m_acc} = {m_new}")
         self._close_loop()
         mx, sm = low.names.fresh(f"amax{m_id}"), low.names.fresh(f"sum{s_id}")
-        main.writeline(f"{mx} = tl.max({m_acc}, axis=1)[:, None]")
+        main.writeline(f"{mx} = tl.reduce({m_acc}, 1, _max_nan)[:, None]")  # NaN in a row: NaN, as eager
         main.writeline(f"{sm} = tl.sum(tl.where({m_acc} == -float('inf'), 0.0, {s_acc} * tl.exp({m_acc} - {mx})), "
                        "axis=1)[:, None]")
         self.reduced[m_id] = Val(mx, m.dtype, frozenset({"rows"}))
@@ -224,14 +224,21 @@ class RowKernel:
             term, masked = f"{diff} * {diff}", term
         else:
             term = f"tl.where(mask, {term}, {neutral})"
+        nan = NAN_ALL if dt.is_floating_point else ""
+
+        def reduce_row(x: str) -> str:
+            if nan and kind in ("amax", "amin"):  # tl.max/tl.min drop NaN; torch.amax/amin keep it
+                return f"tl.reduce({x}, 1, _{kind[1:]}_nan)[:, None]"
+            return f"{combine}({x}, axis=1)[:, None]"
+
         if self.single:
-            self.main.writeline(f"{name} = {combine}({term}, axis=1)[:, None]")
+            self.main.writeline(f"{name} = {reduce_row(term)}")
         else:
             update = {"sum": f"{acc} + {term}", "sum_sq": f"{acc} + {term}",
-                      "amax": f"tl.maximum({acc}, {term})", "amin": f"tl.minimum({acc}, {term})"}[kind]
+                      "amax": f"tl.maximum({acc}, {term}{nan})", "amin": f"tl.minimum({acc}, {term}{nan})"}[kind]
             self.loop.writeline(f"{acc} = {update}")
             self._close_loop()
-            self.main.writeline(f"{name} = {combine}({acc}, axis=1)[:, None]")
+            self.main.writeline(f"{name} = {reduce_row(acc)}")
         return Val(name, dt, frozenset({"rows"}))
 
     # ------------------------------------------------------------------ outputs

@@ -116,6 +116,20 @@ def store_text(code: str, dtype: torch.dtype, cpu: bool, exact: bool = False) ->
     return f"{code}.to({storage_tl(dtype)})"
 
 
+# tl.max / tl.min combine with maxnum/minnum, which drop NaN; torch.amax/amin propagate it.
+# Row kernels reduce floats through these instead (the module defines them when used).
+NAN_REDUCE_HELPERS = '''\
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)'''
+# NaN in, NaN out, as torch.maximum/minimum/clamp/relu do (Triton's default drops NaN).
+NAN_ALL = ", propagate_nan=tl.PropagateNan.ALL"
+
 ARITH = ("add", "sub", "mul", "div", "maximum", "minimum")
 FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "sigmoid", "silu")
 
@@ -130,6 +144,8 @@ def op_text(node: Node, args: list[Val], cpu: bool) -> str:
         x, y = (convert(v, dt) for v in args)
         if all(v.literal for v in args):
             x = tensor_of(args[0], dt)
+        if op in ("maximum", "minimum") and dt.is_floating_point:
+            return f"tl.{op}({x}, {y}{NAN_ALL})"
         return d.triton.format(x, y)
     if op in ops.COMPARISONS:
         common = torch.promote_types(args[0].dtype, args[1].dtype)
@@ -150,7 +166,7 @@ def op_text(node: Node, args: list[Val], cpu: bool) -> str:
     if op == "abs":
         return f"tl.abs({x})"
     if op == "relu":
-        return f"tl.maximum({x}, {zero_literal(dt)})"
+        return f"tl.maximum({x}, {zero_literal(dt)}{NAN_ALL if dt.is_floating_point else ''})"
     if op == "tanh":
         # 1 - 2 / (e^{2x} + 1): saturates to +-1 without overflow trouble; portable across Triton versions
         return f"1.0 - 2.0 / (tl.exp(2.0 * {x}) + 1.0)"
@@ -162,11 +178,11 @@ def op_text(node: Node, args: list[Val], cpu: bool) -> str:
     if op == "pow":
         return _pow_text(x, float(a["exponent"]))
     if op == "clamp":
-        out = x
+        out, nan = x, NAN_ALL if dt.is_floating_point else ""
         if a["min"] is not None:
-            out = f"tl.maximum({out}, {py_literal(a['min'], dt)})"
+            out = f"tl.maximum({out}, {py_literal(a['min'], dt)}{nan})"
         if a["max"] is not None:
-            out = f"tl.minimum({out}, {py_literal(a['max'], dt)})"
+            out = f"tl.minimum({out}, {py_literal(a['max'], dt)}{nan})"
         return out
     if op == "where":
         c = tensor_of(args[0], torch.bool)
