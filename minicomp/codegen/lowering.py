@@ -229,6 +229,11 @@ class Lowering:
             text = f"tl.full({block_shape}, {py_literal(v.value, node.dtype)}, {storage_tl(node.dtype)})"
         else:
             text = store_text(convert(v, node.dtype), node.dtype, self.cpu, exact=v.exact and v.dtype == node.dtype)
-        mask = self.mask_for(s)
         addr = f"{ptr} + {self.render(off)}"
+        if not s and v.syms:
+            # one element (every dimension of size 1) computed as a block, e.g. from a row
+            # reduction: a block of one address, so the store's pointer and value agree
+            s = v.syms
+            addr += f" + tl.zeros({block_shape}, tl.int32)"
+        mask = self.mask_for(s)
         self.builder_for(s).writeline(f"tl.store({addr}, {text}" + (f", mask={mask})" if mask else ")"))
