@@ -367,3 +367,18 @@ def test_gpu_scalar_and_generated():
     out, _ = _gpu_run(g2, [b])
     torch.testing.assert_close(out[0], b.cuda().masked_fill(~torch.ones(300, 300, dtype=torch.bool, device="cuda").tril(),
                                                             float("-inf")))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_transpose_uses_2d_tiles(dtype, cache):
+    g = Graph("transpose")
+    x = g.add_input("x", (37, 70), dtype)
+    y = g.add_input("y", (70, 37), dtype)
+    g.set_outputs([g.add("add", g.add("permute", x, dims=(1, 0)), y)])
+    a, b = rand((37, 70), dtype), rand((70, 37), dtype, 1)
+    gen = check(g, [a, b], [a.t() + b], cache)
+    assert "# 2-D tiles" in gen.source
+    flat = Graph("no_transpose")
+    x = flat.add_input("x", (37, 70), dtype)
+    flat.set_outputs([flat.add("exp", x)])
+    assert "# 2-D tiles" not in generate(flat, one_group(flat), "cpu").source

@@ -330,3 +330,21 @@ def cat_pieces(idx: Index, shapes: list[tuple[int, ...]], dim: int) -> list[tupl
         out.append((dims_index(tuple(shape), piece), lo, hi))
         lo = hi
     return out
+
+
+def unit_stride_in(e: Expr, name: str, run: int = 16) -> bool:
+    """True when consecutive values of symbol `name` step `e` by 1 for runs of at least `run`
+    elements (`name`, or `name % k` with k >= run, appears with coefficient 1): loads along it coalesce."""
+    for a, k in e.terms:
+        if k != 1:
+            continue
+        if isinstance(a, Sym) and a.name == name:
+            return True
+        if isinstance(a, Mod) and a.div >= run and _is_sym(a.arg, name):
+            return True
+    return False
+
+
+def _is_sym(e: Expr, name: str) -> bool:
+    atom = e.single_atom()
+    return isinstance(atom, Sym) and atom.name == name

@@ -69,6 +69,7 @@ class Lowering:
         self.memo: dict[tuple, Val] = {}
         self.atoms: dict[ix.Atom, tuple[str, frozenset]] = {}
         self.reduction_value: Callable[[Node, ix.Index], Val] | None = None
+        self.offsets: list[ix.Expr] = []     # every tensor load's and store's offset, for choosing tile shapes
 
     # ------------------------------------------------------------------ scoping
     def forget(self, sym: str) -> None:
@@ -124,6 +125,7 @@ class Lowering:
             return Val(py_literal(v, node.dtype), node.dtype, frozenset(), literal=True, value=v)
         ptr = self.pointer(node.id)
         off = ix.offset(idx, self.ctx.strides(node.id))
+        self.offsets.append(off)
         s = ix.syms(off)
         if not s:
             addr = ptr if off.is_const() and off.const == 0 else f"{ptr} + {self.render(off)}"
@@ -224,6 +226,7 @@ class Lowering:
         v = self.value(nid, idx)
         ptr = self.pointer(nid)
         off = ix.offset(idx, self.ctx.strides(nid))
+        self.offsets.append(off)
         s = ix.syms(off)
         if v.literal:
             text = f"tl.full({block_shape}, {py_literal(v.value, node.dtype)}, {storage_tl(node.dtype)})"

@@ -9,6 +9,10 @@ path, found by the index algebra rather than by a separate template).
 
 On CUDA the block size and warp count are autotuned over a few configs keyed on the
 element count; under the CPU interpreter one fixed large block keeps the run short.
+
+When some tensor is read or written across the last dimension (a transpose), the kernel
+is 2-D instead: (rows, cols) tiles over (outer dimensions, last dimension), so both the
+transposed access and the plain ones run along unit strides inside a tile.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from minicomp.ir.dtypes import type_str
 
 # (BLOCK, num_warps) tried by the autotuner on CUDA
 CUDA_CONFIGS = ((512, 4), (1024, 4), (2048, 8), (4096, 8))
+CUDA_TILE_CONFIGS = ((32, 64, 4), (64, 64, 4), (64, 128, 8), (128, 64, 8))   # 2-D: (BLOCK_R, BLOCK_C, warps)
+TILE_MIN = 16              # both tile extents at least this long before 2-D tiles pay
 CPU_BLOCK = 4096           # interpreter: few, large programs (numpy does the vector work)
 INT32_LIMIT = 2**31 - 1
 
@@ -61,6 +67,38 @@ def autotune_decorator(configs: list[tuple[dict, int]], key: list[str]) -> list[
     return b.getvalue().splitlines()
 
 
+def _mask_2d(syms: frozenset) -> str | None:
+    r, c = "rows" in syms, "cols" in syms
+    return "mask" if (r and c) else "row_mask" if r else "col_mask" if c else None
+
+
+def _build(ctx: KernelCtx, shape: tuple[int, ...], tiled: bool) -> tuple[Lowering, CodeBuilder]:
+    """Lower every output at the kernel's index: `offs` (flat), or (rows, cols) over a 2-D tile."""
+    body = CodeBuilder()
+    numel = math.prod(shape)
+    if tiled:
+        n = shape[-1]
+        low = Lowering(ctx, builder_for=lambda syms: body, mask_for=_mask_2d)
+        idx = ix.Index(shape, flat=ix.sym("rows", numel // n) * n + ix.sym("cols", n))
+        block = "[BLOCK_R, BLOCK_C]"
+    else:
+        low = Lowering(ctx, builder_for=lambda syms: body, mask_for=lambda syms: "mask" if syms else None)
+        idx, block = ix.Index(shape, flat=ix.sym("offs", max(numel, 1))), "[BLOCK]"
+    for o in ctx.group.outputs:
+        low.store(o, idx, block)
+    return low, body
+
+
+def _wants_tiles(ctx: KernelCtx, shape: tuple[int, ...]) -> Lowering | None:
+    """A 2-D lowering when some access runs along the outer dimensions rather than the last one
+    (a transpose): a [BLOCK_R, BLOCK_C] tile reads and writes both in long unit-stride runs."""
+    if len(shape) < 2 or shape[-1] < TILE_MIN or math.prod(shape[:-1]) < TILE_MIN:
+        return None
+    low, body = _build(ctx, shape, tiled=True)
+    transposed = any(ix.unit_stride_in(o, "rows") and not ix.unit_stride_in(o, "cols") for o in low.offsets)
+    return (low, body) if transposed else None
+
+
 def emit(ctx: KernelCtx) -> Kernel:
     graph, group = ctx.graph, ctx.group
     if not group.outputs:
@@ -71,37 +109,59 @@ def emit(ctx: KernelCtx) -> Kernel:
             raise Unsupported(f"pointwise outputs of different shapes: {shape} and {graph.node(o).shape}")
     numel = math.prod(shape)
     name = kernel_name(ctx, "pw")
-
-    body = CodeBuilder()
-    low = Lowering(ctx, builder_for=lambda syms: body, mask_for=lambda syms: "mask" if syms else None)
-    offs = ix.sym("offs", max(numel, 1))
-    for o in group.outputs:
-        low.store(o, ix.Index(shape, flat=offs), "[BLOCK]")
+    tiles = _wants_tiles(ctx, shape)
+    low, body = tiles if tiles else _build(ctx, shape, tiled=False)
 
     reads = [n for n in low.pointers if n not in group.outputs]
     wide = needs_int64(ctx, list(low.pointers), numel)
     params = [low.pointers[n].name for n in reads] + [low.pointers[n].name for n in group.outputs]
-    params += ["n_elements", "BLOCK: tl.constexpr"]
+    params += (["n_rows", "n_cols", "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"] if tiles
+               else ["n_elements", "BLOCK: tl.constexpr"])
+    start = (lambda pid: f"{pid}.to(tl.int64)") if wide else (lambda pid: pid)
 
     src = CodeBuilder()
-    if ctx.device_type == "cuda":
+    if ctx.device_type == "cuda" and tiles:
+        configs = [({"BLOCK_R": r, "BLOCK_C": c}, w) for r, c, w in CUDA_TILE_CONFIGS]
+        src.writelines(autotune_decorator(configs, ["n_rows", "n_cols"]))
+    elif ctx.device_type == "cuda":
         fitting = [c for c in CUDA_CONFIGS if c[0] <= max(next_pow2(numel), CUDA_CONFIGS[0][0])]
         src.writelines(autotune_decorator([({"BLOCK": b}, w) for b, w in fitting], ["n_elements"]))
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
-        src.writeline("pid = tl.program_id(0)")
-        src.writeline(f"offs = {'pid.to(tl.int64)' if wide else 'pid'} * BLOCK + tl.arange(0, BLOCK)")
-        src.writeline("mask = offs < n_elements")
+        if tiles:
+            src.writeline("# 2-D tiles: some tensor is read or written across the last dimension (a transpose)")
+            src.writeline(f"rows = {start('tl.program_id(0)')} * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
+            src.writeline(f"cols = {start('tl.program_id(1)')} * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]")
+            src.writeline("row_mask = rows < n_rows")
+            src.writeline("col_mask = cols < n_cols")
+            src.writeline("mask = row_mask & col_mask")
+        else:
+            src.writeline("pid = tl.program_id(0)")
+            src.writeline(f"offs = {start('pid')} * BLOCK + tl.arange(0, BLOCK)")
+            src.writeline("mask = offs < n_elements")
         src.splice(body.getvalue())
 
-    args = ", ".join([ctx.buf(n) for n in reads] + [ctx.buf(n) for n in group.outputs] + [str(numel)])
+    bufs = [ctx.buf(n) for n in reads] + [ctx.buf(n) for n in group.outputs]
     if numel == 0:
         launch = [f"# {name}: nothing to compute (0 elements)"]
+    elif tiles:
+        n_cols = shape[-1]
+        n_rows = numel // n_cols
+        args = ", ".join(bufs + [str(n_rows), str(n_cols)])
+        if ctx.device_type == "cuda":
+            launch = [f"grid = lambda meta: (triton.cdiv({n_rows}, meta['BLOCK_R']), "
+                      f"triton.cdiv({n_cols}, meta['BLOCK_C']))",
+                      f"{name}[grid]({args})"]
+        else:
+            br, bc = min(next_pow2(n_rows), 64), min(next_pow2(n_cols), 64)
+            launch = [f"{name}[({-(-n_rows // br)}, {-(-n_cols // bc)})]({args}, BLOCK_R={br}, BLOCK_C={bc})"]
     elif ctx.device_type == "cuda":
+        args = ", ".join(bufs + [str(numel)])
         launch = [f"grid = lambda meta: (triton.cdiv({numel}, meta['BLOCK']),)",
                   f"{name}[grid]({args})"]
     else:
         block = min(CPU_BLOCK, next_pow2(numel))
+        args = ", ".join(bufs + [str(numel)])
         launch = [f"{name}[({-(-numel // block)},)]({args}, BLOCK={block})"]
     return Kernel(name, src.getvalue(), launch)

@@ -12,7 +12,10 @@ Two forms:
   reduction in turn is a `tl.sum/max/min` over axis 1 of values already in registers;
 - looped: each reduction is its own loop over column blocks (recomputing its prologue,
   which may use the reductions before it: softmax's sum loop uses the max), then one
-  epilogue loop writes the full-shape outputs.
+  epilogue loop writes the full-shape outputs;
+- columns: the looped form with many rows and a few columns per tile, chosen when the
+  tensors read are contiguous along rows rather than along the reduced axis (a sum over
+  axis 0 of a row-major matrix), so each load still reads consecutive addresses.
 
 Values that depend on rows only (reductions, their post-processing, row-shaped loads)
 are written outside the loops and reused; the accumulator is fp32 (the compute type of
@@ -37,6 +40,7 @@ SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
 CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
 CPU_LOOP_BLOCK = 1024        # interpreter: column block of the looped form
 CUDA_LOOP_CONFIGS = ((1024, 4), (2048, 8), (4096, 8))
+CUDA_COLUMN_CONFIGS = ((64, 32, 4), (128, 16, 4), (32, 64, 4), (128, 32, 8))   # (BLOCK_R, BLOCK_C, warps)
 REDUCTIONS = ("sum", "mean", "amax", "amin", "var")
 
 
@@ -295,8 +299,10 @@ def _needed_reductions(ctx: KernelCtx, dom: Domain) -> list[int]:
     return [r for r in dom.reductions if r in seen]
 
 
-def _cuda_configs(dom: Domain, single: bool) -> list[tuple[dict, int]]:
-    if not single:
+def _cuda_configs(dom: Domain, form: str) -> list[tuple[dict, int]]:
+    if form == "columns":
+        return [({"BLOCK_R": r, "BLOCK_C": c}, w) for r, c, w in CUDA_COLUMN_CONFIGS]
+    if form == "looped":
         return [({"BLOCK_R": 1, "BLOCK_C": c}, w) for c, w in CUDA_LOOP_CONFIGS]
     bc = next_pow2(dom.n_cols)
     brs = [br for br in (1, 2, 4, 8, 16, 32, 64, 128) if br <= next_pow2(dom.n_rows) and (br == 1 or br * bc <= 8192)]
@@ -307,9 +313,7 @@ def _cuda_configs(dom: Domain, single: bool) -> list[tuple[dict, int]]:
     return out
 
 
-def emit(ctx: KernelCtx) -> Kernel:
-    dom = find_domain(ctx)
-    single = dom.n_cols <= SINGLE_PASS_MAX
+def _build(ctx: KernelCtx, dom: Domain, single: bool) -> RowKernel:
     k = RowKernel(ctx, dom, single)
     pending = _needed_reductions(ctx, dom)
     while pending:
@@ -321,6 +325,34 @@ def emit(ctx: KernelCtx) -> Kernel:
         else:
             k.reduce(r)
     k.store_outputs()
+    return k
+
+
+def _column_major(k: RowKernel) -> bool:
+    """The tensors read are contiguous along rows and none along the reduced columns (a reduction
+    over a leading axis): tiles then want many rows and few columns so loads coalesce."""
+    offs = [o for o in k.low.offsets if "cols" in ix.syms(o)]     # accesses of domain-shaped tensors
+    return (not any(ix.unit_stride_in(o, "cols") for o in offs)
+            and any(ix.unit_stride_in(o, "rows") for o in offs))
+
+
+def _block_sizes(dom: Domain, form: str, device_type: str) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_C) under the interpreter (CUDA autotunes instead)."""
+    if form == "single":
+        bc = next_pow2(dom.n_cols)
+        return min(next_pow2(dom.n_rows), max(1, CPU_TILE // bc)), bc
+    if form == "columns":
+        return min(next_pow2(dom.n_rows), 64), min(next_pow2(dom.n_cols), 32)
+    return 1, CPU_LOOP_BLOCK
+
+
+def emit(ctx: KernelCtx) -> Kernel:
+    dom = find_domain(ctx)
+    single = dom.n_cols <= SINGLE_PASS_MAX
+    k = _build(ctx, dom, single)
+    form = "single" if single else "looped"
+    if dom.n_rows > 1 and _column_major(k):
+        k, form, single = _build(ctx, dom, False), "columns", False
 
     group = ctx.group
     name = kernel_name(ctx, "red")
@@ -332,13 +364,14 @@ def emit(ctx: KernelCtx) -> Kernel:
 
     src = CodeBuilder()
     if ctx.device_type == "cuda":
-        src.writelines(autotune_decorator(_cuda_configs(dom, single), ["n_rows", "n_cols"]))
+        src.writelines(autotune_decorator(_cuda_configs(dom, form), ["n_rows", "n_cols"]))
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
-        form = "one tile per row block" if single else "looped over column blocks"
+        how = {"single": "one tile per row block", "looped": "looped over column blocks",
+               "columns": "looped over column blocks, many rows at a time (rows are contiguous)"}[form]
         src.writeline(f"# domain {list(dom.shape)} reduced over axes {list(dom.axes)}: "
-                      f"{dom.n_rows} rows of {dom.n_cols}, {form}")
+                      f"{dom.n_rows} rows of {dom.n_cols}, {how}")
         src.writeline("pid = tl.program_id(0)")
         start = "pid.to(tl.int64)" if wide else "pid"
         src.writeline(f"rows = {start} * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
@@ -360,10 +393,6 @@ def emit(ctx: KernelCtx) -> Kernel:
         else:
             launch.append(f"{name}[grid]({args})")
     else:
-        if single:
-            bc = next_pow2(dom.n_cols)
-            br = min(next_pow2(dom.n_rows), max(1, CPU_TILE // bc))
-        else:
-            bc, br = CPU_LOOP_BLOCK, 1
+        br, bc = _block_sizes(dom, form, ctx.device_type)
         launch = [f"{name}[({-(-dom.n_rows // br)},)]({args}, BLOCK_R={br}, BLOCK_C={bc})"]
     return Kernel(name, src.getvalue(), launch)
