@@ -23,7 +23,7 @@ import networkx as nx
 from minicomp.ir.graph import Graph
 from minicomp.passes import cost as ledger
 from minicomp.passes.fusion_rules import check
-from minicomp.passes.fusion_state import Cluster, Move, State, initial_state, view_closure
+from minicomp.passes.fusion_state import Cluster, Move, Preview, State, initial_state, view_closure
 from minicomp.passes.fusion_state import live_nodes  # noqa: F401 (part of this module's interface)
 from minicomp.passes.plan import Plan
 
@@ -81,12 +81,12 @@ def _prune(state: State, cid: int, consumer: int, consumer_reads: set[int]) -> C
     return Cluster(frozenset(cluster.owned & needed), frozenset(cluster.copies & needed))
 
 
-def apply(state: State, move: Move) -> State | None:
-    """The state after `move` (None when the move does not apply)."""
+def preview_move(state: State, move: Move) -> Preview | None:
+    """What `move` changes, without building the new state (None when it does not apply)."""
     graph = state.graph
     if move.kind in ("merge", "sibling"):
         m = _merged(graph, state.clusters[move.a], state.clusters[move.b])
-        return state.with_clusters({move.a: m, move.b: None})
+        return state.preview({move.a: m, move.b: None})
     need = recompute_set(state, move.node)
     if need is None:
         return None
@@ -94,7 +94,13 @@ def apply(state: State, move: Move) -> State | None:
     copies = (consumer.copies | need | view_closure(graph, set(consumer.nodes | need))) - consumer.owned
     new_consumer = Cluster(consumer.owned, frozenset(copies))
     reads = {a for n in new_consumer.nodes for a in graph.node(n).args if a not in new_consumer.nodes}
-    return state.with_clusters({move.b: new_consumer, move.a: _prune(state, move.a, move.b, reads)})
+    return state.preview({move.b: new_consumer, move.a: _prune(state, move.a, move.b, reads)})
+
+
+def apply(state: State, move: Move) -> State | None:
+    """The state after `move` (None when the move does not apply)."""
+    p = preview_move(state, move)
+    return None if p is None else state.commit(p)
 
 
 def candidates(state: State) -> Iterator[Move]:
@@ -121,16 +127,41 @@ def candidates(state: State) -> Iterator[Move]:
                     yield Move("sibling", x, y)
 
 
-def _check_cluster(state: State, cid: int) -> str | None:
-    c = state.clusters[cid]
-    key = (c.nodes, state.outputs[cid])
-    if key not in state.ctx.checks:
-        state.ctx.checks[key] = check(state.graph, set(c.nodes), set(key[1]))
-    return state.ctx.checks[key]
+def _check_cluster(after: State | Preview, cid: int) -> str | None:
+    c, outputs = after.cluster(cid), after.outputs_of(cid)
+    checks = after.ctx.checks
+    key = (c.nodes, outputs)
+    if key not in checks:
+        checks[key] = check(after.graph, set(c.nodes), set(outputs))
+    return checks[key]
+
+
+def reaches_via_other(state: State, a: int, b: int) -> bool:
+    """Does group `a` reach group `b` through some third group (a -> s -> ... -> b)?"""
+    stack = [s for s in state.successors(a) if s != b]
+    seen = set(stack)
+    while stack:
+        c = stack.pop()
+        if c == b:
+            return True
+        for s in state.successors(c):
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return False
+
+
+def creates_cycle(state: State, move: Move) -> bool:
+    """A merge makes a cycle exactly when one of the two groups reaches the other through a
+    third; a recomputation cannot make one (the consumer now reads what the producer read,
+    which it already depended on)."""
+    if move.kind == "recompute":
+        return False
+    return reaches_via_other(state, move.a, move.b) or reaches_via_other(state, move.b, move.a)
 
 
 class Reach:
-    """Reachability in one state's group graph (computed once per state, on demand)."""
+    """Paths in one state's group graph, to name a cycle (computed once per state, on demand)."""
 
     def __init__(self, state: State):
         self.q = state.quotient()
@@ -148,26 +179,31 @@ class Reach:
         return None
 
 
-def legality(before: State, after: State, move: Move, reach: Reach | None = None) -> str | None:
-    """None if `after` is a legal state reached by `move`; else the reason.
-
-    A merge makes a cycle exactly when one of the two groups reaches the other through a
-    third; a recomputation cannot make one (the consumer now reads what the producer read,
-    which it already depended on)."""
+def rule_violation(after: State | Preview, move: Move) -> str | None:
+    """Why one of the groups `move` leaves behind breaks the rules of fusion_rules.check."""
     for cid in (move.a, move.b):
-        if cid in after.clusters:
+        if after.has(cid):
             why = _check_cluster(after, cid)
             if why:
                 return why
-    if move.kind == "recompute":
-        return None
+    return None
+
+
+def is_legal(before: State, after: State | Preview, move: Move) -> bool:
+    """`legality(...) is None`, without naming the reason (the search needs only the verdict)."""
+    return rule_violation(after, move) is None and not creates_cycle(before, move)
+
+
+def legality(before: State, after: State | Preview, move: Move, reach: Reach | None = None) -> str | None:
+    """None if `after` is a legal state reached by `move`; else the reason."""
+    why = rule_violation(after, move)
+    if why or not creates_cycle(before, move):
+        return why
     reach = reach or Reach(before)
     path = reach.path_via_other(move.a, move.b) or reach.path_via_other(move.b, move.a)
-    if path:
-        text = " -> ".join(before.label(x) for x in path)
-        return (f"fusing {before.label(move.a)} and {before.label(move.b)} would create a cycle "
-                f"between groups: {text}")
-    return None
+    text = " -> ".join(before.label(x) for x in path)
+    return (f"fusing {before.label(move.a)} and {before.label(move.b)} would create a cycle "
+            f"between groups: {text}")
 
 
 def _sort_key(state: State, gain: int, move: Move) -> tuple:
@@ -187,76 +223,6 @@ def scored_moves(state: State) -> list[tuple[int, Move, State]]:
     return [(gain, move, after) for _, gain, move, after in scored]
 
 
-class MoveCache:
-    """Gains of moves, kept across greedy steps: a move's gain depends only on the clusters
-    it touches, so it stays valid until one of them changes (tracked by version numbers)."""
-
-    def __init__(self) -> None:
-        self.versions: dict[int, int] = {}
-        self.gains: dict[Move, tuple[tuple | None, tuple]] = {}
-        self.verdicts: dict[Move, tuple[tuple, int]] = {}
-        self.epoch = 0
-
-    def _deps(self, cids) -> tuple:
-        return tuple(sorted((c, self.versions.get(c, 0)) for c in cids))
-
-    def score(self, state: State, move: Move) -> tuple | None:
-        """The move's sort key (gain first, negated), or None when it does not apply."""
-        hit = self.gains.get(move)
-        if hit is not None and all(self.versions.get(c, 0) == v for c, v in hit[1]):
-            return hit[0]
-        after = apply(state, move)
-        key = None if after is None else _sort_key(state, state.gain(after), move)
-        touched = {move.a, move.b} | (after.touched if after is not None else set())
-        self.gains[move] = (key, self._deps(touched))
-        return key
-
-    def applied(self, after: State, move: Move) -> None:
-        for c in after.touched:
-            self.versions[c] = self.versions.get(c, 0) + 1
-        if move.kind == "recompute":
-            self.epoch += 1
-
-    def refused(self, move: Move) -> bool:
-        """Was `move` found illegal, with nothing since that could change the verdict? Its
-        own clusters are unchanged, and no recomputation removed a dependency (merges only
-        add paths between groups, so a cycle stays a cycle)."""
-        hit = self.verdicts.get(move)
-        return hit is not None and hit[1] == self.epoch and all(self.versions.get(c, 0) == v for c, v in hit[0])
-
-    def refuse(self, move: Move) -> None:
-        self.verdicts[move] = (self._deps({move.a, move.b}), self.epoch)
-
-
-def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
-    """Greedy by bytes saved; returns the final state and the recomputations applied."""
-    applied: list[tuple[Move, State, State]] = []
-    cache = MoveCache()
-    while True:
-        scored = []
-        for move in candidates(state):
-            key = cache.score(state, move)
-            if key is not None and key[0] < 0:
-                scored.append((key, move))
-        scored.sort(key=lambda s: s[0])
-        reach = None
-        for _, move in scored:
-            if cache.refused(move):
-                continue
-            after = apply(state, move)
-            if move.kind != "recompute" and reach is None:
-                reach = Reach(state)
-            if legality(state, after, move, reach) is None:
-                if move.kind == "recompute":
-                    applied.append((move, state, after))
-                cache.applied(after, move)
-                state = after
-                break
-            cache.refuse(move)
-        else:
-            return state, applied
-
-
 def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseline: Graph | None = None) -> Plan:
     """Group the nodes of `graph` into kernels; see the module docstring and contracts.md.
 
@@ -264,6 +230,7 @@ def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseli
     `unfused_bytes` should count; by default `graph` itself.
     """
     from minicomp.passes.fusion_report import build_plan
+    from minicomp.passes.fusion_search import search
     m = ledger.get_machine(machine)
     final, recomputed = search(initial_state(graph))
     plan = build_plan(final, recomputed, m)

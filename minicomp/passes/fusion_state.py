@@ -8,7 +8,8 @@ instead of reading). Invariants of every state:
   loads) unless a graph output, an opaque node, or a matmul/attention operand that only
   takes strided views (a `cat`) needs the view itself in memory;
 - a node is written by its owner iff it is a graph output or another cluster reads it.
-States are immutable: a move derives a new state (`State.with_clusters`).
+States are immutable: a move derives a new state (`State.with_clusters`), or first a
+`Preview` of it (overlays on the old state), which is all that scoring a move needs.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ class Context:
         self.costs: dict = {}
         self.checks: dict = {}
 
+    def cost(self, nodes: frozenset[int], outputs: frozenset[int]) -> ledger.Cost:
+        """The ledger of one group, computed once per (nodes, outputs)."""
+        key = (nodes, outputs)
+        if key not in self.costs:
+            self.costs[key] = ledger.group_cost(self.graph, set(nodes), outputs)
+        return self.costs[key]
+
 
 class State:
     """Clusters plus what follows from them (who reads what, who writes what).
@@ -70,6 +78,7 @@ class State:
                 self.readers.setdefault(a, set()).add(cid)
         self.outputs = {cid: self._outputs_of(cid) for cid in clusters}
         self.touched: set[int] = set(clusters)
+        self._successors: dict[int, set[int]] = {}
 
     def _reads_of(self, c: Cluster) -> frozenset[int]:
         nodes = c.nodes
@@ -81,10 +90,7 @@ class State:
                          if n in outs or self.readers.get(n, set()) - {cid})
 
     def cost(self, cid: int) -> ledger.Cost:
-        key = (self.clusters[cid].nodes, self.outputs[cid])
-        if key not in self.ctx.costs:
-            self.ctx.costs[key] = ledger.group_cost(self.graph, set(key[0]), key[1])
-        return self.ctx.costs[key]
+        return self.ctx.cost(self.clusters[cid].nodes, self.outputs[cid])
 
     def total(self) -> int:
         return sum(self.cost(cid).bytes for cid in self.clusters)
@@ -98,50 +104,133 @@ class State:
                     q.add_edge(self.owner[a], cid)
         return q
 
-    def with_clusters(self, changes: dict[int, Cluster | None]) -> "State":
+    def preview(self, changes: dict[int, Cluster | None]) -> "Preview":
+        """What replacing the `changes` clusters (None: remove) would give, without copying
+        this state: enough to score and check a move. `commit` makes it a State."""
+        return Preview(self, changes)
+
+    def commit(self, p: "Preview") -> "State":
+        """The state `p` previews (a new State; this one is unchanged)."""
         new = object.__new__(State)
         new.ctx, new.graph = self.ctx, self.graph
         new.clusters, new.owner, new.reads = dict(self.clusters), dict(self.owner), dict(self.reads)
         new.readers, new.outputs = dict(self.readers), dict(self.outputs)
-        affected: set[int] = set()
-        for cid in changes:
+        # removed and replaced clusters leave the dicts first, so replacements go to the end
+        # (the order the report's enumeration, and so its tie-breaks, sees)
+        for cid in p.changes:
             if cid in self.clusters:
-                old = self.clusters[cid]
-                for n in old.owned:
-                    if new.owner.get(n) == cid:
-                        del new.owner[n]
-                for a in self.reads[cid]:
-                    new.readers[a] = new.readers[a] - {cid}
-                affected |= self.reads[cid] | old.owned
                 del new.clusters[cid], new.reads[cid], new.outputs[cid]
-        for cid, c in changes.items():
-            if c is None:
-                continue
-            new.clusters[cid] = c
-            for n in c.owned:
+        for n, cid in p.owner.items():
+            if cid is None:
+                del new.owner[n]
+            else:
                 new.owner[n] = cid
-            r = new._reads_of(c)
-            new.reads[cid] = r
-            for a in r:
-                new.readers[a] = new.readers.get(a, set()) | {cid}
-            affected |= r | c.owned
-        touched = {cid for cid, c in changes.items() if c is not None}
-        touched |= {new.owner[n] for n in affected if n in new.owner}
-        for cid in touched:
-            new.outputs[cid] = new._outputs_of(cid)
-        new.touched = touched | set(changes)
+        for cid, c in p.changes.items():
+            if c is not None:
+                new.clusters[cid] = c
+                new.reads[cid] = p.reads[cid]
+        new.readers.update(p.readers)
+        for cid in p.outputs_order:
+            new.outputs[cid] = p.outputs[cid]
+        new.touched = p.touched
+        new._successors = {}
         return new
 
-    def gain(self, after: "State") -> int:
+    def with_clusters(self, changes: dict[int, Cluster | None]) -> "State":
+        return self.commit(self.preview(changes))
+
+    def gain(self, after: "State | Preview") -> int:
         """Bytes saved going from this state to `after` (derived from it by one move)."""
         before = sum(self.cost(c).bytes for c in after.touched if c in self.clusters)
-        return before - sum(after.cost(c).bytes for c in after.touched if c in after.clusters)
+        return before - sum(after.cost(c).bytes for c in after.touched if after.has(c))
+
+    def has(self, cid: int) -> bool:
+        return cid in self.clusters
+
+    def cluster(self, cid: int) -> Cluster:
+        return self.clusters[cid]
+
+    def outputs_of(self, cid: int) -> frozenset[int]:
+        return self.outputs[cid]
+
+    def successors(self, cid: int) -> set[int]:
+        """The groups that read something `cid` writes (its successors in `quotient()`)."""
+        succ = self._successors.get(cid)
+        if succ is None:
+            readers = self.readers
+            succ = {r for n in self.clusters[cid].owned for r in readers.get(n, ())} - {cid}
+            self._successors[cid] = succ
+        return succ
 
     def label(self, cid: int) -> str:
         """How reasons name a cluster: its first owned node, and the node count."""
         owned = sorted(self.clusters[cid].owned, key=self.ctx.order.__getitem__)
         extra = f" +{len(owned) - 1}" if len(owned) > 1 else ""
         return f"{{{describe(self.graph, owned[0])}{extra}}}"
+
+
+class Preview:
+    """One move's effect on a state, kept as overlays on it (the state is not copied).
+
+    It computes exactly what `State.commit` installs: the changed clusters and their
+    reads, the new owner of each node whose owner changes (None: no longer owned), the
+    new readers of each node whose readers change, and the outputs of every cluster the
+    change touches (`touched`: the changed clusters, and the owners of what they read or
+    own, whose outputs may change). Scoring and checking a move need only these."""
+
+    def __init__(self, base: State, changes: dict[int, Cluster | None]):
+        self.base, self.changes = base, changes
+        self.ctx, self.graph = base.ctx, base.graph
+        self.owner: dict[int, int | None] = {}
+        self.readers: dict[int, set[int]] = {}
+        self.reads: dict[int, frozenset[int]] = {}
+        affected: set[int] = set()
+        for cid in changes:
+            if cid in base.clusters:
+                old = base.clusters[cid]
+                for n in old.owned:
+                    if self.owner_of(n) == cid:
+                        self.owner[n] = None
+                for a in base.reads[cid]:
+                    self.readers[a] = self.readers_of(a) - {cid}
+                affected |= base.reads[cid] | old.owned
+        for cid, c in changes.items():
+            if c is None:
+                continue
+            for n in c.owned:
+                self.owner[n] = cid
+            r = base._reads_of(c)
+            self.reads[cid] = r
+            for a in r:
+                self.readers[a] = self.readers_of(a) | {cid}
+            affected |= r | c.owned
+        touched = {cid for cid, c in changes.items() if c is not None}
+        touched |= {o for o in map(self.owner_of, affected) if o is not None}
+        self.outputs_order = list(touched)
+        self.outputs = {cid: self._outputs_of(cid) for cid in self.outputs_order}
+        self.touched = touched | set(changes)
+
+    def owner_of(self, n: int) -> int | None:
+        return self.owner[n] if n in self.owner else self.base.owner.get(n)
+
+    def readers_of(self, n: int) -> set[int]:
+        return self.readers[n] if n in self.readers else self.base.readers.get(n, set())
+
+    def has(self, cid: int) -> bool:
+        return self.changes[cid] is not None if cid in self.changes else cid in self.base.clusters
+
+    def cluster(self, cid: int) -> Cluster:
+        return self.changes[cid] if cid in self.changes else self.base.clusters[cid]
+
+    def outputs_of(self, cid: int) -> frozenset[int]:
+        return self.outputs[cid] if cid in self.outputs else self.base.outputs[cid]
+
+    def _outputs_of(self, cid: int) -> frozenset[int]:
+        outs = self.base.ctx.graph_outputs
+        return frozenset(n for n in self.cluster(cid).owned if n in outs or self.readers_of(n) - {cid})
+
+    def cost(self, cid: int) -> ledger.Cost:
+        return self.base.ctx.cost(self.cluster(cid).nodes, self.outputs_of(cid))
 
 
 # --------------------------------------------------------------------------- building states
