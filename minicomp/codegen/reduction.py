@@ -40,7 +40,7 @@ SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
 CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
 CPU_LOOP_BLOCK = 1024        # interpreter: column block of the looped form
 CUDA_LOOP_CONFIGS = ((1024, 4), (2048, 8), (4096, 8))
-CUDA_COLUMN_CONFIGS = ((64, 32, 4), (128, 16, 4), (32, 64, 4), (128, 32, 8))   # (BLOCK_R, BLOCK_C, warps)
+CUDA_COLUMN_CONFIGS = ((16, 64, 2), (32, 64, 4), (32, 32, 2), (64, 32, 4))   # (BLOCK_R, BLOCK_C, warps): enough programs
 REDUCTIONS = ("sum", "mean", "amax", "amin", "var")
 
 
