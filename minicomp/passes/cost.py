@@ -20,9 +20,10 @@ max(bytes / bandwidth, flops / peak); whichever term wins says memory- or comput
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Protocol
 
 import torch
 
@@ -85,8 +86,18 @@ class Cost:
         return self.bytes_in + self.bytes_out
 
 
+class NodeLookup(Protocol):
+    """What the per-group functions below need of a graph: its Node records by id. A
+    `Graph` is one; the planner passes its own faster index (`fusion_state.Context`)."""
+
+    def node(self, nid: int) -> Node: ...
+
+
+_itemsize = functools.lru_cache(maxsize=None)(itemsize)   # itemsize() allocates a tensor per call
+
+
 def nbytes(n: Node) -> int:
-    return n.numel * itemsize(n.dtype)
+    return n.numel * _itemsize(n.dtype)
 
 
 def is_view(n: Node) -> bool:
@@ -100,7 +111,7 @@ def is_leaf(n: Node) -> bool:
 # --------------------------------------------------------------------------- reads through views
 
 
-def footprint(graph: Graph, nid: int, inside: set[int]) -> dict[int, float]:
+def footprint(graph: Graph | NodeLookup, nid: int, inside: set[int]) -> dict[int, float]:
     """Storage bytes that reading `nid` touches, by root. A view in `inside` is followed to
     its operands (an `expand` touches its operand once, a `slice` its share); any node not in
     `inside` is a root read whole; a non-view node in `inside` is computed there: no read."""
@@ -120,7 +131,7 @@ def footprint(graph: Graph, nid: int, inside: set[int]) -> dict[int, float]:
     return out
 
 
-def _cap(graph: Graph, per_root: dict[int, float]) -> dict[int, int]:
+def _cap(graph: Graph | NodeLookup, per_root: dict[int, float]) -> dict[int, int]:
     """Several accesses of one root cost at most reading it whole."""
     return {r: int(min(b, nbytes(graph.node(r)))) for r, b in per_root.items()}
 
@@ -133,7 +144,7 @@ def _add(acc: dict[int, float], part: dict[int, float]) -> None:
 # --------------------------------------------------------------------------- flops and costs
 
 
-def node_flops(graph: Graph, n: Node) -> int:
+def node_flops(graph: Graph | NodeLookup, n: Node) -> int:
     if n.kind in ("input", "constant", "view", "opaque"):
         return 0
     return ops.flops(n.op, [graph.node(a).shape for a in n.args], n.shape, n.attrs)
@@ -169,7 +180,7 @@ def unfused_bytes(graph: Graph) -> int:
     return unfused_cost(graph).bytes
 
 
-def group_reads(graph: Graph, nodes: set[int], outputs: Iterable[int] = ()) -> dict[int, int]:
+def group_reads(graph: Graph | NodeLookup, nodes: set[int], outputs: Iterable[int] = ()) -> dict[int, int]:
     """Roots a kernel computing `nodes` reads from memory, with their bytes. Accesses are the
     operands of its non-view nodes and the views it writes (`outputs`)."""
     acc: dict[int, float] = {}
@@ -185,7 +196,7 @@ def group_reads(graph: Graph, nodes: set[int], outputs: Iterable[int] = ()) -> d
     return _cap(graph, acc)
 
 
-def group_cost(graph: Graph, nodes: set[int], outputs: Iterable[int]) -> Cost:
+def group_cost(graph: Graph | NodeLookup, nodes: set[int], outputs: Iterable[int]) -> Cost:
     """Ledger of one kernel: reads its inputs once, writes `outputs` once; inside is free."""
     outputs = set(outputs)
     reads = group_reads(graph, nodes, outputs)

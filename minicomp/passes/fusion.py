@@ -23,45 +23,46 @@ import networkx as nx
 from minicomp.ir.graph import Graph
 from minicomp.passes import cost as ledger
 from minicomp.passes.fusion_rules import check
-from minicomp.passes.fusion_state import Cluster, Move, Preview, State, initial_state, view_closure
+from minicomp.passes.fusion_state import Cluster, Context, Move, Preview, State, initial_state, view_closure
 from minicomp.passes.fusion_state import live_nodes  # noqa: F401 (part of this module's interface)
 from minicomp.passes.plan import Plan
+from minicomp.passes.plan_memo import memo_key, recall, remember
 
 
-def _merged(graph: Graph, a: Cluster, b: Cluster) -> Cluster:
+def _merged(ctx: Context, a: Cluster, b: Cluster) -> Cluster:
     owned = a.owned | b.owned
-    copies = (a.copies | b.copies | view_closure(graph, set(owned | a.copies | b.copies))) - owned
+    copies = (a.copies | b.copies | view_closure(ctx, set(owned | a.copies | b.copies))) - owned
     return Cluster(owned, frozenset(copies))
 
 
-def _cheap(graph: Graph, nid: int) -> bool:
-    return graph.node(nid).kind in ("pointwise", "view")
+def _cheap(ctx: Context, nid: int) -> bool:
+    return ctx.kind[nid] in ("pointwise", "view")
 
 
 def recompute_set(state: State, node: int) -> set[int] | None:
     """The nodes a consumer must copy to recompute `node`: its ancestors inside its owner's
     cluster. None if one of them is not cheap (a reduction or a matmul is never recomputed)."""
-    graph = state.graph
-    owner = state.clusters[state.owner[node]]
+    ctx = state.ctx
+    inside = state.clusters[state.owner[node]].nodes
     need: set[int] = set()
     stack = [node]
     while stack:
         nid = stack.pop()
         if nid in need:
             continue
-        if not _cheap(graph, nid):
+        if not _cheap(ctx, nid):
             return None
         need.add(nid)
-        stack.extend(a for a in graph.node(nid).args if a in owner.nodes)
+        stack.extend(a for a in ctx.args[nid] if a in inside)
     return need
 
 
 def _prune(state: State, cid: int, consumer: int, consumer_reads: set[int]) -> Cluster | None:
     """The owner `cid` once `consumer` reads only `consumer_reads` from memory: it keeps what
     its remaining outputs need (None when nothing is left to write)."""
-    graph = state.graph
     cluster = state.clusters[cid]
-    outs = set(graph.outputs)
+    inside, args = cluster.nodes, state.ctx.args
+    outs = state.ctx.graph_outputs
 
     def read_elsewhere(n: int) -> bool:
         others = state.readers.get(n, set()) - {cid, consumer}
@@ -77,23 +78,24 @@ def _prune(state: State, cid: int, consumer: int, consumer_reads: set[int]) -> C
         if nid in needed:
             continue
         needed.add(nid)
-        stack.extend(a for a in graph.node(nid).args if a in cluster.nodes)
+        stack.extend(a for a in args[nid] if a in inside)
     return Cluster(frozenset(cluster.owned & needed), frozenset(cluster.copies & needed))
 
 
 def preview_move(state: State, move: Move) -> Preview | None:
     """What `move` changes, without building the new state (None when it does not apply)."""
-    graph = state.graph
+    ctx = state.ctx
     if move.kind in ("merge", "sibling"):
-        m = _merged(graph, state.clusters[move.a], state.clusters[move.b])
+        m = _merged(ctx, state.clusters[move.a], state.clusters[move.b])
         return state.preview({move.a: m, move.b: None})
     need = recompute_set(state, move.node)
     if need is None:
         return None
     consumer = state.clusters[move.b]
-    copies = (consumer.copies | need | view_closure(graph, set(consumer.nodes | need))) - consumer.owned
+    copies = (consumer.copies | need | view_closure(ctx, set(consumer.nodes | need))) - consumer.owned
     new_consumer = Cluster(consumer.owned, frozenset(copies))
-    reads = {a for n in new_consumer.nodes for a in graph.node(n).args if a not in new_consumer.nodes}
+    inside = new_consumer.nodes
+    reads = {a for n in inside for a in ctx.args[n] if a not in inside}
     return state.preview({move.b: new_consumer, move.a: _prune(state, move.a, move.b, reads)})
 
 
@@ -114,7 +116,7 @@ def candidates(state: State) -> Iterator[Move]:
             if (src, cid) not in seen:
                 seen.add((src, cid))
                 yield Move("merge", src, cid)
-            if _cheap(state.graph, a):
+            if _cheap(state.ctx, a):
                 yield Move("recompute", src, cid, a)
     for a, rs in sorted(state.readers.items()):
         if state.graph.node(a).numel <= 1:
@@ -227,13 +229,18 @@ def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseli
     """Group the nodes of `graph` into kernels; see the module docstring and contracts.md.
 
     `baseline`: the program as written (before the passes), whose eager bytes the plan's
-    `unfused_bytes` should count; by default `graph` itself.
+    `unfused_bytes` should count; by default `graph` itself. Inside `plan_memo.plan_memo()`
+    a graph of an already planned structure gets a copy of that plan.
     """
     from minicomp.passes.fusion_report import build_plan
     from minicomp.passes.fusion_search import search
     m = ledger.get_machine(machine)
-    final, recomputed = search(initial_state(graph))
-    plan = build_plan(final, recomputed, m)
+    key = memo_key(graph, repr(m))
+    plan = recall(key)
+    if plan is None:
+        final, recomputed = search(initial_state(graph))
+        plan = build_plan(final, recomputed, m)
+        remember(key, plan)
     if baseline is not None:
         plan.unfused_bytes = ledger.unfused_bytes(baseline)
     return plan

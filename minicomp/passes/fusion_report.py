@@ -166,6 +166,7 @@ def build_plan(state: State, applied: list[tuple[Move, State, State]], machine: 
     order = _ordered_clusters(state)
     gid = {cid: i for i, cid in enumerate(order)}
     topo = graph.topo_order()
+    eager_views = ledger.eager_views(graph)
     names: dict[int, str] = {}
     groups: list[Group] = []
     for cid in order:
@@ -177,7 +178,7 @@ def build_plan(state: State, applied: list[tuple[Move, State, State]], machine: 
         inputs = [n for n in topo if n in state.reads[cid]]
         cost = state.cost(cid)
         lb, bound = ledger.lower_bound_us(machine, cost, kind, _dtype(graph, kind, anchor))
-        eager = sum(ledger.node_cost(graph, n).bytes for n in c.owned)
+        eager = sum(ledger.node_cost(graph, n, eager_views).bytes for n in c.owned)
         names[cid] = group_name(graph, kind, nodes, anchor)
         groups.append(Group(gid[cid], kind, nodes, inputs, outputs, names[cid], anchor, cost.bytes_in,
                             cost.bytes_out, eager - cost.bytes, cost.flops, lb, bound,

@@ -164,13 +164,13 @@ class CandidateSet:
             if src is None or src == cid:
                 continue
             out.add(Move("merge", src, cid))
-            if _cheap(state.graph, a):
+            if _cheap(state.ctx, a):
                 out.add(Move("recompute", src, cid, a))
         return out
 
     @staticmethod
     def _pairs(state: State, t: int) -> set[Pair]:
-        if state.graph.node(t).numel <= 1:
+        if state.ctx.node(t).numel <= 1:
             return set()   # sharing a scalar saves nothing worth a kernel
         ordered = sorted(state.readers.get(t, ()))
         return {(x, y) for i, x in enumerate(ordered) for y in ordered[i + 1:]}

@@ -42,12 +42,23 @@ class Move:
 
 
 class Context:
-    """What every state of one search shares: the graph, its topological order, caches."""
+    """What every state of one search shares: the graph, its topological order, caches.
 
-    def __init__(self, graph: Graph):
+    It also indexes the graph's Node records by id (`node(nid)`, `kind[nid]`,
+    `args[nid]`): the search looks nodes up millions of times, and a plain dict is many
+    times faster than `Graph.node`. The graph does not change during a search, so the
+    index stays exact; `node` has `Graph.node`'s meaning, so the ledger functions
+    (`cost.group_cost`, which only look nodes up) take the context as their graph."""
+
+    def __init__(self, graph: Graph, topo: list[int] | None = None):
         self.graph = graph
-        self.order = {nid: i for i, nid in enumerate(graph.topo_order())}
+        topo = graph.topo_order() if topo is None else topo
+        self.order = {nid: i for i, nid in enumerate(topo)}
         self.graph_outputs = frozenset(graph.outputs)
+        records = {nid: graph.node(nid) for nid in graph.nx.nodes}
+        self.node = records.__getitem__
+        self.kind = {nid: n.kind for nid, n in records.items()}
+        self.args = {nid: n.args for nid, n in records.items()}
         self.costs: dict = {}
         self.checks: dict = {}
 
@@ -55,7 +66,7 @@ class Context:
         """The ledger of one group, computed once per (nodes, outputs)."""
         key = (nodes, outputs)
         if key not in self.costs:
-            self.costs[key] = ledger.group_cost(self.graph, set(nodes), outputs)
+            self.costs[key] = ledger.group_cost(self, set(nodes), outputs)
         return self.costs[key]
 
 
@@ -81,8 +92,8 @@ class State:
         self._successors: dict[int, set[int]] = {}
 
     def _reads_of(self, c: Cluster) -> frozenset[int]:
-        nodes = c.nodes
-        return frozenset(a for n in nodes for a in self.graph.node(n).args if a not in nodes)
+        nodes, args = c.nodes, self.ctx.args
+        return frozenset(a for n in nodes for a in args[n] if a not in nodes)
 
     def _outputs_of(self, cid: int) -> frozenset[int]:
         outs = self.ctx.graph_outputs
@@ -236,20 +247,19 @@ class Preview:
 # --------------------------------------------------------------------------- building states
 
 
-def view_closure(graph: Graph, nodes: set[int]) -> set[int]:
+def view_closure(ctx: Context, nodes: set[int]) -> set[int]:
     """The views that `nodes` read through (folded into their loads). Opaque nodes read
     materialised tensors; a matmul or attention operand is read through strided views only
     (a `cat` feeding one is materialised by a kernel of its own)."""
+    kind, args = ctx.kind, ctx.args
     out: set[int] = set()
-    stack = [(a, graph.node(n).kind in ("gemm", "attention")) for n in nodes if graph.node(n).kind != "opaque"
-             for a in graph.node(n).args]
+    stack = [(a, kind[n] in ("gemm", "attention")) for n in nodes if kind[n] != "opaque" for a in args[n]]
     while stack:
         a, anchored = stack.pop()
-        node = graph.node(a)
-        if a in out or a in nodes or node.kind != "view" or (anchored and node.op == "cat"):
+        if a in out or a in nodes or kind[a] != "view" or (anchored and ctx.node(a).op == "cat"):
             continue
         out.add(a)
-        stack.extend((x, anchored) for x in node.args)
+        stack.extend((x, anchored) for x in args[a])
     return out
 
 
@@ -283,13 +293,15 @@ def initial_state(graph: Graph) -> State:
     """Eager: one cluster per node; views owned only where memory needs them."""
     live = live_nodes(graph)
     owned_views = materialised_views(graph, live)
+    topo = graph.topo_order()
+    ctx = Context(graph, topo)
     clusters: dict[int, Cluster] = {}
-    for nid in graph.topo_order():
-        n = graph.node(nid)
-        if nid not in live or n.kind in ("input", "constant"):
+    for nid in topo:
+        kind = ctx.kind[nid]
+        if nid not in live or kind in ("input", "constant"):
             continue
-        if n.kind == "view" and nid not in owned_views:
+        if kind == "view" and nid not in owned_views:
             continue
-        copies = view_closure(graph, {nid}) if n.kind != "opaque" else set()
+        copies = view_closure(ctx, {nid}) if kind != "opaque" else set()
         clusters[nid] = Cluster(frozenset({nid}), frozenset(copies - {nid}))
-    return State(Context(graph), clusters)
+    return State(ctx, clusters)

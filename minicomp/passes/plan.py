@@ -17,7 +17,7 @@ their reasons, and each recompute-or-materialise decision with the bytes behind 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 GROUP_KINDS = ("pointwise", "reduction", "gemm", "attention", "opaque")
 
@@ -115,6 +115,13 @@ class Plan:
                 out.append(f"group {a.id}: {a.kind} nodes={sorted(a.nodes)} out={sorted(a.outputs)} != "
                            f"{b.kind} nodes={sorted(b.nodes)} out={sorted(b.outputs)}")
         return out
+
+    def copy(self) -> "Plan":
+        """An independent copy (codegen records fallbacks on groups; the api sets totals)."""
+        groups = [replace(g, nodes=list(g.nodes), inputs=list(g.inputs), outputs=list(g.outputs))
+                  for g in self.groups]
+        return replace(self, groups=groups, rejected=[replace(r) for r in self.rejected],
+                       recomputed=[replace(r) for r in self.recomputed])
 
     def table(self) -> str:
         """The plan as text: groups, totals, refused candidates, recompute decisions."""
