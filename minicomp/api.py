@@ -80,12 +80,21 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)
 
 
-def _flatten(args: Sequence[Any]) -> list[torch.Tensor]:
-    flat, _ = torch.utils._pytree.tree_flatten(list(args))
+def _flatten(args: Sequence[Any]) -> tuple[list[torch.Tensor], Any]:
+    """The tensors in `args` (nested lists/tuples/dicts allowed) and the structure holding them."""
+    flat, spec = torch.utils._pytree.tree_flatten(list(args))
     bad = [type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)]
     if bad:
         raise GuardError(f"compiled functions take tensors only; got {', '.join(sorted(set(bad)))}")
-    return flat
+    return flat, spec
+
+
+def _taking_flat(fn: Callable, spec: Any) -> Callable:
+    """`fn` as a function of the flat tensors of arguments nested as `spec` describes."""
+    @functools.wraps(fn)
+    def flat_fn(*flat: torch.Tensor) -> Any:
+        return fn(*torch.utils._pytree.tree_unflatten(list(flat), spec))
+    return flat_fn
 
 
 def _signature(tensors: Sequence[torch.Tensor]) -> tuple:
@@ -108,21 +117,22 @@ class CompiledFunction:
         functools.update_wrapper(self, fn, updated=())
 
     def compile_for(self, *args: Any) -> Compiled:
-        tensors = _flatten(args)
-        key = _signature(tensors)
+        tensors, spec = _flatten(args)
+        key = (spec, _signature(tensors))  # the nesting is part of the signature: f(x, [y]) is not f(x, y)
         if key not in self._cache:
             from minicomp.frontend.fx import capture
-            graph = capture(self.fn, tensors)
+            flat = all(isinstance(a, torch.Tensor) for a in args)
+            graph = capture(self.fn if flat else _taking_flat(self.fn, spec), tensors)
             self._out_spec[key] = getattr(graph, "out_spec", None)
             self._cache[key] = compile_graph(graph, tensors, self.options)
         self._last = self._cache[key]
         return self._last
 
     def __call__(self, *args: Any) -> Any:
-        tensors = _flatten(args)
+        tensors, in_spec = _flatten(args)
         compiled = self.compile_for(*args)
         outs = compiled.call(*tensors)
-        spec = self._out_spec.get(_signature(tensors))
+        spec = self._out_spec.get((in_spec, _signature(tensors)))
         if spec is not None:
             return torch.utils._pytree.tree_unflatten(list(outs), spec)
         return outs[0] if len(outs) == 1 else tuple(outs)
