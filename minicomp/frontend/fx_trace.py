@@ -61,9 +61,32 @@ def _linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Ten
     return F.linear(x, weight, bias)
 
 
-SDPA = _define_op("sdpa", _sdpa_impl, _sdpa_fake)
-MATMUL = _define_op("matmul", _matmul_impl, _matmul_impl)
-LINEAR = _define_op("linear", _linear_impl, _linear_impl)
+def _one_dtype(what: str, *tensors: Optional[torch.Tensor]) -> None:
+    """Fake tensors let mixed-dtype matmuls pass; eager refuses them, so capture must too
+    (else the refusal comes at run time, from deep inside the compiled call)."""
+    dtypes = [t.dtype for t in tensors if t is not None]
+    if len(set(dtypes)) > 1:
+        raise RuntimeError(f"{what} expects operands of one dtype, got {' and '.join(map(str, dtypes))}")
+
+
+def _matmul_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    _one_dtype("matmul", a, b)
+    return torch.matmul(a, b)
+
+
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    _one_dtype("linear", x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def _sdpa_checked_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    _one_dtype("scaled_dot_product_attention", q, k, v)
+    return _sdpa_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+SDPA = _define_op("sdpa", _sdpa_impl, _sdpa_checked_fake)
+MATMUL = _define_op("matmul", _matmul_impl, _matmul_fake)
+LINEAR = _define_op("linear", _linear_impl, _linear_fake)
 
 
 def _sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -86,13 +109,16 @@ def _redirect(func: Callable, args: tuple, kwargs: dict) -> Any:
 # --------------------------------------------------------------------------- origins
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# minicomp's own package (capture, the api's wrappers) is never the user's code
+_MINICOMP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
 def _is_user_file(filename: str) -> bool:
     stdlib = filename.startswith(_STDLIB_DIR) and "-packages" + os.sep not in filename
-    return not (filename.startswith(_TORCH_DIR) or stdlib or filename == __file__ or filename.startswith("<"))
+    return not (filename.startswith(_TORCH_DIR) or stdlib or os.path.abspath(filename).startswith(_MINICOMP_DIR)
+                or filename.startswith("<"))
 
 
 def _user_frame(frame) -> Any | None:
