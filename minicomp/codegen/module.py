@@ -173,6 +173,18 @@ class ModuleWriter:
         g, b = self.graph, self.body
         ctx = KernelCtx(g, group, index, self.device_type)
         b.writeline("")
+        if all(0 in g.node(o).shape for o in group.outputs):
+            # a zero-size dimension: the outputs hold no element, so there is nothing to launch
+            # (index arithmetic over a size-0 dimension has no meaning either)
+            b.writeline(f"# group {group.id}: {group.kind} [{', '.join(f'%{n}' for n in group.nodes)}] "
+                        "has only empty outputs: no kernel")
+            self.summary.append(f"group {group.id:<3} {group.kind:<24} -> nothing (empty outputs)")
+            for o in group.outputs:
+                n = g.node(o)
+                b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
+                            f"dtype={n.dtype}, device=device)")
+            group.fallback = None
+            return
         emit, reason = _emitter(group.kind)
         kernel = None
         if emit is not None:
