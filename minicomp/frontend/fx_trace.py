@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import sys
 import sysconfig
 import traceback
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.fx as fx
@@ -179,6 +181,19 @@ def _user_error(exc: BaseException, what: str) -> MinicompError:
     return SourceError(message, short_path(f.filename), f.lineno or 0, col, f.line)
 
 
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """FakeTensorMode logs a full traceback before re-raising a failing op (a user's shape
+    error); the error itself becomes one MinicompError paragraph, so the log is only noise."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    was = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = was
+
+
 def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.GraphModule, pytree.TreeSpec]:
     """make_fx capture of `fn` (see the module docstring) and the pytree structure of what it
     returns (tuple, list, dict, namedtuple...); user errors become MinicompError."""
@@ -190,7 +205,7 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.Grap
         return out
 
     try:
-        with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept():
+        with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept(), _quiet_fake_tensor_log():
             gm = make_fx(torch.func.functionalize(positional, remove="mutations"), tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
     except MinicompError:
