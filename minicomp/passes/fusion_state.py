@@ -236,9 +236,22 @@ class Preview:
     def outputs_of(self, cid: int) -> frozenset[int]:
         return self.outputs[cid] if cid in self.outputs else self.base.outputs[cid]
 
+    def _written(self, n: int, cid: int) -> bool:
+        """Does owner `cid` write `n`: a graph output, or read by another cluster?"""
+        readers = self.readers_of(n)
+        return n in self.ctx.graph_outputs or len(readers) > 1 or (len(readers) == 1 and cid not in readers)
+
     def _outputs_of(self, cid: int) -> frozenset[int]:
-        outs = self.base.ctx.graph_outputs
-        return frozenset(n for n in self.cluster(cid).owned if n in outs or self.readers_of(n) - {cid})
+        if cid in self.changes:
+            return frozenset(n for n in self.changes[cid].owned if self._written(n, cid))
+        # An unchanged cluster owns what it owned (ownership moves only between the changed
+        # clusters), and only nodes whose readers changed can change their verdict.
+        base_owner = self.base.owner
+        moved = [n for n in self.readers if base_owner.get(n) == cid]
+        before = self.base.outputs[cid]
+        if not moved:
+            return before
+        return frozenset((before - set(moved)) | {n for n in moved if self._written(n, cid)})
 
     def cost(self, cid: int) -> ledger.Cost:
         return self.base.ctx.cost(self.cluster(cid).nodes, self.outputs_of(cid))
