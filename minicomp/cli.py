@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from minicomp import explain
 from minicomp.errors import MinicompError
 
 
@@ -46,10 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dump-ir", action="store_true", help="print the IR after the passes")
     c.add_argument("--dump-input-ir", action="store_true", help="print the IR as captured, before passes")
     c.add_argument("--dump-plan", action="store_true", help="print the fusion plan and its ledger")
-    c.add_argument("--dump-graph", metavar="FILE.dot", help="write the graph as DOT, coloured by group")
+    c.add_argument("--dump-graph", metavar="FILE.dot",
+                   help="write the graph as DOT, coloured by group (and FILE.svg when Graphviz's dot is installed)")
     c.add_argument("--emit", metavar="DIR", help="write the generated Triton module (and its constants) to DIR")
     c.add_argument("--check", action="store_true", help="run the compiled kernels and compare with eager PyTorch")
-    c.add_argument("--bench", action="store_true", help="with --check on a GPU: time each call")
+    c.add_argument("--bench", action="store_true",
+                   help="on a GPU, after the check: time the call and each kernel against the plan's bounds")
     c.add_argument("--device", choices=["cpu", "cuda"], help="where to run --check (default: cuda if present)")
     c.add_argument("--passes", help="comma-separated pass pipeline (default: the standard one)")
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
@@ -136,33 +139,29 @@ def cmd_compile(args) -> int:
     options = Options(passes=passes, machine=args.machine, print_after_all=args.print_after_all,
                       dump_dir=args.dump_dir, time_passes=args.time_passes)
     compiled = compile_graph(graph, inputs, options)
-    opaque = [n for n in compiled.graph.nodes() if n.op == "opaque"]
-    if opaque:
-        print(f"note: {len(opaque)} node(s) run through PyTorch (not compiled): " +
-              ", ".join(f"%{n.id} {n.attrs.get('target')}" + (f" ({n.origin})" if n.origin else "") for n in opaque),
-              file=sys.stderr)
+    for note in explain.fallback_notes(compiled.plan, compiled.graph):
+        print(note, file=sys.stderr)
     if args.dump_ir:
         print(compiled.graph.dump(), end="\n\n")
     if args.dump_plan:
         plan = compiled.plan
         print(plan.table() if hasattr(plan, "table") else plan, end="\n\n")
     if args.dump_graph:
-        from minicomp.ir.printer import to_dot
-        groups = {nid: g.id for g in compiled.plan.groups for nid in g.nodes}
-        Path(args.dump_graph).write_text(to_dot(compiled.graph, groups))
-        print(f"wrote {args.dump_graph}")
+        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan):
+            print(f"wrote {path}")
     if args.emit:
         path = compiled.generated.write(args.emit)
         print(f"wrote {path}")
     print(f"compiled {compiled.graph.name}: {len(compiled.plan.groups)} kernel group(s) in "
           f"{compiled.compile_seconds * 1000:.0f} ms (before Triton's JIT)")
-    if args.check:
+    if args.check or args.bench:   # timings of unchecked results mean nothing: --bench checks first
         if not _check(compiled, compiled.graph.outputs, inputs, eager):
             return 1
-        if args.bench and device == "cuda":
-            import triton.testing
-            ms = triton.testing.do_bench(lambda: compiled.call(*inputs))
-            print(f"bench: {ms * 1000:.1f} us per call (median, triton.testing.do_bench)")
+        if args.bench and device != "cuda":
+            print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter)")
+        elif args.bench:
+            for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs)):
+                print(line)
     return 0
 
 

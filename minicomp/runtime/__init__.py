@@ -28,6 +28,7 @@ if not torch.cuda.is_available():
 from minicomp.runtime.cache import ModuleCache, cache_key, cache_root
 from minicomp.runtime.guards import GuardError, Signature, check_call, with_input_layouts
 from minicomp.runtime.loader import check_interpreter, import_file, import_source
+from minicomp.runtime.progress import watch_autotuning
 
 __all__ = ["load", "CompiledCall", "ModuleCache", "Signature", "GuardError", "cache_root",
            "with_input_layouts"]
@@ -71,4 +72,6 @@ def load(generated, device: str | torch.device, cache: ModuleCache | None = None
         module = import_source(generated.source, key, interpret)
     module.CONSTANTS[:] = [c.to(device) for c in generated.constants]
     module.OPAQUE[:] = list(generated.opaque)
+    if not interpret:
+        watch_autotuning(module, generated.source)   # a long autotuning sweep prints its progress
     return CompiledCall(module, key, path, generated, device)

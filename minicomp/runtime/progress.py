@@ -1,0 +1,94 @@
+"""Progress lines for Triton autotuning sweeps that take longer than about a second.
+
+On CUDA the GEMM, pointwise and row kernels carry `@triton.autotune`: their first launch
+for a new key benchmarks every config, which can take seconds with nothing on screen.
+`watch_autotuning(module, source)` wraps each `Autotuner` object in a loaded generated
+module (the kernels are module globals) so that a sweep still running after
+`THRESHOLD_S` prints, on stderr, one line per config benchmarked from then on:
+
+    minicomp: autotuning mc_gemm_bias_gelu_3 (group 3): config 5/12, 1.4 s
+
+It hooks two methods the autotuner calls on itself in every Triton 3.x: `prune_configs`
+(the sweep starts: how many configs) and `_bench` (one config timed). An autotuner
+without them is left alone. Under Triton's interpreter there is no sweep (CPU kernels
+have one config), so nothing prints there.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+import types
+from typing import Any, Callable, TextIO
+
+THRESHOLD_S = 1.0
+# the generated module's header lists `#   group 3   gemm bias_gelu  -> mc_gemm_bias_gelu_3`
+_HEADER_GROUP = re.compile(r"^#\s+group (\d+)\s+.*->\s+(mc_\w+)\s*$", re.MULTILINE)
+
+
+def kernel_groups(source: str) -> dict[str, int]:
+    """Kernel name -> plan group id, read from a generated module's header."""
+    return {m.group(2): int(m.group(1)) for m in _HEADER_GROUP.finditer(source)}
+
+
+class SweepProgress:
+    """Counts the configs of one autotuner's sweeps and reports once a sweep runs long."""
+
+    def __init__(self, label: str, out: TextIO | None = None, threshold_s: float = THRESHOLD_S,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.label = label
+        self.out = out
+        self.threshold_s = threshold_s
+        self.clock = clock
+        self.total = self.done = 0
+        self.start = 0.0
+
+    def begin(self, total: int) -> None:
+        self.total, self.done, self.start = total, 0, self.clock()
+
+    def config_done(self) -> None:
+        self.done += 1
+        elapsed = self.clock() - self.start
+        if elapsed >= self.threshold_s and self.total > 1:
+            out = self.out or sys.stderr
+            print(f"minicomp: autotuning {self.label}: config {self.done}/{self.total}, {elapsed:.1f} s",
+                  file=out, flush=True)
+
+
+def watch(tuner: Any, progress: SweepProgress) -> bool:
+    """Hook `tuner`'s sweep into `progress`; False (tuner untouched) if it lacks the two methods."""
+    prune, bench = getattr(tuner, "prune_configs", None), getattr(tuner, "_bench", None)
+    if not callable(prune) or not callable(bench):
+        return False
+
+    def prune_configs(*args: Any, **kwargs: Any):
+        configs = prune(*args, **kwargs)
+        progress.begin(len(configs))
+        return configs
+
+    def timed_bench(*args: Any, **kwargs: Any):
+        try:
+            return bench(*args, **kwargs)
+        finally:
+            progress.config_done()
+
+    tuner.prune_configs = prune_configs   # instance attributes: the autotuner calls self.<name>(...)
+    tuner._bench = timed_bench
+    return True
+
+
+def watch_autotuning(module: types.ModuleType, source: str = "", out: TextIO | None = None) -> list[str]:
+    """Watch every autotuned kernel of a loaded generated module; returns the kernel names watched."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:   # a Triton without the autotuner module: nothing to watch
+        return []
+    groups = kernel_groups(source)
+    watched = []
+    for name, obj in list(vars(module).items()):
+        if isinstance(obj, Autotuner):
+            label = f"{name} (group {groups[name]})" if name in groups else name
+            if watch(obj, SweepProgress(label, out)):
+                watched.append(name)
+    return watched
