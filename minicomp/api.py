@@ -62,7 +62,6 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     """Graph (fresh from a frontend) -> passes -> plan -> generated module -> loaded call."""
     from minicomp.codegen import generate
     from minicomp.passes.fusion import plan_graph
-    from minicomp.passes.plan_memo import plan_memo
     from minicomp.runtime import load
 
     options = options or Options()
@@ -70,10 +69,9 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     verify(graph)
     set_input_layouts(graph, inputs)
     captured = graph
-    with plan_memo():   # the layout pass plans the structure that is planned here: once is enough
-        graph, records = optimise(graph, options)   # the manager works on a copy: `captured` stays as it was
-        # the unfused baseline is the user's program as written (before attention matching)
-        plan = plan_graph(graph, options.machine, baseline=captured)
+    graph, records = optimise(graph, options)   # the manager works on a copy: `captured` stays as it was
+    # the unfused baseline is the user's program as written (before attention matching)
+    plan = plan_graph(graph, options.machine, baseline=captured)
     device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     generated = generate(graph, plan, device.type)
     call = load(generated, device)

@@ -26,7 +26,7 @@ from minicomp.passes.fusion_rules import check
 from minicomp.passes.fusion_state import Cluster, Context, Move, Preview, State, initial_state, view_closure
 from minicomp.passes.fusion_state import live_nodes  # noqa: F401 (part of this module's interface)
 from minicomp.passes.plan import Plan
-from minicomp.passes.plan_memo import memo_key, recall, remember
+from minicomp.passes.plan_memo import left_plan
 
 
 def _merged(ctx: Context, a: Cluster, b: Cluster) -> Cluster:
@@ -213,11 +213,12 @@ def _sort_key(state: State, gain: int, move: Move) -> tuple:
     return (-gain, {"merge": 0, "sibling": 1, "recompute": 2}[move.kind], first, move.a, move.b)
 
 
-def scored_moves(state: State) -> list[tuple[int, Move, State]]:
-    """Every applicable move with its gain, best first (ties: merges, then the earliest nodes)."""
+def scored_moves(state: State) -> list[tuple[int, Move, Preview]]:
+    """Every applicable move with its gain and a preview of its result, best first (ties:
+    merges, then the earliest nodes; then the order `candidates` yields them in)."""
     scored = []
     for move in candidates(state):
-        after = apply(state, move)
+        after = preview_move(state, move)
         if after is not None:
             gain = state.gain(after)
             scored.append((_sort_key(state, gain, move), gain, move, after))
@@ -229,18 +230,16 @@ def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseli
     """Group the nodes of `graph` into kernels; see the module docstring and contracts.md.
 
     `baseline`: the program as written (before the passes), whose eager bytes the plan's
-    `unfused_bytes` should count; by default `graph` itself. Inside `plan_memo.plan_memo()`
-    a graph of an already planned structure gets a copy of that plan.
+    `unfused_bytes` should count; by default `graph` itself. A graph the layout pass
+    returned, unchanged since, gets a copy of the plan the pass made (`plan_memo.py`).
     """
     from minicomp.passes.fusion_report import build_plan
     from minicomp.passes.fusion_search import search
     m = ledger.get_machine(machine)
-    key = memo_key(graph, repr(m))
-    plan = recall(key)
+    plan = left_plan(graph, m)   # the layout pass's plan of this very graph, if it left one
     if plan is None:
         final, recomputed = search(initial_state(graph))
         plan = build_plan(final, recomputed, m)
-        remember(key, plan)
     if baseline is not None:
         plan.unfused_bytes = ledger.unfused_bytes(baseline)
     return plan

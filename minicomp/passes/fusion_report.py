@@ -146,7 +146,7 @@ def _refusals(state: State, gid: dict[int, int], names: dict[int, str]) -> tuple
         why = legality(state, after, move, reach)
         if move.kind == "recompute":
             if why is None and gain <= 0:
-                recompute.append((move, after))
+                recompute.append((move, state.commit(after)))
             continue
         ka, kb = kind_of(graph, state.clusters[move.a].nodes), kind_of(graph, state.clusters[move.b].nodes)
         if move.kind == "sibling" and (gain <= 0 or ka != kb):

@@ -30,9 +30,12 @@ import torch
 
 from minicomp.ir.dtypes import itemsize
 from minicomp.ir.graph import Graph
+from minicomp.passes.cost import get_machine
+from minicomp.passes.plan_memo import leave_plan
 from minicomp.passes.registry import Changes, register_pass
 
 ALIGN = 16  # bytes
+PLAN_MACHINE = "h200"   # the plan that decides which tensors are written (plan_graph's default)
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -148,7 +151,8 @@ def _layout(graph: Graph) -> tuple[Graph, Changes]:
     from minicomp.passes.fusion import plan_graph
     g = graph.copy()
     pre = pretranspose_weights(g)
-    plan = plan_graph(g)
+    machine = get_machine(PLAN_MACHINE)
+    plan = plan_graph(g, machine)
     changed = strided = 0
     written = {o: grp for grp in plan.groups for o in grp.outputs}
     for nid in g.topo_order():
@@ -161,6 +165,7 @@ def _layout(graph: Graph) -> tuple[Graph, Changes]:
         if n.layout != new:
             n.layout = new
             changed += 1
+    leave_plan(g, machine, plan)   # strides are all that changed: the compile's plan of g is this one
     return g, {"pretransposed": pre, "laid_out": changed, "non_contiguous": strided if changed else 0}
 
 

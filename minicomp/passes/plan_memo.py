@@ -1,32 +1,35 @@
-"""Planning a graph structure once per compilation.
+"""The layout pass's plan, left with the graph it returns, so a compile plans once.
 
-`compile_graph` plans twice what is one structure: the `layout` pass plans the graph to
-choose strides, then the compile plans the layout pass's result. The two graphs differ
-only in `Node.layout`, which the planner never reads. Inside `with plan_memo():`,
-`plan_graph` looks a graph up by `fingerprint` first and returns a copy of the plan it
-made for the same fingerprint (and machine); outside such a block nothing is memoised,
-and the memo is dropped when the outermost block ends (no plan outlives a compile).
+The `layout` pass plans its graph to choose strides, sets the strides, and returns the
+graph; `compile_graph` then plans that same graph again. Strides (`Node.layout`) are the
+only difference, and the planner never reads them. So the layout pass leaves its plan
+with the graph it returns (`leave_plan`), and `plan_graph` takes a copy of it
+(`left_plan`) instead of planning, when asked for the same machine and the graph still has
+the `fingerprint` it had then. Any change to the graph after the pass changes the
+fingerprint, and then `plan_graph` plans as usual. The plan lives as long as the graph
+object (a weak side table): nothing is shared between graphs or compiles.
 
 The fingerprint holds everything the planner reads from a graph: its name, inputs and
 outputs, and per node (in the graph's own order) the id, op, kind, operands, shape,
 dtype and attributes, plus the edges. Attribute values that are not plain data (tensor
 values of constants, the callable of an opaque node) are reduced to their type: the
-planner never reads them (it reads `axes`, `keepdim`, `is_causal`, `enable_gqa` and
-`target`), and the fingerprint keeps no reference to big objects. `layout` and `origin`
-are left out: the planner reads neither.
+planner never reads them (of attributes it reads `axes`, `keepdim`, `is_causal`,
+`enable_gqa` and `target`), and the fingerprint keeps no reference to big objects.
+`layout` and `origin` are left out: the planner reads neither.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Hashable, Iterator
+from typing import Any, Hashable
+from weakref import WeakKeyDictionary
 
 import torch
 
 from minicomp.ir.graph import Graph
+from minicomp.passes.cost import Machine
 from minicomp.passes.plan import Plan
 
-_memo: dict[tuple, Plan] | None = None   # set only inside `plan_memo()`
+_left: WeakKeyDictionary[Graph, tuple[tuple, str, Plan]] = WeakKeyDictionary()
 
 
 def _plain(v: Any) -> Hashable:
@@ -48,32 +51,14 @@ def fingerprint(graph: Graph) -> tuple:
     return (graph.name, tuple(graph.inputs), tuple(graph.outputs), tuple(nodes), tuple(graph.nx.edges))
 
 
-@contextmanager
-def plan_memo() -> Iterator[None]:
-    """Within this block, `plan_graph` plans each (graph structure, machine) once."""
-    global _memo
-    outermost = _memo is None
-    if outermost:
-        _memo = {}
-    try:
-        yield
-    finally:
-        if outermost:
-            _memo = None
+def leave_plan(graph: Graph, machine: Machine, plan: Plan) -> None:
+    """Record that `plan` is `graph`'s plan for `machine`, as the graph is now."""
+    _left[graph] = (fingerprint(graph), repr(machine), plan.copy())
 
 
-def memo_key(graph: Graph, machine_key: Hashable) -> tuple | None:
-    """The memo key of planning `graph` for a machine; None outside `plan_memo()`."""
-    return None if _memo is None else (fingerprint(graph), machine_key)
-
-
-def recall(key: tuple | None) -> Plan | None:
-    """A copy of the plan stored under `key`, if any."""
-    if key is None or _memo is None or key not in _memo:
+def left_plan(graph: Graph, machine: Machine) -> Plan | None:
+    """A copy of the plan left with `graph` for `machine`, if the graph is unchanged since."""
+    entry = _left.get(graph)
+    if entry is None or entry[1] != repr(machine) or entry[0] != fingerprint(graph):
         return None
-    return _memo[key].copy()
-
-
-def remember(key: tuple | None, plan: Plan) -> None:
-    if key is not None and _memo is not None:
-        _memo[key] = plan.copy()
+    return entry[2].copy()
