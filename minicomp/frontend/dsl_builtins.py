@@ -295,7 +295,25 @@ def pointwise(e: Emit, op: str, values: Sequence[Value], **attrs: Any) -> Value:
     msg = broadcast_error(e.g, nids)
     if msg:
         raise CallError(msg)
-    return e.add(op, *nids, **attrs)
+    out = e.add(op, *nids, **attrs)
+    want = _weak_scalar_dtype(e, op, values, attrs)
+    if want is not None and want != e.node(out.nid).dtype:
+        out = e.add("cast", out.nid, dtype=want)
+    return out
+
+
+def _weak_scalar_dtype(e: Emit, op: str, values: Sequence[Value], attrs: dict[str, Any]) -> torch.dtype | None:
+    """The dtype PyTorch gives `op` with its numbers as Python scalars, which never promote a
+    tensor of their own kind: `x + 0.5` on an f16[] x is f16, though a 0-d f32 constant would
+    make it f32 (tensor operands of rank > 0 already win). None when PyTorch cannot say."""
+    if not any(isinstance(v, (bool, int, float)) for v in values):
+        return None
+    args = [torch.empty(e.node(v.nid).shape, dtype=e.node(v.nid).dtype, device="meta")
+            if isinstance(v, TensorVal) else v for v in values]
+    try:
+        return ops.get(op).ref(*args, **attrs).dtype
+    except (RuntimeError, TypeError, ValueError):
+        return None
 
 
 _POINTWISE_NAMES = {1: ("x",), 2: ("a", "b"), 3: ("cond", "a", "b")}
