@@ -241,6 +241,8 @@ def rewrite(g: Graph, m: Match) -> bool:
     before = set(g.nx.nodes)
     o = g.node(m.out)
     q, v = m.q, m.v
+    if min(len(g.node(n).shape) for n in (q, v, m.kt)) < 2:
+        return False   # a matrix-vector product: no [.., S, D] query or value to attend with
     sq, sk = g.node(q).shape[-2], g.node(v).shape[-2]
     k = _key(g, m.kt)
     gqa = False
