@@ -402,6 +402,24 @@ def programs(draw, kinds: tuple[str, ...], dtypes: tuple[torch.dtype, ...] = (to
     return b.p
 
 
+def program(inputs: list[tuple[tuple[int, ...], torch.dtype]], steps: list[tuple[str, str]],
+            outputs: tuple[int, ...] = (-1,)) -> Program:
+    """A hand-written Program (a regression found by the generator): input (shape, dtype)s, then
+    (DSL, Python) expressions over x0.. and v0..; outputs index the steps."""
+    p = Program()
+    for k, (shape, dtype) in enumerate(inputs):
+        p.inputs.append(Value(f"x{k}", torch.zeros(shape, dtype=dtype)))
+        p.layouts.append("contiguous")
+    for dsl, py in steps:
+        meta = _eager_eval(py, {v.name: v.meta for v in p.inputs + p.values})
+        assert meta is not None, f"eager refuses {py}"
+        v = Value(f"v{len(p.values)}", meta)
+        p.steps.append((v.name, dsl, py))
+        p.values.append(v)
+    p.outputs = [p.values[i] for i in outputs]
+    return p
+
+
 def make_inputs(p: Program, seed: int) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     out = []

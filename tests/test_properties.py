@@ -21,8 +21,8 @@ import warnings
 import pytest
 import torch
 from conftest import tol
-from hypothesis import HealthCheck, given, note, settings
-from property_programs import FLOATS, Program, make_inputs, programs, python_function
+from hypothesis import HealthCheck, given, settings
+from property_programs import FLOATS, Program, make_inputs, program, programs, python_function
 
 import minicomp
 from minicomp.api import compile_graph
@@ -93,7 +93,6 @@ def _compare(got: list[torch.Tensor], want: list[torch.Tensor], p: Program, how:
 
 def check_program(p: Program, seed: int = 0) -> None:
     """Compile p as DSL text and as Python, run both, compare with eager."""
-    note(p.describe())
     inputs = make_inputs(p, seed)
     fn = python_function(p, f"<property-program-{seed}>")
     with warnings.catch_warnings():
@@ -139,3 +138,40 @@ def test_half_precision_programs(p):
                 dtypes=(torch.int32, torch.int64, torch.bool), max_steps=4))
 def test_integer_and_bool_programs(p):
     check_program(p)
+
+
+# ----------------------------------------------------------------------------- what the generator found
+# Each was a shrunk failing example; the fix is named in the commit log.
+
+F32, F16 = torch.float32, torch.float16
+REGRESSIONS = {
+    # Triton's maximum/minimum drop NaN: clamp(0/0) gave -0.5, relu(nan) 0, amax of a NaN row its max
+    "clamp-nan": program([((2,), torch.bool)], [("x0 / x0", "x0 / x0"),
+                                               ("clamp(v0, min=-0.5, max=0.75)", "torch.clamp(v0, min=-0.5, max=0.75)")],
+                         outputs=(1, 0)),
+    "var-one-element-nan": program([((1,), F16)], [("var(x0, axis=0, keepdim=false)", "torch.var(x0, dim=0, keepdim=False)"),
+                                                   ("clamp(v0, min=-0.5, max=0.75)", "torch.clamp(v0, min=-0.5, max=0.75)")]),
+    # a one-element output computed as a block crashed tl.store
+    "softmax-1x1": program([((1, 1), F32)], [("softmax(x0, axis=0)", "torch.softmax(x0, dim=0)")]),
+    # DSL: a number with an f16[] tensor made f32 (PyTorch's Python scalars do not promote)
+    "f16-scalar-plus-number": program([((1,), F16)], [("amax(x0, axis=0, keepdim=false)", "torch.amax(x0, dim=0, keepdim=False)"),
+                                                      ("log(abs(v0) + 0.5)", "torch.log(torch.abs(v0) + 0.5)")],
+                                      outputs=(1, 0)),
+    # the attention pass matched vector @ matrix -> softmax -> linear and crashed
+    "vector-softmax-linear": program([((1,), F32), ((1, 1), F32), ((1, 1), F32), ((1,), F32)],
+                                     [("x0 @ x1", "x0 @ x1"), ("softmax(v0, axis=0)", "torch.softmax(v0, dim=0)"),
+                                      ("transpose(x2, 0, 1)", "x2.t()"), ("linear(v1, v2, x3)", "F.linear(v1, v2, x3)")]),
+    # tanh near 0 had no relative precision, so tanh(x) < x flipped
+    "tanh-below-x": program([((9, 9), F32)], [("tanh(x0)", "torch.tanh(x0)"), ("v0 < x0", "v0 < x0")], outputs=(1, 0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_programs_the_generator_found(name):
+    check_program(REGRESSIONS[name])
+
+
+def test_tanh_keeps_relative_precision_near_zero():
+    x = torch.cat([torch.logspace(-10, 1, 200), -torch.logspace(-10, 1, 200)])
+    got = minicomp.compile(torch.tanh)(x)
+    torch.testing.assert_close(got, torch.tanh(x), atol=0, rtol=2e-6)
