@@ -178,6 +178,19 @@ def test_compiled_function_nested_arguments_keep_their_structure():
     torch.testing.assert_close(minicomp.compile(lambda d: d["a"] - d["b"])({"a": x, "b": y}), x - y)
 
 
+def test_keyword_arguments_are_refused_by_python_at_the_call():
+    f = minicomp.compile(lambda a, b: a * b)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'b'"):
+        f(torch.randn(3), b=torch.randn(3))
+
+
+def test_inputs_that_require_grad_give_eager_values_without_autograd():
+    x = torch.randn(4, requires_grad=True)
+    out = minicomp.compile(lambda a: torch.tanh(a) * 2)(x)
+    torch.testing.assert_close(out, (torch.tanh(x) * 2).detach())
+    assert not out.requires_grad                    # compiled kernels are forward only
+
+
 def test_compiled_call_guards_count_shape_dtype_and_type():
     x = torch.randn(4, 3)
     graph = load_dsl("func f(x: f32[4, 3]) -> f32[4, 3] {\n  return x * 2\n}\n", "f.mc")
