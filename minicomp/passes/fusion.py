@@ -11,7 +11,9 @@ Start: one cluster per node (eager). Moves, scored by the ledger of the whole pl
   writing and reading the value.
 Greedy: apply the legal move that saves the most bytes, until none saves any. Ties go to
 the earliest nodes (deterministic). Legality is checked separately from profit; the
-refused candidates that remain at the end are reported with their reasons.
+refused candidates that remain at the end are reported with their reasons. This module
+defines the moves and their legality; `fusion_search.py` runs the greedy loop
+incrementally, and `fusion_report.py` turns the final state into a Plan.
 """
 
 from __future__ import annotations
@@ -97,12 +99,6 @@ def preview_move(state: State, move: Move) -> Preview | None:
     inside = new_consumer.nodes
     reads = {a for n in inside for a in ctx.args[n] if a not in inside}
     return state.preview({move.b: new_consumer, move.a: _prune(state, move.a, move.b, reads)})
-
-
-def apply(state: State, move: Move) -> State | None:
-    """The state after `move` (None when the move does not apply)."""
-    p = preview_move(state, move)
-    return None if p is None else state.commit(p)
 
 
 def candidates(state: State) -> Iterator[Move]:

@@ -8,8 +8,8 @@ instead of reading). Invariants of every state:
   loads) unless a graph output, an opaque node, or a matmul/attention operand that only
   takes strided views (a `cat`) needs the view itself in memory;
 - a node is written by its owner iff it is a graph output or another cluster reads it.
-States are immutable: a move derives a new state (`State.with_clusters`), or first a
-`Preview` of it (overlays on the old state), which is all that scoring a move needs.
+States are immutable: a move is first a `Preview` (overlays on the old state: all that
+scoring and checking it need), and `State.commit` makes the chosen one a new state.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ class Context:
 class State:
     """Clusters plus what follows from them (who reads what, who writes what).
 
-    States are immutable; `with_clusters` derives a new one by updating only what the
-    changed clusters touch, and records those clusters in `touched` so that a move's
+    States are immutable; `commit` derives a new one from a `Preview`, updating only what
+    the changed clusters touch, and records those clusters in `touched` so that a move's
     gain is computed from them alone."""
 
     def __init__(self, ctx: Context, clusters: dict[int, Cluster]):
@@ -146,9 +146,6 @@ class State:
         new.touched = p.touched
         new._successors = {}
         return new
-
-    def with_clusters(self, changes: dict[int, Cluster | None]) -> "State":
-        return self.commit(self.preview(changes))
 
     def gain(self, after: "State | Preview") -> int:
         """Bytes saved going from this state to `after` (derived from it by one move)."""
