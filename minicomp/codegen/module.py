@@ -42,7 +42,7 @@ MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid"
 @dataclass
 class GeneratedModule:
     source: str                                  # the whole module text
-    constants: list[torch.Tensor]                # CONSTANTS, in order (CPU tensors, kernel layout)
+    constants: list[torch.Tensor]                # CONSTANTS, in order (kernel layout; on the device they were captured on, no host round trip)
     opaque: list[Callable]                       # OPAQUE, in order
     kernel_names: list[str]
     graph_name: str = "main"
@@ -160,8 +160,10 @@ class ModuleWriter:
                 continue  # inlined into the kernels that use it
             if isinstance(value, torch.Tensor):
                 strides = ctx0.strides(n.id)
-                t = torch.empty_strided(n.shape, strides, dtype=n.dtype)
-                t.copy_(value.detach().cpu())
+                t = value.detach()
+                if any(d != 1 and a != b for d, a, b in zip(n.shape, t.stride(), strides)):
+                    # re-lay out where it stays (a CUDA weight is not sent through the host)
+                    t = torch.empty_strided(n.shape, strides, dtype=n.dtype, device=t.device).copy_(t)
                 self.const_slot[n.id] = len(self.constants)
                 self.constants.append(t)
                 b.writeline(f"{ctx0.buf(n.id)} = CONSTANTS[{self.const_slot[n.id]}]  # {type_str(n.shape, n.dtype)}{label}")

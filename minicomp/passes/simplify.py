@@ -52,13 +52,16 @@ def _known_value(g: Graph, nid: int) -> torch.Tensor | None:
     return None
 
 
+HEAD = 1024  # elements looked at first: a weight is rarely all ones, and says so early
+
+
 def _all_one(t: torch.Tensor) -> bool:
-    return bool((t == 1).all())
+    return bool((t.reshape(-1)[:HEAD] == 1).all()) and bool((t == 1).all())
 
 
 def _all_zero(t: torch.Tensor, negative: bool) -> bool:
     """Every element is a zero, and (for floats) every zero has the given sign."""
-    if not bool((t == 0).all()):
+    if not bool((t.reshape(-1)[:HEAD] == 0).all()) or not bool((t == 0).all()):
         return False
     if not t.dtype.is_floating_point:
         return not negative  # an integer zero behaves as +0
