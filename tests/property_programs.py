@@ -214,7 +214,7 @@ class Builder:
             if self.draw(st.booleans()):
                 return self.emit(d.format(a=num, b=a.name), p.format(a=num, b=a.name))
             return self.emit(d.format(a=a.name, b=num), p.format(a=a.name, b=num))
-        b = self.pick(lambda v: _broadcasts(v.shape, a.shape))
+        b = self.pick(lambda v: _compatible(v.shape, a.shape))     # may broadcast both ways: [3, 1] + [4]
         return self.emit(d.format(a=a.name, b=b.name), p.format(a=a.name, b=b.name))
 
     def select(self) -> Value | None:
@@ -353,6 +353,14 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     if len(a) > len(b):
         return False
     return all(x == y or x == 1 for x, y in zip(reversed(a), reversed(b)))
+
+
+def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    try:
+        torch.broadcast_shapes(a, b)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _reshaped(draw, shape: list[int]) -> list[int]:
