@@ -309,7 +309,12 @@ def _cuda_configs(dom: Domain, form: str) -> list[tuple[dict, int]]:
     out = []
     for br in brs[-4:]:
         tile = br * bc
-        out.append(({"BLOCK_R": br}, 4 if tile <= 2048 else 8 if tile <= 8192 else 16))
+        warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+        out.append(({"BLOCK_R": br}, warps))
+        # also twice the warps: rows with two dependent reductions (layernorm, softmax) reached
+        # only ~57-60% of copy bandwidth on the H200 with the single choice (BENCHMARKS.md)
+        if warps < 16:
+            out.append(({"BLOCK_R": br}, warps * 2))
     return out
 
 
