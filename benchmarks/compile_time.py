@@ -14,7 +14,6 @@ and the rest (verify, reusing the plan, codegen, loading). Nothing runs at impor
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -25,11 +24,9 @@ if str(ROOT) not in sys.path:            # run as a script: make `minicomp` impo
 
 
 def load_sample(name: str):
-    path = ROOT / "samples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"sample_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """Import samples/<name>.py (through the model-file loader the CLI uses)."""
+    from minicomp.frontend.loader import import_file
+    return import_file(ROOT / "samples" / f"{name}.py")
 
 
 def measure(name: str, bench: bool, dtype, reps: int) -> dict[str, float]:

@@ -14,7 +14,6 @@ Invariants:
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -180,11 +179,9 @@ SIZE_ALIASES = {
 
 
 def load_sample(name: str):
-    path = ROOT / "samples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"minicomp_sample_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """Import samples/<name>.py (through the model-file loader the CLI uses)."""
+    from minicomp.frontend.loader import import_file
+    return import_file(ROOT / "samples" / f"{name}.py")
 
 
 def match_sizes(build: Callable, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
