@@ -100,6 +100,10 @@ def _signature(tensors: Sequence[torch.Tensor]) -> tuple:
     if len(devices) > 1:
         raise GuardError(f"inputs are on several devices ({', '.join(sorted(map(str, devices)))}); "
                          "move them to one device")
+    for k, t in enumerate(tensors):
+        if t.device.type not in ("cpu", "cuda"):
+            raise GuardError(f"tensor argument {k} is on device {t.device}; minicomp runs kernels on cuda "
+                             "(or on cpu under Triton's interpreter)")
     return tuple((tuple(t.shape), t.dtype, tuple(t.stride()), str(t.device)) for t in tensors)
 
 
@@ -115,6 +119,9 @@ class CompiledFunction:
         functools.update_wrapper(self, fn, updated=())
 
     def compile_for(self, *args: Any) -> Compiled:
+        return self._compiled(args)[0]
+
+    def _compiled(self, args: tuple) -> tuple[Compiled, list[torch.Tensor], tuple]:
         tensors, spec = _flatten(args)
         key = (spec, _signature(tensors))  # the nesting is part of the signature: f(x, [y]) is not f(x, y)
         if key not in self._cache:
@@ -124,13 +131,16 @@ class CompiledFunction:
             self._out_spec[key] = getattr(graph, "out_spec", None)
             self._cache[key] = compile_graph(graph, tensors, self.options)
         self._last = self._cache[key]
-        return self._last
+        return self._last, tensors, key
 
-    def __call__(self, *args: Any) -> Any:
-        tensors, in_spec = _flatten(args)
-        compiled = self.compile_for(*args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise GuardError(f"{getattr(self.fn, '__name__', 'the compiled function')} was called with keyword "
+                             f"argument(s) {', '.join(sorted(kwargs))}; compiled functions take their tensors "
+                             "positionally")
+        compiled, tensors, key = self._compiled(args)
         outs = compiled.call(*tensors)
-        spec = self._out_spec.get((in_spec, _signature(tensors)))
+        spec = self._out_spec.get(key)
         if spec is not None:
             return torch.utils._pytree.tree_unflatten(list(outs), spec)
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -160,6 +170,10 @@ class CompiledFunction:
 
 def compile(fn: Callable | None = None, **options: Any):
     """Compile a function or nn.Module: `@minicomp.compile` or `minicomp.compile(fn, passes=[...])`."""
+    known = set(Options.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise MinicompError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     opts = Options(**options)
     if fn is None:
         return lambda f: CompiledFunction(f, opts)
