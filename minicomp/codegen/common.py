@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minicomp.ir.graph import Graph
+from minicomp.ir.graph import Graph, contiguous_strides
 from minicomp.passes.plan import Group
 
 
@@ -28,15 +28,6 @@ class Kernel:
     name: str            # "mc_gemm_bias_gelu_3": says what it holds
     source: str          # top-level text: one or more @triton.jit (optionally @triton.autotune) functions
     launch: list[str]    # Python lines for call() that launch it; tensors referred to as ctx.buf(nid)
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Row-major strides of `shape` (size-1 dims get the stride they would have; never 0)."""
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
 
 
 @dataclass

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from minicomp.codegen.common import contiguous_strides
+from minicomp.ir.graph import contiguous_strides
 
 
 @dataclass(frozen=True)

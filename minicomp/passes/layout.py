@@ -29,21 +29,13 @@ from __future__ import annotations
 import torch
 
 from minicomp.ir.dtypes import itemsize
-from minicomp.ir.graph import Graph
+from minicomp.ir.graph import Graph, contiguous_strides
 from minicomp.passes.cost import get_machine
 from minicomp.passes.plan_memo import leave_plan
 from minicomp.passes.registry import Changes, register_pass
 
 ALIGN = 16  # bytes
 PLAN_MACHINE = "h200"   # the plan that decides which tensors are written (plan_graph's default)
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
 
 
 def strides_for_order(shape: tuple[int, ...], order: list[int]) -> tuple[int, ...]:

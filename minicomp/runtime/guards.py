@@ -17,10 +17,9 @@ from typing import Sequence
 
 import torch
 
-from minicomp.codegen.common import contiguous_strides
 from minicomp.errors import GuardError
 from minicomp.ir.dtypes import type_str
-from minicomp.ir.graph import Graph
+from minicomp.ir.graph import Graph, contiguous_strides
 
 
 @dataclass(frozen=True)
