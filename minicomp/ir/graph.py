@@ -23,7 +23,6 @@ from typing import Any, Iterable
 import networkx as nx
 import torch
 
-from minicomp.errors import VerifyError
 from minicomp.ir import ops
 from minicomp.ir.dtypes import type_str
 
@@ -274,8 +273,3 @@ class Graph:
     def __str__(self) -> str:
         return self.dump()
 
-
-def check_attrs(op: str, attrs: dict[str, Any], where: str) -> None:
-    missing = [a for a in ops.get(op).attrs if a not in attrs and a not in ("target",)]
-    if missing:
-        raise VerifyError(f"{where}: missing attribute(s) {', '.join(missing)}")
