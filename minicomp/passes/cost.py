@@ -29,7 +29,7 @@ import torch
 
 from minicomp.errors import MinicompError
 from minicomp.ir import ops
-from minicomp.ir.dtypes import itemsize
+from minicomp.ir.dtypes import dtype_name, itemsize
 from minicomp.ir.graph import Graph, Node
 
 
@@ -44,8 +44,7 @@ class Machine:
     def peak_flops(self, kind: str, dtype: torch.dtype | None) -> float:
         """Peak FLOP/s for a kernel of `kind` whose matmul operands have `dtype`."""
         if kind in ("gemm", "attention") and dtype is not None:
-            key = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}.get(dtype, "f32")
-            return self.matmul_flops.get(key, self.vector_flops)
+            return self.matmul_flops.get(dtype_name(dtype), self.vector_flops)
         return self.vector_flops
 
     @property
