@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 from minicomp import explain
@@ -92,7 +91,7 @@ def _load(args, dims):
     raise MinicompError(f"{args.file}: expected a .py model file or a .mc program, not {path.suffix or 'no suffix'!r}")
 
 
-def _check(compiled, graph_outputs, inputs, eager) -> bool:
+def _check(compiled, inputs, eager) -> bool:
     import torch
 
     got = compiled.call(*inputs)
@@ -155,7 +154,7 @@ def cmd_compile(args) -> int:
     print(f"compiled {compiled.graph.name}: {len(compiled.plan.groups)} kernel group(s) in "
           f"{compiled.compile_seconds * 1000:.0f} ms (before Triton's JIT)")
     if args.check or args.bench:   # timings of unchecked results mean nothing: --bench checks first
-        if not _check(compiled, compiled.graph.outputs, inputs, eager):
+        if not _check(compiled, inputs, eager):
             return 1
         if args.bench and device != "cuda":
             print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter)")
