@@ -17,7 +17,7 @@ says op, operands and attributes.
 from __future__ import annotations
 
 import copy as _copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import networkx as nx
