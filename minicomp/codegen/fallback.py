@@ -1,9 +1,9 @@
 """PyTorch code for a group that runs without a generated kernel.
 
-Opaque groups always run this way; a gemm/attention group does until its emitter exists;
-any group does when its emitter raised `Unsupported`. Each node becomes one readable line
-of `call()` (`buf7 = torch.matmul(buf3, buf5)  # %7 matmul`), and each output is put in
-the layout later kernels were generated for (`_as_layout`, a no-op when it already is).
+Opaque groups always run this way; any other group does when its emitter raised
+`Unsupported`. Each node becomes one readable line of `call()`
+(`buf7 = torch.matmul(buf3, buf5)  # %7 matmul`), and each output is put in the layout
+later kernels were generated for (`_as_layout`, a no-op when it already is).
 
 Invariant: the text computes exactly what the reference interpreter computes (the same
 PyTorch functions with the node's attributes), so a fallback never changes results.

@@ -17,7 +17,6 @@ graph, but records on each plan group why it fell back (`group.fallback`).
 
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import fallback
+from minicomp.codegen import attention, fallback, gemm, pointwise, reduction
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.lowering import ident
@@ -34,6 +33,10 @@ from minicomp.errors import CompileError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
 from minicomp.passes.plan import Group, Plan
+
+_EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
+    "pointwise": pointwise.emit, "reduction": reduction.emit, "gemm": gemm.emit, "attention": attention.emit,
+}
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check")
@@ -62,20 +65,11 @@ class GeneratedModule:
 
 
 def _emitter(kind: str) -> tuple[Callable[[KernelCtx], Kernel] | None, str]:
-    """The kind's `emit`, or None and why not (opaque, or an emitter not written yet)."""
+    """The kind's `emit`, or None and why not (opaque groups run through PyTorch)."""
     if kind == "opaque":
         return None, "opaque op"
-    mod_name = {"pointwise": "pointwise", "reduction": "reduction", "gemm": "gemm", "attention": "attention"}.get(kind)
-    if mod_name is None:
-        return None, f"no emitter for group kind {kind!r}"
-    try:
-        mod = importlib.import_module(f"minicomp.codegen.{mod_name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"minicomp.codegen.{mod_name}":
-            raise
-        return None, f"no {kind} emitter yet"
-    emit = getattr(mod, "emit", None)
-    return (emit, "") if emit is not None else (None, f"no {kind} emitter yet")
+    emit = _EMITTERS.get(kind)
+    return (emit, "") if emit is not None else (None, f"no emitter for group kind {kind!r}")
 
 
 def _group_order(graph: Graph, plan: Plan) -> list[Group]:
