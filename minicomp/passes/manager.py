@@ -1,8 +1,7 @@
 """The pass manager: runs a named pipeline of graph passes, and lets you watch it.
 
 `run_pipeline(graph, ["constant_fold", "simplify", "cse", "dce", ...])` (None: DEFAULT_PIPELINE,
-the cleanup passes, then attention matching and cleanup again, then layout — those two
-when their modules exist):
+the cleanup passes, then attention matching and cleanup again, then layout):
 - checks every name first (an unknown one is a MinicompError listing the known passes);
 - copies the graph once: the caller's graph is never mutated, and each pass gets a graph
   the manager owns (passes also promise not to mutate their argument);
@@ -39,9 +38,8 @@ from minicomp.passes.registry import PASSES, Changes, Pass
 
 __all__ = ["PASSES", "DEFAULT_PIPELINE", "CLEANUP_PIPELINE", "PassRecord", "run_pipeline", "resolve_pipeline", "describe_passes"]
 
-# Pass modules, imported (in this order) to fill PASSES; OPTIONAL ones may not exist yet.
-PASS_MODULES = ("constant_fold", "simplify", "cse", "dce")
-OPTIONAL_PASS_MODULES = ("attention_match", "layout")
+# Pass modules, imported (in this order) to fill PASSES.
+PASS_MODULES = ("constant_fold", "simplify", "cse", "dce", "attention_match", "layout")
 
 # The cleanup passes, run together to a fixed point.
 CLEANUP_PIPELINE: list[str] = ["constant_fold", "simplify", "cse", "dce"]
@@ -246,24 +244,12 @@ def run_pipeline(graph: Graph, pipeline: Sequence[str] | str | None = None, *, p
 def _load_pass_modules() -> None:
     for name in PASS_MODULES:
         importlib.import_module(f"minicomp.passes.{name}")
-    for name in OPTIONAL_PASS_MODULES:
-        full = f"minicomp.passes.{name}"
-        try:
-            importlib.import_module(full)
-        except ModuleNotFoundError as e:
-            if e.name != full:  # the module exists but something it imports does not: a real error
-                raise
 
 
 def _default_pipeline() -> list[str]:
     """Cleanup; then attention matching and cleanup again (its rewrite leaves permutes and
     constants to tidy); then layout, last, once the graph no longer changes shape."""
-    pipeline = list(CLEANUP_PIPELINE)
-    if "attention" in PASSES:
-        pipeline += ["attention"] + CLEANUP_PIPELINE
-    if "layout" in PASSES:
-        pipeline.append("layout")
-    return pipeline
+    return CLEANUP_PIPELINE + ["attention"] + CLEANUP_PIPELINE + ["layout"]
 
 
 # At the end, so a pass module that imports this one (for run_pipeline) finds it complete.

@@ -15,7 +15,7 @@ Adding a pass is one decorator and one import:
     @register_pass("my_pass", doc="what it does, one line")
     def my_pass(graph: Graph) -> Graph: ...
 
-and the module's name in `PASS_MODULES` (or `OPTIONAL_PASS_MODULES`) in `manager.py`,
+and the module's name in `PASS_MODULES` in `manager.py`,
 which imports them so that the table is complete whenever the manager is imported.
 `fixed_point=True` marks a pass that the manager may repeat together with its fixed-point
 neighbours in a pipeline until none of them changes anything (the cleanup passes).
