@@ -201,3 +201,22 @@ def test_gpu_load_cache_and_emit(tmp_path):
     done = _run_script(path, str(tmp_path / "in.pt"), str(tmp_path / "out.pt"))
     assert done.returncode == 0, done.stderr
     torch.testing.assert_close(torch.load(tmp_path / "out.pt")[0].cuda(), ref, **tol(torch.bfloat16))
+
+
+def test_every_registry_op_has_a_pytorch_fallback_form():
+    """The fallback path (groups an emitter refuses, opaque nodes) can write any registry op."""
+    from minicomp.codegen.fallback import torch_text
+    from minicomp.ir import ops
+    from minicomp.ir.graph import Node
+
+    sample_attrs = {"approximate": "tanh", "exponent": 2.0, "min": -1.0, "max": 1.0, "dtype": torch.float16,
+                    "diagonal": 0, "shape": (2, 3), "value": 1.0, "start": 0, "end": 3, "step": 1,
+                    "axes": (1,), "keepdim": True, "correction": 1, "dims": (1, 0), "dim": 1,
+                    "scale": 0.5, "is_causal": True, "enable_gqa": False, "fn": abs, "target": "abs"}
+    for name, d in ops.REGISTRY.items():
+        if d.kind in ("input", "constant"):
+            continue
+        n_args = d.arity if d.arity is not None else 3
+        node = Node(7, name, tuple(range(n_args)), {k: sample_attrs[k] for k in d.attrs}, (2, 3), torch.float32)
+        text = torch_text(node, [f"buf{i}" for i in range(n_args)], lambda _n: 0)
+        assert text and "buf" in text or n_args == 0, (name, text)
