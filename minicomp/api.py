@@ -47,9 +47,14 @@ class Compiled:
 
 
 def set_input_layouts(graph: Graph, inputs: Sequence[torch.Tensor]) -> None:
-    """Record the actual strides of the inputs: kernels read them as they are, no copies."""
+    """Record the actual strides of the inputs: kernels read them as they are, no copies.
+
+    Strides of size-1 dimensions never address anything; they are normalised (as the
+    runtime's `Signature` does) so `x[:, None]` and `x.unsqueeze(1).contiguous()` share a kernel.
+    """
+    from minicomp.runtime.guards import TensorSig
     for nid, t in zip(graph.inputs, inputs):
-        graph.node(nid).layout = tuple(t.stride())
+        graph.node(nid).layout = TensorSig.of(t).stride
 
 
 def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
@@ -95,7 +100,9 @@ def _taking_flat(fn: Callable, spec: Any) -> Callable:
     return flat_fn
 
 
-def _signature(tensors: Sequence[torch.Tensor]) -> tuple:
+def _signature(tensors: Sequence[torch.Tensor]):
+    """The runtime's `Signature` (shape, dtype, strides bar size-1 dims, device), after device checks."""
+    from minicomp.runtime.guards import Signature
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         raise GuardError(f"inputs are on several devices ({', '.join(sorted(map(str, devices)))}); "
@@ -104,7 +111,7 @@ def _signature(tensors: Sequence[torch.Tensor]) -> tuple:
         if t.device.type not in ("cpu", "cuda"):
             raise GuardError(f"tensor argument {k} is on device {t.device}; minicomp runs kernels on cuda "
                              "(or on cpu under Triton's interpreter)")
-    return tuple((tuple(t.shape), t.dtype, tuple(t.stride()), str(t.device)) for t in tensors)
+    return Signature.of(tensors)
 
 
 class CompiledFunction:

@@ -404,3 +404,13 @@ def test_docs_table_names_only_tests_that_exist():
     named = set(re.findall(r"`(?:tests/\w+\.py::)?(test_\w+)", doc))
     source = "".join((here / f).read_text() for f in ("test_bad_input.py", "test_cache_safety.py", "test_explain.py"))
     assert len(named) > 30 and not [n for n in named if f"def {n}(" not in source]
+
+
+def test_strides_of_size_one_dims_do_not_recompile_and_stay_correct():
+    f = minicomp.compile(lambda a, b: a * b + 1)
+    y = torch.randn(1, 4, 3)
+    x = torch.randn(1, 4, 3)
+    x_t = torch.randn(4, 1, 3).transpose(0, 1)      # same shape, stride 3 (not 12) on the size-1 dim
+    torch.testing.assert_close(f(x, y), x * y + 1)
+    torch.testing.assert_close(f(x_t, y), x_t * y + 1)
+    assert len(f._cache) == 1
