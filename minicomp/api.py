@@ -172,7 +172,7 @@ class CompiledFunction:
 
     def explain(self) -> str:
         c = self._need()
-        return f"{c.graph.dump()}\n\n{c.plan.table() if hasattr(c.plan, 'table') else c.plan}"
+        return f"{c.graph.dump()}\n\n{c.plan.table()}"
 
 
 def compile(fn: Callable | None = None, **options: Any):

@@ -144,7 +144,7 @@ def cmd_compile(args) -> int:
         print(compiled.graph.dump(), end="\n\n")
     if args.dump_plan:
         plan = compiled.plan
-        print(plan.table() if hasattr(plan, "table") else plan, end="\n\n")
+        print(plan.table(), end="\n\n")
     if args.dump_graph:
         for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan):
             print(f"wrote {path}")
