@@ -1,0 +1,417 @@
+"""Ablations for the memory-bound and attention kernels: what each code-shape choice costs.
+
+`benchmarks/run.py` says how fast minicomp is; this script says *why*, by timing hand-written
+variants of the kernels minicomp generates, one knob at a time, on the anchor shapes of
+`shared/ceilings.md`. Its findings are what the emitters' choices rest on (see the comments in
+`minicomp/codegen/reduction.py`, `pointwise.py` and `attention.py`, and BENCHMARKS.md).
+
+Knobs:
+- row reductions (softmax, layernorm over 16384x4096 bf16): masked vs mask-free columns,
+  divide vs multiply by a per-row reciprocal, one program per row block vs a persistent grid
+  (weights loaded once per program), BLOCK_R and num_warps;
+- pointwise (`gelu_tanh(x*w+b)` over 8192x8192): block size and warps, the tanh form vs the
+  sigmoid form of gelu with an IEEE or an approximate division, 1-D vs 2-D tiles;
+- attention (B4 H32 S4096 d128, causal): the autotuning space of minicomp's own kernel;
+- a plain Triton copy of each shape: what any kernel of that shape can reach.
+
+Every variant is checked against eager PyTorch before it is timed. CUDA only:
+    python3 benchmarks/ablations.py --out DIR [--only softmax,layernorm,pointwise,attention]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.testing import do_bench
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+# ----------------------------------------------------------------------------------------
+# Kernels.
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_rows, n_cols, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                   MASKED: tl.constexpr, RECIP: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_C)[None, :]
+    for rb in range(pid, tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):
+        rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]
+        if MASKED:
+            mask = (rows < n_rows) & (cols < n_cols)
+            x = tl.load(x_ptr + cols + rows * BLOCK_C, mask=mask, other=0.0).to(tl.float32)
+            m = tl.max(tl.where(mask, x, -float("inf")), 1)[:, None]
+            e = tl.exp(x - m)
+            s = tl.sum(tl.where(mask, e, 0.0), 1)[:, None]
+        else:
+            x = tl.load(x_ptr + cols + rows * BLOCK_C).to(tl.float32)
+            m = tl.max(x, 1)[:, None]
+            e = tl.exp(x - m)
+            s = tl.sum(e, 1)[:, None]
+        if RECIP:
+            y = e * (1.0 / s)
+        else:
+            y = e / s
+        if MASKED:
+            tl.store(y_ptr + cols + rows * BLOCK_C, y.to(tl.bfloat16), mask=mask)
+        else:
+            tl.store(y_ptr + cols + rows * BLOCK_C, y.to(tl.bfloat16))
+
+
+@triton.jit
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, BLOCK_R: tl.constexpr,
+                     BLOCK_C: tl.constexpr, MASKED: tl.constexpr, HOIST_W: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_C)[None, :]
+    if HOIST_W:
+        w = tl.load(w_ptr + cols).to(tl.float32)
+        b = tl.load(b_ptr + cols).to(tl.float32)
+    for rb in range(pid, tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):
+        rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]
+        if MASKED:
+            mask = (rows < n_rows) & (cols < n_cols)
+            x = tl.load(x_ptr + cols + rows * BLOCK_C, mask=mask, other=0.0).to(tl.float32)
+            mu = tl.sum(tl.where(mask, x, 0.0), 1)[:, None] / BLOCK_C
+            xc = x - mu
+            var = tl.sum(tl.where(mask, xc * xc, 0.0), 1)[:, None] / BLOCK_C
+        else:
+            x = tl.load(x_ptr + cols + rows * BLOCK_C).to(tl.float32)
+            mu = tl.sum(x, 1)[:, None] / BLOCK_C
+            xc = x - mu
+            var = tl.sum(xc * xc, 1)[:, None] / BLOCK_C
+        y = xc * tl.rsqrt(var + 1e-5)
+        if not HOIST_W:
+            w = tl.load(w_ptr + cols).to(tl.float32)
+            b = tl.load(b_ptr + cols).to(tl.float32)
+        y = (y * w + b).to(tl.bfloat16)
+        if MASKED:
+            tl.store(y_ptr + cols + rows * BLOCK_C, y, mask=mask)
+        else:
+            tl.store(y_ptr + cols + rows * BLOCK_C, y)
+
+
+@triton.jit
+def _gelu(a, FORM: tl.constexpr):
+    z = 0.7978845608028654 * (a + 0.044715 * a * a * a)
+    if FORM == 0:      # what minicomp emitted: 0.5 a (1 + tanh z) with tanh z = 1 - 2 / (e^2z + 1)
+        g = 0.5 * a * (2.0 - 2.0 / (tl.exp(2.0 * z) + 1.0))
+    elif FORM == 1:    # the same value as a * sigmoid(2z), IEEE division
+        g = a / (1.0 + tl.exp(-2.0 * z))
+    else:              # a * sigmoid(2z), approximate division (div.full.f32, 2 ulp)
+        g = tl.fdiv(a, 1.0 + tl.exp(-2.0 * z), ieee_rounding=False)
+    return g
+
+
+@triton.jit
+def pointwise_1d(x_ptr, w_ptr, b_ptr, y_ptr, n, C: tl.constexpr, BLOCK: tl.constexpr, FORM: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    c = offs % C
+    w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + c, mask=m, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, _gelu(x * w + b, FORM).to(tl.bfloat16), mask=m)
+
+
+@triton.jit
+def pointwise_2d(x_ptr, w_ptr, b_ptr, y_ptr, R, C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+                 FORM: tl.constexpr):
+    # grid (cdiv(C, BC), cdiv(R, BR)): w and b loaded once per tile of BR rows
+    cols = tl.program_id(0) * BC + tl.arange(0, BC)[None, :]
+    rows = tl.program_id(1) * BR + tl.arange(0, BR)[:, None]
+    m = (rows < R) & (cols < C)
+    w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + rows * C + cols, mask=m, other=0.0).to(tl.float32)
+    tl.store(y_ptr + rows * C + cols, _gelu(x * w + b, FORM).to(tl.bfloat16), mask=m)
+
+
+# ----------------------------------------------------------------------------------------
+# Harness.
+
+SMS = None
+
+
+def bench(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def check(got, ref, name):
+    torch.testing.assert_close(got, ref, atol=2e-2, rtol=2e-2, msg=lambda m: f"{name}: {m}")
+
+
+class Results:
+    def __init__(self, out: Path):
+        self.out, self.rows = out, []
+
+    def add(self, group: str, variant: str, ms: float | None, nbytes: int | None = None,
+            error: str | None = None, **extra):
+        gbps = nbytes / (ms * 1e6) if ms and nbytes else None
+        row = {"group": group, "variant": variant, "ms": ms, "gbps": gbps, "error": error, **extra}
+        self.rows.append(row)
+        shown = f"{ms:.4f} ms" if ms else "-"
+        rate = f" {gbps:7.0f} GB/s" if gbps else ""
+        print(f"{group:10s} {variant:58s} {shown}{rate}{'  ERROR ' + error if error else ''}", flush=True)
+        (self.out / "ablations.json").write_text(json.dumps(self.rows, indent=1))
+
+
+DEADLINE = [float("inf")]
+
+
+def attempt(res: Results, group: str, variant: str, nbytes, run, ref=None):
+    if time.perf_counter() > DEADLINE[0]:
+        return
+    try:
+        got = run()
+        torch.cuda.synchronize()
+        if ref is not None:
+            check(got, ref, variant)
+        res.add(group, variant, bench(run), nbytes)
+    except Exception as e:       # record and go on: one bad variant must not stop the sweep
+        res.add(group, variant, None, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+        traceback.print_exc(limit=2)
+
+
+def grid_for(n_blocks: int, persistent: int) -> tuple:
+    return (min(n_blocks, SMS * persistent),) if persistent else (n_blocks,)
+
+
+# ----------------------------------------------------------------------------------------
+# Sweeps.
+
+def sweep_copy(res: Results):
+    for shape in [(16384, 4096), (8192, 8192), (1 << 30,)]:
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        y = torch.empty_like(x)
+        nbytes = 2 * x.nbytes
+        attempt(res, "copy", f"torch copy_ {list(shape)}", nbytes, lambda: y.copy_(x))
+        for block, warps in [(1024, 4), (2048, 8), (4096, 8), (8192, 16)]:
+            n = x.numel()
+            attempt(res, "copy", f"triton copy {list(shape)} BLOCK={block} warps={warps}", nbytes,
+                    lambda: copy_kernel[(triton.cdiv(n, block),)](x, y, n, BLOCK=block, num_warps=warps) and y)
+        del x, y
+
+
+def sweep_softmax(res: Results):
+    R, C = 16384, 4096
+    x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
+    ref = torch.softmax(x.float(), -1).to(torch.bfloat16)
+    y = torch.empty_like(x)
+    nbytes = 2 * x.nbytes
+    for masked in (1, 0):
+        for recip in (0, 1):
+            for br in (1, 2, 4):
+                for warps in (4, 8, 16, 32):
+                    for persistent in (0, 8):
+                        if br * C > 16384 or (persistent and (masked or warps == 32)) or (masked and warps == 32):
+                            continue
+                        nb = triton.cdiv(R, br)
+
+                        def run():
+                            softmax_kernel[grid_for(nb, persistent)](x, y, R, C, BLOCK_R=br, BLOCK_C=C, MASKED=masked,
+                                                                     RECIP=recip, num_warps=warps)
+                            return y
+                        attempt(res, "softmax", f"masked={masked} recip={recip} BR={br} warps={warps} "
+                                f"persistent={persistent}", nbytes, run, ref)
+
+
+def sweep_layernorm(res: Results):
+    R, C = 16384, 4096
+    x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(C, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(C, device="cuda", dtype=torch.bfloat16)
+    ref = torch.nn.functional.layer_norm(x.float(), (C,), w.float(), b.float(), 1e-5).to(torch.bfloat16)
+    y = torch.empty_like(x)
+    nbytes = 2 * x.nbytes + w.nbytes + b.nbytes
+    for masked in (1, 0):
+        for br in (1, 2, 4):
+            for warps in (4, 8, 16):
+                for persistent, hoist in ((0, 0), (4, 1), (8, 1)):
+                    if br * C > 16384 or (masked and persistent):
+                        continue
+                    nb = triton.cdiv(R, br)
+
+                    def run():
+                        layernorm_kernel[grid_for(nb, persistent)](x, w, b, y, R, C, BLOCK_R=br, BLOCK_C=C,
+                                                                   MASKED=masked, HOIST_W=hoist, num_warps=warps)
+                        return y
+                    attempt(res, "layernorm", f"masked={masked} BR={br} warps={warps} persistent={persistent} "
+                            f"hoist_w={hoist}", nbytes, run, ref)
+
+
+def sweep_pointwise(res: Results):
+    R = C = 8192
+    x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(C, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(C, device="cuda", dtype=torch.bfloat16)
+    ref = torch.nn.functional.gelu(x * w + b, approximate="tanh")
+    y = torch.empty_like(x)
+    nbytes = 2 * x.nbytes + w.nbytes + b.nbytes
+    n = x.numel()
+    for form in (0, 1, 2):
+        for block, warps in [(1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)]:
+            def run():
+                pointwise_1d[(triton.cdiv(n, block),)](x, w, b, y, n, C=C, BLOCK=block, FORM=form, num_warps=warps)
+                return y
+            attempt(res, "pointwise", f"1d form={form} BLOCK={block} warps={warps}", nbytes, run, ref)
+        for br, bc, warps in [(8, 512, 4), (16, 256, 4), (4, 1024, 4), (8, 1024, 8), (16, 512, 8), (32, 256, 8)]:
+            def run():
+                pointwise_2d[(triton.cdiv(C, bc), triton.cdiv(R, br))](x, w, b, y, R, C=C, BR=br, BC=bc, FORM=form,
+                                                                        num_warps=warps)
+                return y
+            attempt(res, "pointwise", f"2d form={form} BR={br} BC={bc} warps={warps}", nbytes, run, ref)
+
+
+def sweep_attention(res: Results):
+    """minicomp's own attention kernel under a wide config space, one config at a time."""
+    import re
+    import minicomp
+    from benchmarks import workloads as W
+    B, H, S, D = 4, 32, 4096, 128
+    fn = W.make_causal_attention(S, D, "cuda")
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    attempt(res, "attention", "F.scaled_dot_product_attention", None, lambda: torch.nn.functional
+            .scaled_dot_product_attention(q, k, v, is_causal=True), ref)
+    compiled = minicomp.compile(fn)
+    compiled.compile_for(q, k, v)
+    source = compiled.source
+    flops = 4 * B * H * S * S * D / 2
+    configs = ([(128, bn, st, 8) for bn in (64, 128) for st in (2, 3, 4)] + [(128, 64, st, 4) for st in (2, 3, 4)]
+               + [(64, bn, st, 4) for bn in (64, 128) for st in (2, 3)])
+    from minicomp.runtime.loader import import_source
+    constants = [c.to("cuda") for c in compiled._need().generated.constants]
+    for bm, bn, st, wp in configs:
+        one = (f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}}}, num_stages={st}, num_warps={wp}),')
+        src = re.sub(r"(_configs = \[\n)(.*?)(\n\])", lambda m: m.group(1) + "    " + one + m.group(3), source,
+                     count=1, flags=re.S)
+        try:
+            mod = import_source(src, f"attn_{bm}_{bn}_{st}_{wp}", interpret=False)
+            mod.CONSTANTS[:] = constants
+            run = lambda: mod.call(q, k, v)[0]
+            attempt(res, "attention", f"BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}", None, run, ref)
+            ms = res.rows[-1]["ms"]
+            if ms:
+                res.rows[-1]["tflops"] = flops / (ms * 1e9)
+        except Exception as e:
+            res.add("attention", f"BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}", None,
+                    error=f"{type(e).__name__}: {str(e)[:200]}")
+
+
+def sweep_linear(res: Results):
+    """minicomp's GEMM on nn.Linear-layout weights ([N, K], read transposed) at gpt_block sizes,
+    under a wider config space than its autotuner's, against cuBLAS."""
+    import re
+    import minicomp
+    from minicomp.runtime.loader import import_source
+    F = torch.nn.functional
+    configs = ([(bm, bn, 64, st, 8) for bm, bn in ((128, 256), (256, 128)) for st in (3, 4)]
+               + [(128, 128, bk, st, wp) for bk in (64, 128) for st in (3, 4) for wp in (4, 8)]
+               + [(128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 128, 64, 5, 8)])
+    for M, K, N in ((8192, 2048, 6144), (8192, 8192, 2048)):
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / math.sqrt(K)
+        b = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+        ref = F.linear(x, w, b)
+        flops = 2 * M * N * K
+        tag = f"{M}x{K}->{N}"
+        attempt(res, "linear", f"{tag} cuBLAS F.linear", None, lambda: F.linear(x, w, b), ref)
+        res.rows[-1]["tflops"] = flops / (res.rows[-1]["ms"] * 1e9) if res.rows[-1]["ms"] else None
+        fn = lambda x, w, b: F.linear(x, w, b)
+        c = minicomp.compile(fn)
+        c.compile_for(x, w, b)
+        attempt(res, "linear", f"{tag} minicomp as shipped", None, lambda: c(x, w, b), ref)
+        res.rows[-1]["tflops"] = flops / (res.rows[-1]["ms"] * 1e9) if res.rows[-1]["ms"] else None
+        source = c.source
+        constants = [t.to("cuda") for t in c._need().generated.constants]
+        for bm, bn, bk, st, wp in configs:
+            one = (f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}, "BLOCK_K": {bk}, "GROUP_M": 8}}, '
+                   f'num_stages={st}, num_warps={wp}),')
+            src = re.sub(r"(_configs = \[\n)(.*?)(\n\])", lambda m: m.group(1) + "    " + one + m.group(3), source,
+                         count=1, flags=re.S)
+            label = f"{tag} BM={bm} BN={bn} BK={bk} stages={st} warps={wp}"
+            try:
+                mod = import_source(src, f"lin_{bm}_{bn}_{bk}_{st}_{wp}", interpret=False)
+                mod.CONSTANTS[:] = constants
+                attempt(res, "linear", label, None, lambda: mod.call(x, w, b)[0], ref)
+                ms = res.rows[-1]["ms"]
+                res.rows[-1]["tflops"] = flops / (ms * 1e9) if ms else None
+            except Exception as e:
+                res.add("linear", label, None, error=f"{type(e).__name__}: {str(e)[:200]}")
+
+
+def sweep_overhead(res: Results):
+    """Launch cost of the compiled call vs the bare kernel, on the softmax anchor."""
+    import minicomp
+    from benchmarks import workloads as W
+    x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    small = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    for name, t in (("16384x4096", x), ("64x256", small)):
+        c = minicomp.compile(W.softmax_by_hand)
+        ref = W.softmax_by_hand(t)
+        attempt(res, "overhead", f"minicomp call softmax {name}", 2 * t.nbytes, lambda: c(t), ref)
+        attempt(res, "overhead", f"eager softmax {name}", 2 * t.nbytes, lambda: W.softmax_by_hand(t), ref)
+        # host-side cost per call, no GPU wait
+        for label, f in (("minicomp", lambda: c(t)), ("eager", lambda: W.softmax_by_hand(t))):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(200):
+                f()
+            host = (time.perf_counter() - t0) / 200 * 1e3
+            torch.cuda.synchronize()
+            res.add("overhead", f"host time per call {label} softmax {name}", host)
+
+
+SWEEPS = {"copy": sweep_copy, "softmax": sweep_softmax, "layernorm": sweep_layernorm,
+          "pointwise": sweep_pointwise, "attention": sweep_attention,
+          "linear": sweep_linear, "overhead": sweep_overhead}
+
+
+def main() -> int:
+    global SMS
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("."))
+    p.add_argument("--only", default="softmax,layernorm,pointwise,attention,linear,overhead,copy")
+    p.add_argument("--budget-s", type=float, default=420.0, help="start no variant after this many seconds")
+    args = p.parse_args()
+    DEADLINE[0] = time.perf_counter() + args.budget_s
+    if not torch.cuda.is_available():
+        print("ablations need a CUDA device")
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    SMS = torch.cuda.get_device_properties(0).multi_processor_count
+    res = Results(args.out)
+    res.add("env", f"{torch.cuda.get_device_name(0)} torch {torch.__version__} triton {triton.__version__} "
+            f"SMs {SMS}", None)
+    for name in args.only.split(","):
+        t0 = time.perf_counter()
+        try:
+            SWEEPS[name](res)
+        except Exception:
+            traceback.print_exc()
+        print(f"-- {name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
