@@ -166,7 +166,7 @@ class _Writer:
         b.writeline(f"qk_scale = {s.scale * LOG2E!r}  # scale * log2(e): softmax in base 2")
         if s.causal:
             b.writeline("# key blocks before hi_full need no mask: all keys exist and precede every query here")
-            b.writeline("hi_full = min((SK // BLOCK_N) * BLOCK_N, pid_m * BLOCK_M)")
+            b.writeline("hi_full = min((SK // BLOCK_N) * BLOCK_N, (pid_m * BLOCK_M // BLOCK_N) * BLOCK_N)")
         else:
             b.writeline("# key blocks before hi_full need no mask: all their keys exist")
             b.writeline("hi_full = (SK // BLOCK_N) * BLOCK_N")
@@ -211,6 +211,13 @@ class _Writer:
             b.writeline(self._load("k", "k_rows", self.k_in, ("kn",), k_mask))
             self._cast("k", s.k)
             b.writeline(f"qk = tl.dot(q, k{self.precision})")
+            if not masked and s.mask is None and s.scale > 0:
+                # the row max of the raw scores, scaled once: max commutes with a positive scale,
+                # and qk * qk_scale - m becomes one FMA per score instead of a multiply and a subtract
+                b.writeline("m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)")
+                b.writeline("p = tl.exp2(qk * qk_scale - m_new[:, None])")
+                self._update(v_mask)
+                return
             b.writeline("s = qk * qk_scale")
             if s.mask is not None:
                 mval = low.value(s.mask.id, ix.broadcast(s.mask_idx, s.mask.shape))
@@ -227,13 +234,18 @@ class _Writer:
                 b.writeline("m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)  # no visible key yet")
                 m = "m_safe"
             b.writeline(f"p = tl.exp2(s - {m}[:, None])")
-            b.writeline(f"alpha = tl.exp2(m_i - {m})")
-            b.writeline("l_i = l_i * alpha + tl.sum(p, 1)")
-            b.writeline("acc = acc * alpha[:, None]")
-            b.writeline(self._load("v", "v_cols", self.v_in, ("vn",), v_mask))
-            self._cast("v", s.v)
-            b.writeline(f"acc = tl.dot(p.to({self.p_dtype}), v, acc{self.precision})")
-            b.writeline("m_i = m_new")
+            self._update(v_mask, m)
+
+    def _update(self, v_mask: list[str], m: str = "m_new") -> None:
+        """Rescale the running sum and accumulator by the new max, then accumulate P @ V."""
+        b, s = self.body, self.spec
+        b.writeline(f"alpha = tl.exp2(m_i - {m})")
+        b.writeline("l_i = l_i * alpha + tl.sum(p, 1)")
+        b.writeline("acc = acc * alpha[:, None]")
+        b.writeline(self._load("v", "v_cols", self.v_in, ("vn",), v_mask))
+        self._cast("v", s.v)
+        b.writeline(f"acc = tl.dot(p.to({self.p_dtype}), v, acc{self.precision})")
+        b.writeline("m_i = m_new")
 
     def _load(self, var: str, base: str, inner: ix.Expr, need: tuple[str, ...], masks: list[str]) -> str:
         ptrs = f"{base} + {self.low.offset_text(inner, need)}"
