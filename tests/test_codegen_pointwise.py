@@ -382,3 +382,32 @@ def test_transpose_uses_2d_tiles(dtype, cache):
     x = flat.add_input("x", (37, 70), dtype)
     flat.set_outputs([flat.add("exp", x)])
     assert "# 2-D tiles" not in generate(flat, one_group(flat), "cpu").source
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("xs", [(19, 300), (3, 7, 257), (16, 1024)])
+def test_row_broadcast_operands_use_2d_tiles(xs, dtype, cache):
+    """A bias over the last dimension is loaded once per tile of rows, and the result is eager's,
+    ragged tile edges included (300 and 257 columns, 19 and 21 rows)."""
+    g = Graph("affine_gelu")
+    x = g.add_input("x", xs, dtype)
+    w = g.add_input("w", xs[-1:], dtype)
+    b = g.add_input("b", xs[-1:], dtype)
+    g.set_outputs([g.add("gelu", g.add("add", g.add("mul", x, w), b), approximate="tanh")])
+    a, wt, bt = rand(xs, dtype), rand(xs[-1:], dtype, 1), rand(xs[-1:], dtype, 2)
+    gen = check(g, [a, wt, bt], [F.gelu(a * wt + bt, approximate="tanh")], cache)
+    assert "an operand broadcast over the rows is loaded once per tile" in gen.source
+    assert "w_ptr + cols, mask=col_mask" in gen.source
+    cuda = generate(g, one_group(g), "cuda").source
+    assert "key=['n_rows', 'n_cols']" in cuda and "{'BLOCK_R': 16, 'BLOCK_C': 256}" in cuda
+
+
+def test_short_rows_stay_flat(cache):
+    """Under BCAST_MIN_COLS columns a broadcast operand does not make tiles: the flat form wins."""
+    g = Graph("short")
+    x = g.add_input("x", (64, 100), torch.float32)
+    w = g.add_input("w", (100,), torch.float32)
+    g.set_outputs([g.add("mul", x, w)])
+    a, wt = rand((64, 100), torch.float32), rand((100,), torch.float32, 1)
+    gen = check(g, [a, wt], [a * wt], cache)
+    assert "# 2-D tiles" not in gen.source
