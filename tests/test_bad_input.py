@@ -211,6 +211,27 @@ def test_compiled_call_guards_count_shape_dtype_and_type():
         call(x.tolist())
 
 
+def test_repeated_calls_take_the_fast_path_only_for_identical_layouts():
+    """A call whose tensors match an earlier call's exactly skips flattening and guards; any
+    difference in shape, dtype or strides goes through the full signature path again."""
+    f = minicomp.compile(lambda a, b: (a * b, a.sum(-1)))
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    for _ in range(2):
+        out = f(x, y)
+        assert isinstance(out, tuple) and len(out) == 2       # the output structure survives the fast path
+        torch.testing.assert_close(out[0], x * y)
+    assert len(f._cache) == 1 and len(f._fast) == 1
+    x2 = torch.randn(4, 6)
+    torch.testing.assert_close(f(x2, y)[1], x2.sum(-1))      # new data, same layout: fast, and right
+    assert len(f._cache) == 1
+    xt = torch.randn(6, 4).t()                                # same shape, transposed strides
+    torch.testing.assert_close(f(xt, y)[0], xt * y)
+    torch.testing.assert_close(f(x.double(), y.double())[0], x.double() * y.double())
+    assert len(f._cache) == 3 and len(f._fast) == 3
+    with pytest.raises(GuardError, match="take tensors only; got float"):
+        f(x, 2.0)
+
+
 # ----------------------------------------------------------------------------- devices
 
 def test_meta_tensors_are_refused_with_a_clear_error():
