@@ -360,6 +360,138 @@ def sweep_linear(res: Results):
                 res.add("linear", label, None, error=f"{type(e).__name__}: {str(e)[:200]}")
 
 
+def _attention_variants(source: str) -> dict[str, str]:
+    """Text edits of minicomp's generated attention kernel (B4 H32 S4096 d128) for the ablation."""
+    out = {"shipped": source}
+    ws = source.replace("for start_n in range(0, hi_full, BLOCK_N):",
+                        "for start_n in tl.range(0, hi_full, BLOCK_N, warp_specialize=True):")
+    out["warp_specialize"] = ws
+    base = "z0 * 16777216 + z1 * 524288"
+    tma = source.replace(
+        f"    v_cols = v_ptr + vd + {base}\n",
+        f"    v_cols = v_ptr + vd + {base}\n"
+        f"    k_desc = tl.make_tensor_descriptor(k_ptr + {base}, shape=[SK, 128], strides=[128, 1], "
+        "block_shape=[BLOCK_N, 128])\n"
+        f"    v_desc = tl.make_tensor_descriptor(v_ptr + {base}, shape=[SK, 128], strides=[128, 1], "
+        "block_shape=[BLOCK_N, 128])\n")
+    for old, new in (("k = tl.load(k_rows + kn * 128, mask=(kn < SK), other=0.0)", "k = k_desc.load([start_n, 0]).T"),
+                     ("v = tl.load(v_cols + vn * 128, mask=(vn < SK), other=0.0)", "v = v_desc.load([start_n, 0])"),
+                     ("k = tl.load(k_rows + kn * 128)", "k = k_desc.load([start_n, 0]).T"),
+                     ("v = tl.load(v_cols + vn * 128)", "v = v_desc.load([start_n, 0])")):
+        assert old in tma, old
+        tma = tma.replace(old, new)
+    out["tma_kv"] = tma
+    out["tma_kv+warp_specialize"] = tma.replace("for start_n in range(0, hi_full, BLOCK_N):",
+                                                "for start_n in tl.range(0, hi_full, BLOCK_N, warp_specialize=True):")
+    return out
+
+
+def sweep_attention_variants(res: Results):
+    """Kernel-shape variants of minicomp's attention (TMA loads of K and V, warp specialisation),
+    each under a few configs."""
+    import re
+    import minicomp
+    from benchmarks import workloads as W
+    from minicomp.runtime.loader import import_source
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    B, H, S, D = 4, 32, 4096, 128
+    fn = W.make_causal_attention(S, D, "cuda")
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    attempt(res, "attn_var", "F.scaled_dot_product_attention", None, lambda: torch.nn.functional
+            .scaled_dot_product_attention(q, k, v, is_causal=True), ref)
+    compiled = minicomp.compile(fn)
+    compiled.compile_for(q, k, v)
+    flops = 4 * B * H * S * S * D / 2
+    for variant, source in _attention_variants(compiled.source).items():
+        for bm, bn, st, wp in ((64, 64, 3, 4), (128, 64, 3, 8), (128, 128, 2, 8), (128, 64, 4, 4), (128, 128, 3, 8)):
+            one = f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}}}, num_stages={st}, num_warps={wp}),'
+            src = re.sub(r"(_configs = \[\n)(.*?)(\n\])", lambda m: m.group(1) + "    " + one + m.group(3), source,
+                         count=1, flags=re.S)
+            label = f"{variant} BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}"
+            try:
+                mod = import_source(src, f"attv_{variant}_{bm}_{bn}_{st}_{wp}", interpret=False)
+                attempt(res, "attn_var", label, None, lambda: mod.call(q, k, v)[0], ref)
+                ms = res.rows[-1]["ms"]
+                res.rows[-1]["tflops"] = flops / (ms * 1e9) if ms else None
+            except Exception as e:
+                res.add("attn_var", label, None, error=f"{type(e).__name__}: {str(e)[:200]}")
+
+
+@triton.jit
+def gemm_tma_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    GROUP_M: tl.constexpr, PERSIST: tl.constexpr, W_KN: tl.constexpr):
+    """y = x @ W (+ bias) with TMA descriptor loads; W is [N, K] (nn.Linear) or [K, N] (W_KN)."""
+    a_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    if W_KN:
+        b_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    else:
+        b_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    num_tiles = num_pid_m * num_pid_n
+    step = tl.num_programs(0) if PERSIST else num_tiles
+    for tile in range(tl.program_id(0), num_tiles, step):
+        band = tile // (GROUP_M * num_pid_n)
+        first_m = band * GROUP_M
+        rows_in_band = min(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % (GROUP_M * num_pid_n)) % rows_in_band
+        pid_n = (tile % (GROUP_M * num_pid_n)) // rows_in_band
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            a = a_desc.load([pid_m * BM, k0])
+            if W_KN:
+                b = b_desc.load([k0, pid_n * BN])
+            else:
+                b = b_desc.load([pid_n * BN, k0]).T
+            acc = tl.dot(a, b, acc)
+        cols = pid_n * BN + tl.arange(0, BN)
+        bias = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        y_desc.store([pid_m * BM, pid_n * BN], (acc + bias[None, :]).to(tl.bfloat16))
+
+
+def sweep_gemm_tma(res: Results):
+    """Hand-written TMA GEMMs (one tile a program, or persistent) against cuBLAS and minicomp,
+    for nn.Linear-layout weights and row-major ones."""
+    import minicomp
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    F = torch.nn.functional
+    for M, K, N in ((8192, 2048, 6144), (4096, 4096, 4096)):
+        for w_kn in (0, 1):
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(K, N, device="cuda", dtype=torch.bfloat16) / math.sqrt(K)
+            if not w_kn:
+                w = w.t().contiguous()
+            b = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+            fn = (lambda x, w, b: x @ w + b) if w_kn else (lambda x, w, b: F.linear(x, w, b))
+            ref = fn(x, w, b)
+            flops = 2 * M * N * K
+            tag = f"{M}x{K}->{N} W {'[K,N]' if w_kn else '[N,K]'}"
+            def rate():
+                ms = res.rows[-1]["ms"]
+                res.rows[-1]["tflops"] = flops / (ms * 1e9) if ms else None
+            attempt(res, "gemm_tma", f"{tag} cuBLAS", None, lambda: fn(x, w, b), ref)
+            rate()
+            c = minicomp.compile(fn)
+            attempt(res, "gemm_tma", f"{tag} minicomp as shipped", None, lambda: c(x, w, b), ref)
+            rate()
+            y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+            for bm, bn, bk, st, wp in ((128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 4),
+                                       (128, 128, 64, 4, 8), (128, 128, 64, 5, 8), (256, 128, 64, 3, 8)):
+                for persist in (0, 1):
+                    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+                    grid = (min(tiles, SMS),) if persist else (tiles,)
+
+                    def run():
+                        gemm_tma_kernel[grid](x, w, b, y, M, N, K, BM=bm, BN=bn, BK=bk, GROUP_M=8, PERSIST=persist,
+                                              W_KN=w_kn, num_stages=st, num_warps=wp)
+                        return y
+                    attempt(res, "gemm_tma", f"{tag} TMA persist={persist} BM={bm} BN={bn} BK={bk} stages={st} "
+                            f"warps={wp}", None, run, ref)
+                    rate()
+
+
 def sweep_overhead(res: Results):
     """Launch cost of the compiled call vs the bare kernel, on the softmax anchor."""
     import minicomp
@@ -384,7 +516,8 @@ def sweep_overhead(res: Results):
 
 SWEEPS = {"copy": sweep_copy, "softmax": sweep_softmax, "layernorm": sweep_layernorm,
           "pointwise": sweep_pointwise, "attention": sweep_attention,
-          "linear": sweep_linear, "overhead": sweep_overhead}
+          "linear": sweep_linear, "attn_var": sweep_attention_variants, "gemm_tma": sweep_gemm_tma,
+          "overhead": sweep_overhead}
 
 
 def main() -> int:
