@@ -27,6 +27,7 @@ import torch
 from minicomp.codegen import attention, fallback, gemm, pointwise, reduction
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
+from minicomp.codegen.launch import LAUNCH_HELPER, via_launch_helper
 from minicomp.codegen.lowering import ident
 from minicomp.codegen.tlexpr import NAN_REDUCE_HELPERS, ROUND_BF16_HELPER
 from minicomp.errors import CompileError
@@ -39,7 +40,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 }
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
-                "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check")
+                "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher")
 
 
 @dataclass
@@ -205,7 +206,7 @@ class ModuleWriter:
             n = g.node(o)
             b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
                         f"dtype={n.dtype}, device=device)")
-        b.writelines(kernel.launch)
+        b.writelines(via_launch_helper(kernel.launch, kernel.name) if self.device_type == "cuda" else kernel.launch)
 
     # ------------------------------------------------------------------ whole module
     def source(self) -> str:
@@ -247,6 +248,10 @@ class ModuleWriter:
         out.writeline("")
         out.writeline("")
         out.splice(HELPERS)
+        if self.device_type == "cuda" and self.kernels:
+            out.writeline("")
+            out.writeline("")
+            out.splice(LAUNCH_HELPER)
         out.writeline("")
         out.writeline("")
         out.splice(self.call.getvalue().rstrip("\n"))
