@@ -305,6 +305,81 @@ def test_matrix_vector_falls_back():
     torch.testing.assert_close(load(gen, "cpu")(av, vv)[0], av @ vv, **tol(torch.float32))
 
 
+# --------------------------------------------------------------------------- the TMA form
+
+
+@pytest.fixture
+def tma_on_cpu(monkeypatch):
+    """Emit the persistent TMA kernel for the CPU too: Triton's interpreter runs tensor descriptors."""
+    from minicomp.codegen import gemm
+    monkeypatch.setattr(gemm, "TMA_ON_CPU", True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["a@b", "linear", "aT@b", "aT@bT"])
+def test_tma_form_matches_eager(layout, dtype, tma_on_cpu):
+    """Every operand orientation a descriptor can read, with ragged tiles in M, N and K (64-wide
+    tiles over 136, 72 and 40), a bias and a residual in the epilogue, and 6 output tiles walked
+    by 3 persistent programs."""
+    m, k, n = 136, 40, 72
+    g = Graph("tma")
+    a_t, b_t = layout.startswith("aT"), layout in ("linear", "aT@bT")
+    a = g.add_input("a", (k, m) if a_t else (m, k), dtype)
+    b = g.add_input("b", (n, k) if b_t else (k, n), dtype)
+    bias = g.add_input("bias", (n,), dtype)
+    r = g.add_input("r", (m, n), dtype)
+    av = g.add("permute", a, dims=(1, 0)) if a_t else a
+    bv = g.add("permute", b, dims=(1, 0)) if b_t else b
+    g.set_outputs([g.add("add", g.add("gelu", g.add("add", g.add("matmul", av, bv), bias), approximate="tanh"), r)])
+    x = randn(*((k, m) if a_t else (m, k)), dtype=dtype)
+    w = randn(*((n, k) if b_t else (k, n)), dtype=dtype)
+    bb, rr = randn(n, dtype=dtype), randn(m, n, dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [x, w, bb, rr])
+    xm, wm = (x.t() if a_t else x).float(), (w.t() if b_t else w).float()
+    ref = (F.gelu(xm @ wm + bb.float(), approximate="tanh") + rr.float()).to(dtype)
+    torch.testing.assert_close(out, ref, **tol(dtype))
+    src = gen.source
+    assert src.count("tl.make_tensor_descriptor(") == 2 and "for tile in range(tl.program_id(0)" in src
+    assert ("a_desc.load([k0, pid_m * BLOCK_M]).T" in src) == a_t
+    assert ("b_desc.load([pid_n * BLOCK_N, k0]).T" in src) == b_t
+
+
+def test_tma_form_dual_gemm_and_misaligned_operand(tma_on_cpu):
+    """SwiGLU's two GEMMs from descriptors; an operand at an address not 16-byte aligned is copied
+    to an aligned one before the launch (TMA needs it), and the answer is eager's."""
+    dtype = torch.bfloat16
+    g = Graph("swiglu_tma")
+    x = g.add_input("x", (3, 7, 24), dtype)
+    w1 = g.add_input("w1", (40, 24), dtype)
+    w3 = g.add_input("w3", (40, 24), dtype)
+    g.set_outputs([g.add("mul", g.add("silu", C.linear(g, x, w1, None)), C.linear(g, x, w3, None))])
+    xv = randn(3 * 7 * 24 + 1, dtype=dtype)[1:].reshape(3, 7, 24)     # 2 bytes past an aligned start
+    assert xv.data_ptr() % 16 != 0
+    a, b = randn(40, 24, dtype=dtype), randn(40, 24, dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [xv, a, b])
+    ref = (F.silu(xv.float() @ a.float().t()) * (xv.float() @ b.float().t())).to(dtype)
+    torch.testing.assert_close(out, ref, **tol(dtype))
+    assert gen.source.count("tl.make_tensor_descriptor(") == 3 and "_align16(buf0)" in gen.source
+
+
+@pytest.mark.parametrize("why", ["fp32", "leading stride", "batched B", "prologue cast"])
+def test_pointer_form_where_a_descriptor_cannot_read(why, tma_on_cpu):
+    dtype = torch.float32 if why == "fp32" else torch.bfloat16
+    g = Graph("no_tma")
+    k = 37 if why == "leading stride" else 40     # 74 bytes between rows: not a multiple of 16
+    a = g.add_input("a", (2, 9, k), dtype)
+    b = g.add_input("b", (2, k, 16) if why == "batched B" else (k, 16), dtype)
+    av = g.add("cast", a, dtype=torch.float16) if why == "prologue cast" else a
+    bv = g.add("cast", b, dtype=torch.float16) if why == "prologue cast" else b
+    g.set_outputs([g.add("matmul", av, bv)])
+    x = randn(2, 9, k, dtype=dtype)
+    y = randn(*((2, k, 16) if why == "batched B" else (k, 16)), dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [x, y])
+    ref = x.float() @ y.float()
+    torch.testing.assert_close(out.float(), ref, **tol(out.dtype))
+    assert "make_tensor_descriptor" not in gen.source
+
+
 # --------------------------------------------------------------------------- generated source
 
 

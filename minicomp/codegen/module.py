@@ -40,7 +40,8 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 }
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
-                "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher")
+                "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher",
+                "_align16", "_tma_ready", "_tma_scratch", "_sm_count")
 
 
 @dataclass
@@ -252,6 +253,10 @@ class ModuleWriter:
             out.writeline("")
             out.writeline("")
             out.splice(LAUNCH_HELPER)
+        if any("_tma_ready()" in line for k in self.kernels for line in k.launch):
+            out.writeline("")
+            out.writeline("")
+            out.splice(TMA_HELPERS)
         out.writeline("")
         out.writeline("")
         out.splice(self.call.getvalue().rstrip("\n"))
@@ -315,6 +320,34 @@ def _as_layout(t, strides):
     out = torch.empty_strided(tuple(t.shape), strides, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out'''
+
+
+TMA_HELPERS = '''\
+def _align16(t):
+    """`t`, or a copy with the same strides at a 16-byte aligned address: TMA descriptors need one."""
+    if t.data_ptr() % 16 == 0:
+        return t
+    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _tma_scratch(size, alignment, stream):
+    return torch.empty(size, dtype=torch.int8, device=DEVICE_TYPE)
+
+
+def _tma_ready():
+    """Kernels that build TMA descriptors take scratch memory from Triton's allocator: install one
+    unless the program has set its own."""
+    try:
+        from triton.runtime import _allocation
+        if _allocation._allocator.get() is not _allocation._NULL_ALLOCATOR:
+            return
+    except (ImportError, AttributeError):  # another Triton layout: install ours
+        pass
+    triton.set_allocator(_tma_scratch)
+
+
+def _sm_count(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count'''
 
 
 def generate(graph: Graph, plan: Plan, device_type: str) -> GeneratedModule:
