@@ -26,7 +26,7 @@ from minicomp.codegen.common import KernelCtx, Unsupported
 from minicomp.codegen.tlexpr import Val, compute_tl, convert, op_text, py_literal, storage_tl, store_text, zero_literal
 from minicomp.ir.graph import Node
 
-KERNEL_LOCALS = ("pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "c0",
+KERNEL_LOCALS = ("pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "c0", "col_blocks",
                  "tl", "triton", "n_elements", "n_rows", "n_cols", "BLOCK", "BLOCK_R", "BLOCK_C")
 
 

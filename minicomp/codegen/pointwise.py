@@ -144,10 +144,19 @@ def emit(ctx: KernelCtx) -> Kernel:
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
-        if tiles:
-            src.writeline("# 2-D tiles: some tensor is read or written across the last dimension (a transpose)"
-                          if tiles[2] == "transposed" else
-                          "# 2-D tiles: an operand broadcast over the rows is loaded once per tile")
+        if tiles and tiles[2] == "broadcast":
+            src.writeline("# 2-D tiles: an operand broadcast over the rows is loaded once per tile;")
+            src.writeline("# tiles in row-major order on one grid axis: neighbouring programs read neighbouring")
+            src.writeline("# memory, the order benchmarks/ablations.py measured at copy speed")
+            src.writeline("pid = tl.program_id(0)")
+            src.writeline("col_blocks = tl.cdiv(n_cols, BLOCK_C)")
+            src.writeline(f"rows = {start('(pid // col_blocks)')} * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
+            src.writeline(f"cols = {start('(pid % col_blocks)')} * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]")
+            src.writeline("row_mask = rows < n_rows")
+            src.writeline("col_mask = cols < n_cols")
+            src.writeline("mask = row_mask & col_mask")
+        elif tiles:
+            src.writeline("# 2-D tiles: some tensor is read or written across the last dimension (a transpose)")
             src.writeline(f"rows = {start('tl.program_id(0)')} * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
             src.writeline(f"cols = {start('tl.program_id(1)')} * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]")
             src.writeline("row_mask = rows < n_rows")
@@ -166,13 +175,20 @@ def emit(ctx: KernelCtx) -> Kernel:
         n_cols = shape[-1]
         n_rows = numel // n_cols
         args = ", ".join(bufs + [str(n_rows), str(n_cols)])
-        if ctx.device_type == "cuda":
+        one_axis = tiles[2] == "broadcast"
+        if ctx.device_type == "cuda" and one_axis:
+            launch = [f"grid = lambda meta: (triton.cdiv({n_rows}, meta['BLOCK_R']) * "
+                      f"triton.cdiv({n_cols}, meta['BLOCK_C']),)",
+                      f"{name}[grid]({args})"]
+        elif ctx.device_type == "cuda":
             launch = [f"grid = lambda meta: (triton.cdiv({n_rows}, meta['BLOCK_R']), "
                       f"triton.cdiv({n_cols}, meta['BLOCK_C']))",
                       f"{name}[grid]({args})"]
         else:
             br, bc = min(next_pow2(n_rows), 64), min(next_pow2(n_cols), 64)
-            launch = [f"{name}[({-(-n_rows // br)}, {-(-n_cols // bc)})]({args}, BLOCK_R={br}, BLOCK_C={bc})"]
+            grid = (f"({-(-n_rows // br) * -(-n_cols // bc)},)" if one_axis
+                    else f"({-(-n_rows // br)}, {-(-n_cols // bc)})")
+            launch = [f"{name}[{grid}]({args}, BLOCK_R={br}, BLOCK_C={bc})"]
     elif ctx.device_type == "cuda":
         args = ", ".join(bufs + [str(numel)])
         launch = [f"grid = lambda meta: (triton.cdiv({numel}, meta['BLOCK']),)",
