@@ -47,6 +47,11 @@ from minicomp.codegen.tlexpr import Val, storage_tl
 # (BLOCK_M, BLOCK_N, num_stages, num_warps); BLOCK_M is a multiple of BLOCK_N (causal block skipping)
 HALF_CONFIGS = [(128, 64, 3, 4), (128, 64, 3, 8), (128, 128, 3, 8), (64, 64, 3, 4), (128, 32, 4, 4), (64, 32, 4, 4)]
 FP32_CONFIGS = [(64, 32, 2, 4), (64, 64, 2, 4), (32, 32, 2, 4)]
+# long sequences: the three that were within 3% of each other on the H200 (benchmarks/ablations.py,
+# B4 H32 S4096 d128 causal: 1.16-1.20 ms; (128, 64, 3, 4) took 1.55); each config autotuned is a
+# compile of several seconds on the first call
+LONG_SEQ = 1024
+LONG_CONFIGS = [(128, 128, 3, 8), (128, 64, 3, 8), (64, 64, 3, 4)]
 LOCALS = ("q", "k", "v", "o", "qk", "s", "p", "acc", "m_i", "l_i", "m_new", "m_safe", "alpha", "qk_scale",
           "pid_m", "pid_bh", "start_n", "hi", "hi_full", "offs_m", "offs_n", "offs_nn", "offs_d", "offs_dv",
           "mask_m", "qm", "qd", "kd", "kn", "vn", "vd", "rm", "rn", "od", "k_rows", "v_cols",
@@ -107,6 +112,8 @@ def configs(spec: Spec, device_type: str) -> list[tuple[int, int, int, int]]:
     if device_type != "cuda":
         bm = min(max(next_pow2(spec.sq), 16), 64)
         return [(bm, min(bm, max(next_pow2(spec.sk), 16), 32), 1, 4)]
+    if spec.q.dtype != torch.float32 and min(spec.sq, spec.sk) >= LONG_SEQ and max(spec.d, spec.dv) <= 128:
+        return LONG_CONFIGS
     table = FP32_CONFIGS if spec.q.dtype == torch.float32 else HALF_CONFIGS
     fit = [c for c in table if c[0] <= max(64, next_pow2(spec.sq)) and c[1] <= max(32, next_pow2(spec.sk))]
     return fit or [table[-1]]

@@ -71,9 +71,11 @@ DUAL_CONFIGS = [  # two accumulators: smaller tiles per warp
 ]
 # the TMA form (persistent): the ablation's best three, then smaller tiles for small problems
 TMA_CONFIGS = [
-    (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 5, 8), (128, 128, 64, 4, 4),
+    (128, 256, 64, 3, 8), (128, 128, 64, 5, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4),
     (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
 ]
+# 128x256 output tiles at least this many (two waves on 132 SMs): only the largest configs are tried
+BIG_TILES = 264
 TMA_ON_CPU = False      # tests switch this on to run the TMA form under Triton's interpreter
 CPU_PROGRAMS = 3        # the TMA form's persistent grid under the interpreter (a program walks several tiles)
 GROUP_M = 8
@@ -216,6 +218,10 @@ def configs(spec: GemmSpec, device_type: str, tma: bool = False) -> list[tuple[i
         TMA_CONFIGS if tma else FP32_CONFIGS if spec.a.dtype == torch.float32 else HALF_CONFIGS)
     fit = [c for c in table if c[0] <= max(32, next_pow2(spec.m)) and c[1] <= max(32, next_pow2(spec.n))
            and c[2] <= max(32, next_pow2(spec.k))]
+    if -(-spec.m // 128) * -(-spec.n // 256) >= BIG_TILES:
+        # a big problem: small tiles never win, and each config autotuned costs a compile
+        # (seconds) on the first call; the ablation's best two (TMA) or three (pointers)
+        fit = fit[:2] if tma or len(spec.mms) > 1 else fit[:3]
     return fit or [min(table, key=lambda c: c[0] * c[1])]
 
 
