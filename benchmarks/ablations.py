@@ -492,6 +492,57 @@ def sweep_gemm_tma(res: Results):
                     rate()
 
 
+def _pointwise_variants(source: str) -> dict[str, str]:
+    """Text edits of minicomp's generated broadcast-tile pointwise kernel (8192x8192)."""
+    out = {"shipped": source}
+    const = (source.replace("col_blocks = tl.cdiv(n_cols, BLOCK_C)", "col_blocks = tl.cdiv(8192, BLOCK_C)")
+             .replace("cols < n_cols", "cols < 8192").replace("rows < n_rows", "rows < 8192"))
+    out["const_bounds"] = const
+    two = {}
+    for label, src in (("two_axes", source), ("two_axes+const_bounds", const)):
+        t = src.replace("rows = (pid // col_blocks) * BLOCK_R", "rows = tl.program_id(1) * BLOCK_R")
+        t = t.replace("cols = (pid % col_blocks) * BLOCK_C", "cols = tl.program_id(0) * BLOCK_C")
+        t = t.replace("grid = lambda meta: (triton.cdiv(8192, meta['BLOCK_R']) * triton.cdiv(8192, meta['BLOCK_C']),)",
+                      "grid = lambda meta: (triton.cdiv(8192, meta['BLOCK_C']), triton.cdiv(8192, meta['BLOCK_R']))")
+        assert t != src
+        two[label] = t
+    out.update(two)
+    out["triton_launch_path"] = source.replace("_launch(mc_pw_mul_add_gelu_0, grid, ", "mc_pw_mul_add_gelu_0[grid](")
+    return out
+
+
+def sweep_pointwise_variants(res: Results):
+    import minicomp
+    from benchmarks import workloads as W
+    from minicomp.runtime.loader import import_source
+    R = C = 8192
+    x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(C, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(C, device="cuda", dtype=torch.bfloat16)
+    ref = torch.nn.functional.gelu(x * w + b, approximate="tanh")
+    y = torch.empty_like(x)
+    nbytes = 2 * x.nbytes + w.nbytes + b.nbytes
+    attempt(res, "pw_var", "torch copy_ of x", 2 * x.nbytes, lambda: y.copy_(x))
+    for br, bc, warps in ((16, 256, 4), (8, 512, 4)):
+        def run():
+            pointwise_2d[(triton.cdiv(C, bc), triton.cdiv(R, br))](x, w, b, y, R, C=C, BR=br, BC=bc, FORM=0,
+                                                                    num_warps=warps)
+            return y
+        attempt(res, "pw_var", f"ablation kernel BR={br} BC={bc} warps={warps}", nbytes, run, ref)
+    c = minicomp.compile(W.gelu_tanh_affine)
+    c.compile_for(x, w, b)
+    for variant, src in _pointwise_variants(c.source).items():
+        try:
+            mod = import_source(src, f"pw_{variant}", interpret=False)
+            attempt(res, "pw_var", variant, nbytes, lambda: mod.call(x, w, b)[0], ref)
+            for name in dir(mod):
+                k = getattr(mod, name)
+                if name.startswith("mc_pw") and getattr(k, "best_config", None) is not None:
+                    res.rows[-1]["config"] = str(k.best_config)
+        except Exception as e:
+            res.add("pw_var", variant, None, error=f"{type(e).__name__}: {str(e)[:200]}")
+
+
 def sweep_overhead(res: Results):
     """Launch cost of the compiled call vs the bare kernel, on the softmax anchor."""
     import minicomp
@@ -517,6 +568,7 @@ def sweep_overhead(res: Results):
 SWEEPS = {"copy": sweep_copy, "softmax": sweep_softmax, "layernorm": sweep_layernorm,
           "pointwise": sweep_pointwise, "attention": sweep_attention,
           "linear": sweep_linear, "attn_var": sweep_attention_variants, "gemm_tma": sweep_gemm_tma,
+          "pw_var": sweep_pointwise_variants,
           "overhead": sweep_overhead}
 
 
