@@ -37,7 +37,7 @@ _BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32:
 
 def canonical_bits(t: torch.Tensor) -> torch.Tensor:
     """Integers that are equal exactly when the values are equal under the CSE float rule."""
-    t = t.detach().cpu().contiguous()
+    t = t.detach().contiguous()   # on its own device: weights on the GPU are not copied to the host
     if t.is_complex():
         t = torch.view_as_real(t)
     if t.dtype.is_floating_point and t.dtype not in _BITS:
@@ -57,6 +57,8 @@ def tensors_identical(a: torch.Tensor, b: torch.Tensor) -> bool:
         return True  # one tensor shared by two constant nodes (a module's weight used twice)
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
+    if a.device != b.device:
+        b = b.to(a.device)
     # weights that differ almost always differ in their first elements: settle it there
     # before canonicalising whole tensors (hundreds of MB at benchmark sizes)
     head_a, head_b = a.reshape(-1)[:HEAD], b.reshape(-1)[:HEAD]
@@ -99,7 +101,10 @@ class _Keys:
 
     def value(self, n: Node) -> torch.Tensor:
         if n.id not in self.values:
-            self.values[n.id] = eval_node(n, [], "cpu")
+            v = n.attrs["value"]
+            # a tensor constant is compared where it lives: copying a model's weights to the host
+            # took 0.65 s of a 1.1 s compile of llama_block on the H200
+            self.values[n.id] = v.detach() if isinstance(v, torch.Tensor) else eval_node(n, [], "cpu")
         return self.values[n.id]
 
     def key(self, n: Node) -> Hashable:
