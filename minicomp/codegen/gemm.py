@@ -219,9 +219,11 @@ def configs(spec: GemmSpec, device_type: str, tma: bool = False) -> list[tuple[i
     fit = [c for c in table if c[0] <= max(32, next_pow2(spec.m)) and c[1] <= max(32, next_pow2(spec.n))
            and c[2] <= max(32, next_pow2(spec.k))]
     if -(-spec.m // 128) * -(-spec.n // 256) >= BIG_TILES:
-        # a big problem: small tiles never win, and each config autotuned costs a compile
-        # (seconds) on the first call; the ablation's best two (TMA) or three (pointers)
-        fit = fit[:2] if tma or len(spec.mms) > 1 else fit[:3]
+        # a big problem: small tiles never win, and each config autotuned costs a compile of
+        # seconds on the first call (a block's first call took 26-34 s, mostly that). The TMA
+        # form's 128x256 config won all four cases of the ablation (two shapes x two weight
+        # layouts, by 5-10%), so it alone is compiled; two or three configs otherwise
+        fit = fit[:1] if tma and len(spec.mms) == 1 else fit[:2] if len(spec.mms) > 1 else fit[:3]
     return fit or [min(table, key=lambda c: c[0] * c[1])]
 
 
