@@ -300,9 +300,10 @@ def environment(args: argparse.Namespace) -> dict:
         env.update(gpu=props.name, sm_count=props.multi_processor_count,
                    gpu_memory_gib=round(props.total_memory / 2**30, 1))
         env["driver"] = _quiet(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-    # The device machine gets the working tree without .git: the caller can pass the commit.
-    env["git_commit"] = (_quiet(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
-                         or os.environ.get("BENCH_GIT_COMMIT"))
+    # The caller passes the commit in BENCH_GIT_COMMIT, which wins over git: the device machine's
+    # copy of .git can be older than its working tree (runs have recorded a stale HEAD that way).
+    env["git_commit"] = (os.environ.get("BENCH_GIT_COMMIT")
+                         or _quiet(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]))
     return env
 
 
