@@ -107,6 +107,25 @@ def test_cse_tensor_constants(numel):
     assert out.outputs[0] == out.outputs[1] and len(set(out.outputs)) == 5
 
 
+def test_cse_compares_tensor_constants_where_they_live(monkeypatch):
+    """Tensor constants are keyed and compared as they are, not through a copy to the host
+    (which took 0.65 s of a 1.1 s llama_block compile with its weights on the GPU)."""
+    from minicomp.passes import cse as cse_mod
+    g = Graph("weights")
+    x = g.add_input("x", (300,), torch.float32)
+    w = torch.randn(300)
+    cs = [g.constant(w), g.constant(w.clone())]
+    g.set_outputs([g.add("mul", x, c) for c in cs])
+    moved = []
+    real_eval = cse_mod.eval_node
+    monkeypatch.setattr(cse_mod, "eval_node", lambda n, *a: moved.append(n.id) or real_eval(n, *a))
+    keys = cse_mod._Keys(g)
+    assert keys.value(g.node(cs[0])) is not None and keys.value(g.node(cs[0])).data_ptr() == w.data_ptr()
+    assert moved == []
+    out = check_pass("cse", g, None, {"merged": 2})
+    assert len([n for n in out.nodes() if n.op == "constant"]) == 1
+
+
 def test_cse_never_merges_inputs_or_opaque_calls():
     g = Graph("keep")
     x = g.add_input("x", (3,), torch.float32)
