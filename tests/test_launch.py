@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
 import torch
 
 from minicomp.codegen.launch import LAUNCH_HELPER, via_launch_helper
@@ -121,3 +123,46 @@ def test_launch_lines_are_rewritten_and_nothing_else():
     out = via_launch_helper(lines, "mc_attn_a_1")
     assert out[2] == ('    _launch(mc_attn_a_1, lambda meta: (triton.cdiv(77, meta["BLOCK_M"]), 6), buf0, buf1, '
                       'SQ=77, SK=77)')
+
+
+# ----------------------------------------------------------------------------- GPU: the real launchers
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["softmax", "affine_gelu", "linear_tma", "attention"])
+def test_gpu_every_call_is_right_after_the_first(case):
+    """The benchmarks check a compiled function's first call (Triton's launch path); this checks
+    the calls after it, which go through the compiled kernels' own launchers: new data every
+    call, an input at a misaligned address in between (Triton's path again), and back."""
+    import math
+
+    import torch.nn.functional as F
+
+    import minicomp
+
+    dev, dt = "cuda", torch.bfloat16
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def rnd(*shape, scale=1.0):
+        return torch.randn(*shape, generator=gen, device=dev).mul(scale).to(dt)
+
+    if case == "softmax":
+        fn, make = (lambda x: torch.softmax(x, -1)), (lambda: [rnd(1000, 3000)])
+    elif case == "affine_gelu":
+        fn = lambda x, w, b: F.gelu(x * w + b, approximate="tanh")   # noqa: E731
+        make = lambda: [rnd(777, 1024), rnd(1024), rnd(1024)]          # noqa: E731
+    elif case == "linear_tma":
+        fn = lambda x, w, b: F.linear(x, w, b)                          # noqa: E731
+        make = lambda: [rnd(1000, 512), rnd(768, 512, scale=1 / math.sqrt(512)), rnd(768)]   # noqa: E731
+    else:
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)   # noqa: E731
+        make = lambda: [rnd(2, 4, 1000, 64) for _ in range(3)]                           # noqa: E731
+    compiled = minicomp.compile(fn)
+    for step in range(4):
+        args = make()
+        if step == 2:   # 2 bytes past an aligned start: Triton's path, then back to the fast one
+            first = args[0]
+            padded = torch.empty(first.numel() + 1, dtype=dt, device=dev)[1:].view(first.shape)
+            padded.copy_(first)
+            assert padded.data_ptr() % 16 != 0
+            args[0] = padded
+        torch.testing.assert_close(compiled(*args), fn(*args), atol=2e-2, rtol=2e-2)
