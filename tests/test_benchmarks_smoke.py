@@ -100,3 +100,26 @@ def test_workloads_build_tiny_and_run_eagerly():
             assert t.dtype == torch.bfloat16 and torch.isfinite(t).all(), name
     built = WORKLOADS["attention"].build("cpu", torch.float32, tiny=True)
     torch.testing.assert_close(built.fn(*built.inputs), built.reference[1](*built.inputs))
+
+
+def test_a_wrong_answer_after_timing_fails_the_check(monkeypatch):
+    """The first call is checked before timing; a backend whose later calls go wrong (another
+    launch path) is caught by the check made after timing."""
+    import argparse
+
+    from benchmarks import run
+    from benchmarks.workloads import Built
+
+    x = torch.randn(8, 16)
+    calls = []
+
+    def flaky(t):
+        calls.append(1)
+        return t * 2 if len(calls) == 1 else t * 2 + 1   # right once, wrong after
+
+    monkeypatch.setattr(run, "make_backend", lambda name, built: flaky)
+    built = Built(fn=lambda t: t * 2, inputs=[x], shapes="8x16", sizes={})
+    args = argparse.Namespace(device="cpu", reps=2, warmup_ms=1.0, rep_ms=1.0)
+    rec = run.run_backend("eager", built, x * 2, args, TOLERANCES["float32"])
+    assert not rec["check"]["ok"] and rec["check"]["error"].startswith("after timing:")
+    assert rec["check_after_timing"]["ok"] is False and len(calls) > 2
