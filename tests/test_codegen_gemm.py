@@ -344,6 +344,21 @@ def test_tma_form_matches_eager(layout, dtype, tma_on_cpu):
     assert ("b_desc.load([pid_n * BLOCK_N, k0]).T" in src) == b_t
 
 
+@pytest.mark.parametrize("m,k,n", [(5, 8, 8), (1, 16, 24), (3, 24, 200)])
+def test_tma_form_small_and_single_row_problems(m, k, n, tma_on_cpu):
+    """Tiles far larger than the problem (TMA zero-fills past the edge), and a single row, whose
+    index folds to a constant so the pointer form is used; both give eager's answer."""
+    dtype = torch.float16
+    g = Graph("small")
+    a = g.add_input("a", (m, k), dtype)
+    b = g.add_input("b", (k, n), dtype)
+    g.set_outputs([g.add("matmul", a, b)])
+    x, y = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [x, y])
+    torch.testing.assert_close(out, (x.float() @ y.float()).to(dtype), **tol(dtype))
+    assert ("make_tensor_descriptor" in gen.source) == (m > 1)
+
+
 def test_tma_form_dual_gemm_and_misaligned_operand(tma_on_cpu):
     """SwiGLU's two GEMMs from descriptors; an operand at an address not 16-byte aligned is copied
     to an aligned one before the launch (TMA needs it), and the answer is eager's."""
