@@ -73,7 +73,8 @@ class Results:
 DEADLINE = [float("inf")]
 
 
-def attempt(res: Results, group: str, variant: str, nbytes, run, ref=None):
+def attempt(res: Results, group: str, variant: str, nbytes, run, ref=None, flops=None):
+    """Check `run()` against `ref`, then time it; `flops` (if given) adds the achieved TFLOP/s."""
     if time.perf_counter() > DEADLINE[0]:
         return
     try:
@@ -81,10 +82,43 @@ def attempt(res: Results, group: str, variant: str, nbytes, run, ref=None):
         torch.cuda.synchronize()
         if ref is not None:
             check(got, ref, variant)
-        res.add(group, variant, bench(run), nbytes)
+        ms = bench(run)
+        res.add(group, variant, ms, nbytes, **({"tflops": flops / (ms * 1e9)} if flops else {}))
     except Exception as e:       # record and go on: one bad variant must not stop the sweep
         res.add(group, variant, None, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
         traceback.print_exc(limit=2)
+
+
+def with_one_config(source: str, config: str, key: str, constants=()):
+    """A generated module whose autotuning list is just `config` (a `triton.Config(...)` text), imported."""
+    import re
+    from minicomp.runtime.loader import import_source
+    src = re.sub(r"(_configs = \[\n)(.*?)(\n\])", lambda m: m.group(1) + "    " + config + m.group(3), source,
+                 count=1, flags=re.S)
+    mod = import_source(src, key, interpret=False)
+    mod.CONSTANTS[:] = list(constants)
+    return mod
+
+
+def attempt_module(res: Results, group: str, variant: str, make, args, ref, flops):
+    """`attempt` on `make()`'s module called with `args`, recording a module that fails to build."""
+    try:
+        mod = make()
+    except Exception as e:
+        res.add(group, variant, None, error=f"{type(e).__name__}: {str(e)[:200]}")
+        return
+    attempt(res, group, variant, None, lambda: mod.call(*args)[0], ref, flops)
+
+
+def pointwise_anchor():
+    """The pointwise anchor's tensors: x 8192x8192, w and b 8192 (bf16), eager's answer, an output
+    buffer and the ledger's bytes."""
+    R = C = 8192
+    x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(C, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(C, device="cuda", dtype=torch.bfloat16)
+    ref = torch.nn.functional.gelu(x * w + b, approximate="tanh")
+    return x, w, b, ref, torch.empty_like(x), 2 * x.nbytes + w.nbytes + b.nbytes
 
 
 def grid_for(n_blocks: int, persistent: int) -> tuple:
@@ -155,14 +189,8 @@ def sweep_layernorm(res: Results):
 
 
 def sweep_pointwise(res: Results):
-    R = C = 8192
-    x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(C, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(C, device="cuda", dtype=torch.bfloat16)
-    ref = torch.nn.functional.gelu(x * w + b, approximate="tanh")
-    y = torch.empty_like(x)
-    nbytes = 2 * x.nbytes + w.nbytes + b.nbytes
-    n = x.numel()
+    x, w, b, ref, y, nbytes = pointwise_anchor()
+    (R, C), n = x.shape, x.numel()
     for form in (0, 1, 2):
         for block, warps in [(1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)]:
             def run():
@@ -179,7 +207,6 @@ def sweep_pointwise(res: Results):
 
 def sweep_attention(res: Results):
     """minicomp's own attention kernel under a wide config space, one config at a time."""
-    import re
     import minicomp
     from benchmarks import workloads as W
     B, H, S, D = 4, 32, 4096, 128
@@ -194,31 +221,18 @@ def sweep_attention(res: Results):
     flops = 4 * B * H * S * S * D / 2
     configs = ([(128, bn, st, 8) for bn in (64, 128) for st in (2, 3, 4)] + [(128, 64, st, 4) for st in (2, 3, 4)]
                + [(64, bn, st, 4) for bn in (64, 128) for st in (2, 3)])
-    from minicomp.runtime.loader import import_source
     constants = [c.to("cuda") for c in compiled._need().generated.constants]
     for bm, bn, st, wp in configs:
-        one = (f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}}}, num_stages={st}, num_warps={wp}),')
-        src = re.sub(r"(_configs = \[\n)(.*?)(\n\])", lambda m: m.group(1) + "    " + one + m.group(3), source,
-                     count=1, flags=re.S)
-        try:
-            mod = import_source(src, f"attn_{bm}_{bn}_{st}_{wp}", interpret=False)
-            mod.CONSTANTS[:] = constants
-            run = lambda: mod.call(q, k, v)[0]
-            attempt(res, "attention", f"BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}", None, run, ref)
-            ms = res.rows[-1]["ms"]
-            if ms:
-                res.rows[-1]["tflops"] = flops / (ms * 1e9)
-        except Exception as e:
-            res.add("attention", f"BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}", None,
-                    error=f"{type(e).__name__}: {str(e)[:200]}")
+        one = f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}}}, num_stages={st}, num_warps={wp}),'
+        attempt_module(res, "attention", f"BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}",
+                       lambda: with_one_config(source, one, f"attn_{bm}_{bn}_{st}_{wp}", constants), (q, k, v),
+                       ref, flops)
 
 
 def sweep_linear(res: Results):
     """minicomp's GEMM on nn.Linear-layout weights ([N, K], read transposed) at gpt_block sizes,
     under a wider config space than its autotuner's, against cuBLAS."""
-    import re
     import minicomp
-    from minicomp.runtime.loader import import_source
     F = torch.nn.functional
     configs = ([(bm, bn, 64, st, 8) for bm, bn in ((128, 256), (256, 128)) for st in (3, 4)]
                + [(128, 128, bk, st, wp) for bk in (64, 128) for st in (3, 4) for wp in (4, 8)]
@@ -230,29 +244,18 @@ def sweep_linear(res: Results):
         ref = F.linear(x, w, b)
         flops = 2 * M * N * K
         tag = f"{M}x{K}->{N}"
-        attempt(res, "linear", f"{tag} cuBLAS F.linear", None, lambda: F.linear(x, w, b), ref)
-        res.rows[-1]["tflops"] = flops / (res.rows[-1]["ms"] * 1e9) if res.rows[-1]["ms"] else None
-        fn = lambda x, w, b: F.linear(x, w, b)
-        c = minicomp.compile(fn)
+        attempt(res, "linear", f"{tag} cuBLAS F.linear", None, lambda: F.linear(x, w, b), ref, flops)
+        c = minicomp.compile(lambda x, w, b: F.linear(x, w, b))
         c.compile_for(x, w, b)
-        attempt(res, "linear", f"{tag} minicomp as shipped", None, lambda: c(x, w, b), ref)
-        res.rows[-1]["tflops"] = flops / (res.rows[-1]["ms"] * 1e9) if res.rows[-1]["ms"] else None
+        attempt(res, "linear", f"{tag} minicomp as shipped", None, lambda: c(x, w, b), ref, flops)
         source = c.source
         constants = [t.to("cuda") for t in c._need().generated.constants]
         for bm, bn, bk, st, wp in configs:
             one = (f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}, "BLOCK_K": {bk}, "GROUP_M": 8}}, '
                    f'num_stages={st}, num_warps={wp}),')
-            src = re.sub(r"(_configs = \[\n)(.*?)(\n\])", lambda m: m.group(1) + "    " + one + m.group(3), source,
-                         count=1, flags=re.S)
-            label = f"{tag} BM={bm} BN={bn} BK={bk} stages={st} warps={wp}"
-            try:
-                mod = import_source(src, f"lin_{bm}_{bn}_{bk}_{st}_{wp}", interpret=False)
-                mod.CONSTANTS[:] = constants
-                attempt(res, "linear", label, None, lambda: mod.call(x, w, b)[0], ref)
-                ms = res.rows[-1]["ms"]
-                res.rows[-1]["tflops"] = flops / (ms * 1e9) if ms else None
-            except Exception as e:
-                res.add("linear", label, None, error=f"{type(e).__name__}: {str(e)[:200]}")
+            attempt_module(res, "linear", f"{tag} BM={bm} BN={bn} BK={bk} stages={st} warps={wp}",
+                           lambda: with_one_config(source, one, f"lin_{bm}_{bn}_{bk}_{st}_{wp}", constants),
+                           (x, w, b), ref, flops)
 
 
 def _attention_variants(source: str) -> dict[str, str]:
@@ -284,10 +287,8 @@ def _attention_variants(source: str) -> dict[str, str]:
 def sweep_attention_variants(res: Results):
     """Kernel-shape variants of minicomp's attention (TMA loads of K and V, warp specialisation),
     each under a few configs."""
-    import re
     import minicomp
     from benchmarks import workloads as W
-    from minicomp.runtime.loader import import_source
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     B, H, S, D = 4, 32, 4096, 128
     fn = W.make_causal_attention(S, D, "cuda")
@@ -301,16 +302,9 @@ def sweep_attention_variants(res: Results):
     for variant, source in _attention_variants(compiled.source).items():
         for bm, bn, st, wp in ((64, 64, 3, 4), (128, 64, 3, 8), (128, 128, 2, 8), (128, 64, 4, 4), (128, 128, 3, 8)):
             one = f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}}}, num_stages={st}, num_warps={wp}),'
-            src = re.sub(r"(_configs = \[\n)(.*?)(\n\])", lambda m: m.group(1) + "    " + one + m.group(3), source,
-                         count=1, flags=re.S)
-            label = f"{variant} BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}"
-            try:
-                mod = import_source(src, f"attv_{variant}_{bm}_{bn}_{st}_{wp}", interpret=False)
-                attempt(res, "attn_var", label, None, lambda: mod.call(q, k, v)[0], ref)
-                ms = res.rows[-1]["ms"]
-                res.rows[-1]["tflops"] = flops / (ms * 1e9) if ms else None
-            except Exception as e:
-                res.add("attn_var", label, None, error=f"{type(e).__name__}: {str(e)[:200]}")
+            attempt_module(res, "attn_var", f"{variant} BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}",
+                           lambda: with_one_config(source, one, f"attv_{variant}_{bm}_{bn}_{st}_{wp}"), (q, k, v),
+                           ref, flops)
 
 
 def sweep_gemm_tma(res: Results):
@@ -330,14 +324,9 @@ def sweep_gemm_tma(res: Results):
             ref = fn(x, w, b)
             flops = 2 * M * N * K
             tag = f"{M}x{K}->{N} W {'[K,N]' if w_kn else '[N,K]'}"
-            def rate():
-                ms = res.rows[-1]["ms"]
-                res.rows[-1]["tflops"] = flops / (ms * 1e9) if ms else None
-            attempt(res, "gemm_tma", f"{tag} cuBLAS", None, lambda: fn(x, w, b), ref)
-            rate()
+            attempt(res, "gemm_tma", f"{tag} cuBLAS", None, lambda: fn(x, w, b), ref, flops)
             c = minicomp.compile(fn)
-            attempt(res, "gemm_tma", f"{tag} minicomp as shipped", None, lambda: c(x, w, b), ref)
-            rate()
+            attempt(res, "gemm_tma", f"{tag} minicomp as shipped", None, lambda: c(x, w, b), ref, flops)
             y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
             for bm, bn, bk, st, wp in ((128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 4),
                                        (128, 128, 64, 4, 8), (128, 128, 64, 5, 8), (256, 128, 64, 3, 8)):
@@ -350,8 +339,7 @@ def sweep_gemm_tma(res: Results):
                                               W_KN=w_kn, num_stages=st, num_warps=wp)
                         return y
                     attempt(res, "gemm_tma", f"{tag} TMA persist={persist} BM={bm} BN={bn} BK={bk} stages={st} "
-                            f"warps={wp}", None, run, ref)
-                    rate()
+                            f"warps={wp}", None, run, ref, flops)
 
 
 def _pointwise_variants(source: str) -> dict[str, str]:
@@ -377,13 +365,8 @@ def sweep_pointwise_variants(res: Results):
     import minicomp
     from benchmarks import workloads as W
     from minicomp.runtime.loader import import_source
-    R = C = 8192
-    x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(C, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(C, device="cuda", dtype=torch.bfloat16)
-    ref = torch.nn.functional.gelu(x * w + b, approximate="tanh")
-    y = torch.empty_like(x)
-    nbytes = 2 * x.nbytes + w.nbytes + b.nbytes
+    x, w, b, ref, y, nbytes = pointwise_anchor()
+    R, C = x.shape
     attempt(res, "pw_var", "torch copy_ of x", 2 * x.nbytes, lambda: y.copy_(x))
     for br, bc, warps in ((16, 256, 4), (8, 512, 4)):
         def run():
@@ -399,7 +382,8 @@ def sweep_pointwise_variants(res: Results):
             attempt(res, "pw_var", variant, nbytes, lambda: mod.call(x, w, b)[0], ref)
             for name in dir(mod):
                 k = getattr(mod, name)
-                if name.startswith("mc_pw") and getattr(k, "best_config", None) is not None:
+                if (name.startswith("mc_pw") and getattr(k, "best_config", None) is not None
+                        and res.rows[-1]["variant"] == variant):
                     res.rows[-1]["config"] = str(k.best_config)
         except Exception as e:
             res.add("pw_var", variant, None, error=f"{type(e).__name__}: {str(e)[:200]}")
