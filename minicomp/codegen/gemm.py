@@ -251,14 +251,26 @@ def _write_program_ids(body: CodeBuilder, spec: GemmSpec, w: str) -> None:
             below = math.prod(spec.batch[i + 1:])
             text = "pid_batch" + (f" // {below}" if below > 1 else "") + (f" % {size}" if i else "")
             body.writeline(f"z{i} = ({text}){w}")
+    _write_tile_coords(body, "pid", w)
+    body.writeline(f"offs_k = tl.arange(0, BLOCK_K){w}")
+
+
+def _write_tile_coords(body: CodeBuilder, tile: str, w: str = "") -> None:
+    """pid_m, pid_n and the output tile's offs_m, offs_n of output tile number `tile`."""
     body.writeline("# bands of GROUP_M row blocks: a band reuses each column block of B from L2")
-    body.writeline("first_pid_m = (pid // (GROUP_M * num_pid_n)) * GROUP_M")
+    body.writeline(f"first_pid_m = ({tile} // (GROUP_M * num_pid_n)) * GROUP_M")
     body.writeline("group_size_m = min(num_pid_m - first_pid_m, GROUP_M)")
-    body.writeline("pid_m = first_pid_m + (pid % (GROUP_M * num_pid_n)) % group_size_m")
-    body.writeline("pid_n = (pid % (GROUP_M * num_pid_n)) // group_size_m")
+    body.writeline(f"pid_m = first_pid_m + ({tile} % (GROUP_M * num_pid_n)) % group_size_m")
+    body.writeline(f"pid_n = ({tile} % (GROUP_M * num_pid_n)) // group_size_m")
     body.writeline(f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){w}")
     body.writeline(f"offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){w}")
-    body.writeline(f"offs_k = tl.arange(0, BLOCK_K){w}")
+
+
+def _operand_names(spec: GemmSpec) -> tuple[list[str], list[str]]:
+    """The B tiles' and accumulators' names: `b`, `acc`, or numbered for a dual GEMM."""
+    dual = len(spec.bs) > 1
+    return ([f"b{i}" if dual else "b" for i in range(len(spec.bs))],
+            [f"acc{i}" if dual else "acc" for i in range(len(spec.bs))])
 
 
 def _write_main_loop(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering) -> list[str]:
@@ -274,9 +286,7 @@ def _write_main_loop(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: Til
     body.writeline("bn = offs_bn[None, :]")
     a_out, a_in = split_offset(spec.a.offset, {"ak"})
     body.writeline(f"a_rows = {low.pointer(spec.a.leaf)} + {low.offset_text(a_out, ('am',))}")
-    dual = len(spec.bs) > 1
-    tiles = [f"b{i}" if dual else "b" for i in range(len(spec.bs))]
-    accs = [f"acc{i}" if dual else "acc" for i in range(len(spec.bs))]
+    tiles, accs = _operand_names(spec)
     b_parts = []
     for tile, b in zip(tiles, spec.bs):
         out, inner = split_offset(b.offset, {"bk"})
@@ -301,14 +311,19 @@ def _write_main_loop(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: Til
             body.writeline("a = tl.load(a_ptrs, mask=ak < K, other=0.0)")
             for tile in tiles:
                 body.writeline(f"{tile} = tl.load({tile}_ptrs, mask=bk < K, other=0.0)")
-        for var, op in [("a", spec.a)] + list(zip(tiles, spec.bs)):
-            text = cast_operand(var, op, ctx.device_type)
-            if text:
-                body.writeline(f"{var} = {text}")
-        precision = dot_precision(spec.a.dtype if ctx.device_type == "cuda" else torch.float32)
-        for acc, tile in zip(accs, tiles):
-            body.writeline(f"{acc} = tl.dot(a, {tile}, {acc}{precision})")
+        _write_dots(ctx, spec, body, tiles, accs)
     return accs
+
+
+def _write_dots(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, tiles: list[str], accs: list[str]) -> None:
+    """The loaded tiles' casts, then one `tl.dot` per matmul into its accumulator."""
+    for var, op in [("a", spec.a)] + list(zip(tiles, spec.bs)):
+        text = cast_operand(var, op, ctx.device_type)
+        if text:
+            body.writeline(f"{var} = {text}")
+    precision = dot_precision(spec.a.dtype if ctx.device_type == "cuda" else torch.float32)
+    for acc, tile in zip(accs, tiles):
+        body.writeline(f"{acc} = tl.dot(a, {tile}, {acc}{precision})")
 
 
 def _write_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering, wide: bool) -> None:
@@ -320,9 +335,7 @@ def _write_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowe
 def _write_tma_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering,
                     a_tma: TmaOperand, b_tmas: list[TmaOperand]) -> None:
     """The persistent kernel with TMA descriptor loads (the module docstring's second form)."""
-    dual = len(spec.bs) > 1
-    tiles = [f"b{i}" if dual else "b" for i in range(len(spec.bs))]
-    accs = [f"acc{i}" if dual else "acc" for i in range(len(spec.bs))]
+    tiles, accs = _operand_names(spec)
     body.writeline("# TMA descriptors: operand tiles are copied to shared memory by the tensor memory")
     body.writeline("# accelerator; rows and columns past the edge read as zeros, so no operand masks")
     if a_tma.transposed:
@@ -343,13 +356,7 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: Tile
     body.writeline("num_tiles = num_pid_m * num_pid_n")
     body.writeline("# persistent: the grid holds at most one program per SM, each walking output tiles")
     with body.block("for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):"):
-        body.writeline("# bands of GROUP_M row blocks: a band reuses each column block of B from L2")
-        body.writeline("first_pid_m = (tile // (GROUP_M * num_pid_n)) * GROUP_M")
-        body.writeline("group_size_m = min(num_pid_m - first_pid_m, GROUP_M)")
-        body.writeline("pid_m = first_pid_m + (tile % (GROUP_M * num_pid_n)) % group_size_m")
-        body.writeline("pid_n = (tile % (GROUP_M * num_pid_n)) // group_size_m")
-        body.writeline("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
-        body.writeline("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+        _write_tile_coords(body, "tile")
         for acc in accs:
             body.writeline(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
         with body.block("for k0 in range(0, K, BLOCK_K):"):
@@ -358,13 +365,7 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: Tile
             for tile, bt in zip(tiles, b_tmas):
                 body.writeline(f"{tile} = {tile}_desc.load([pid_n * BLOCK_N, k0]).T" if bt.transposed
                                else f"{tile} = {tile}_desc.load([k0, pid_n * BLOCK_N])")
-            for var, op in [("a", spec.a)] + list(zip(tiles, spec.bs)):
-                text = cast_operand(var, op, ctx.device_type)
-                if text:
-                    body.writeline(f"{var} = {text}")
-            precision = dot_precision(spec.a.dtype if ctx.device_type == "cuda" else torch.float32)
-            for acc, tile in zip(accs, tiles):
-                body.writeline(f"{acc} = tl.dot(a, {tile}, {acc}{precision})")
+            _write_dots(ctx, spec, body, tiles, accs)
         _write_epilogue(ctx, spec, body, low, accs)
 
 
