@@ -14,7 +14,7 @@ import pytest
 
 import torch
 
-from minicomp.codegen.launch import LAUNCH_HELPER, via_launch_helper
+from minicomp.codegen.launch import LAUNCH_HELPER, WARM_HELPER, via_launch_helper, warm_entries
 
 
 class FakeCompiled:
@@ -125,6 +125,108 @@ def test_launch_lines_are_rewritten_and_nothing_else():
                       'SQ=77, SK=77)')
 
 
+# ----------------------------------------------------------------------------- warm-up: compiling at once
+
+def test_warm_entries_write_tensors_as_dtypes_and_keep_literals():
+    dtypes = {"buf0": "torch.bfloat16", "buf5": "torch.float32"}
+    lines = ["grid = lambda meta: (triton.cdiv(64, meta['BLOCK_R']),)",
+             "mc_red_x_0[grid](buf0, _align16(buf5), 64, -3, 0.5, BLOCK_C=4096)",
+             "mc_red_x_0[grid](buf0, buf5.view(4, 16), 64)",      # an expression it cannot type: skipped
+             "mc_red_x_0[grid](buf0, buf9)",                       # a name it does not know: skipped
+             "other[grid](buf0)"]
+    assert warm_entries(lines, "mc_red_x_0", dtypes.get) == [
+        "(mc_red_x_0, (torch.bfloat16, torch.float32, 64, -3, 0.5), {'BLOCK_C': 4096}),"]
+    assert warm_entries(["mc_a_1[(1,)](buf0)"], "mc_a_1", dtypes.get) == ["(mc_a_1, (torch.bfloat16,), {}),"]
+
+
+class FakeJit:
+    def __init__(self, log, fail=False):
+        self.log, self.fail = log, fail
+
+    def warmup(self, *args, grid, **kwargs):
+        if self.fail:
+            raise RuntimeError("cannot compile")
+        self.log.append((self, args, kwargs))
+
+
+class FakeTuned:
+    def __init__(self, fn, configs):
+        self.fn = fn
+        self.configs = [types.SimpleNamespace(all_kwargs=lambda c=c: dict(c)) for c in configs]
+
+
+def warm_helper(jobs, threads):
+    ns = {"os": types.SimpleNamespace(environ={"MINICOMP_COMPILE_THREADS": str(threads)})}
+    exec(compile(WARM_HELPER, "<warm helper>", "exec"), ns)
+    ns["_WARM"] = list(jobs)
+    return ns
+
+
+def test_warm_up_compiles_every_config_once_and_swallows_failures():
+    log = []
+    plain, tuned_fn, broken = FakeJit(log), FakeJit(log), FakeJit(log, fail=True)
+    tuned = FakeTuned(tuned_fn, [{"BLOCK": 64, "num_warps": 4}, {"BLOCK": 128, "num_warps": 8}])
+    jobs = [(broken, (torch.bfloat16,), {}), (plain, (torch.bfloat16, 7), {"BLOCK_C": 32}),
+            (tuned, (torch.float32,), {"N": 5})]
+    ns = warm_helper(jobs, threads=4)
+    ns["_warm_up"]()
+    assert sorted((id(f), a, tuple(sorted(k.items()))) for f, a, k in log) == sorted([
+        (id(plain), (torch.bfloat16, 7), (("BLOCK_C", 32),)),
+        (id(tuned_fn), (torch.float32,), (("BLOCK", 64), ("N", 5), ("num_warps", 4))),
+        (id(tuned_fn), (torch.float32,), (("BLOCK", 128), ("N", 5), ("num_warps", 8)))])
+    assert ns["_WARM"] == []
+    ns["_warm_up"]()                      # once only
+    assert len(log) == 3
+
+
+def test_warm_up_is_off_with_one_thread():
+    log = []
+    ns = warm_helper([(FakeJit(log), (torch.bfloat16,), {}), (FakeJit(log), (torch.bfloat16,), {})], threads=1)
+    ns["_warm_up"]()
+    assert log == [] and ns["_WARM"] == []
+
+
+def test_generated_cuda_modules_warm_every_launch():
+    """Generated for CUDA (text only, no GPU needed): one `_WARM` entry per launch, with the
+    launch's literals and each tensor's dtype, and call() warms up before its first group."""
+    import ast
+
+    from minicomp.api import Options, optimise, set_input_layouts
+    from minicomp.codegen import generate
+    from minicomp.frontend.fx import capture
+    from minicomp.passes.fusion import plan_graph
+
+    def fn(x, w, b, y):
+        h = torch.softmax(torch.nn.functional.gelu(x @ w + b), -1)
+        return h * y.to(torch.float32)
+
+    inputs = [torch.randn(37, 48, dtype=torch.float16), torch.randn(48, 40, dtype=torch.float16),
+              torch.randn(40, dtype=torch.float16), torch.randn(37, 40, dtype=torch.bfloat16)]
+    graph = capture(fn, inputs)
+    set_input_layouts(graph, inputs)
+    optimised, _ = optimise(graph, Options())
+    source = generate(optimised, plan_graph(optimised, Options().machine, baseline=graph), "cuda").source
+    tree = ast.parse(source)
+    launches = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                and n.func.id == "_launch" and isinstance(n.args[0], ast.Name) and n.args[0].id.startswith("mc_")]
+    warm = next(n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_WARM")
+    assert len(launches) >= 2 and len(warm.elts) == len(launches)
+    for launch, entry in zip(launches, warm.elts):
+        kernel, args, kwargs = entry.elts
+        assert kernel.id == launch.args[0].id
+        assert len(args.elts) == len(launch.args) - 2
+        for a, w in zip(launch.args[2:], args.elts):
+            if isinstance(a, ast.Constant):
+                assert ast.literal_eval(w) == a.value
+            else:
+                assert ast.unparse(w).startswith("torch.")    # a dtype
+        assert {ast.literal_eval(k) for k in kwargs.keys} == {k.arg for k in launch.keywords}
+    call = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "call")
+    warm_at = next(i for i, st in enumerate(call.body) if isinstance(st, ast.If) and "_warm_up" in ast.unparse(st))
+    first_launch = next(i for i, st in enumerate(call.body) if "_launch(" in ast.unparse(st))
+    assert warm_at < first_launch
+
+
 # ----------------------------------------------------------------------------- GPU: the real launchers
 
 @pytest.mark.gpu
@@ -166,3 +268,39 @@ def test_gpu_every_call_is_right_after_the_first(case):
             assert padded.data_ptr() % 16 != 0
             args[0] = padded
         torch.testing.assert_close(compiled(*args), fn(*args), atol=2e-2, rtol=2e-2)
+
+
+WARM_SCRIPT = """
+import sys, torch, minicomp
+from pathlib import Path
+fn = lambda x, w, b, y: torch.softmax(torch.nn.functional.gelu(x @ w + b), -1) * y
+g = torch.Generator(device="cuda").manual_seed(0)
+args = [torch.randn(*s, generator=g, device="cuda").to(torch.bfloat16) for s in ((300, 256), (256, 200), (200,), (300, 200))]
+compiled = minicomp.compile(fn)
+module = compiled.compile_for(*args).call.module
+configs = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in module._WARM)
+module._warm_up()
+cubins = len(list(Path(sys.argv[1]).rglob("*.cubin")))
+torch.testing.assert_close(compiled(*args), fn(*args), atol=2e-2, rtol=2e-2)
+print("WARM", configs, cubins, len(list(Path(sys.argv[1]).rglob("*.cubin"))))
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_warm_up_compiles_every_config_before_the_first_launch(tmp_path):
+    """In a fresh process with an empty Triton cache: `_warm_up()` leaves one compiled kernel per
+    (kernel, config) on disk, the first call then compiles nothing new, and its answer is right."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), MINICOMP_CACHE_DIR=str(tmp_path / "mc"),
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    env.pop("MINICOMP_COMPILE_THREADS", None)
+    proc = subprocess.run([sys.executable, "-c", WARM_SCRIPT, str(tmp_path / "triton")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    configs, after_warm_up, after_call = map(int, proc.stdout.split("WARM")[1].split())
+    assert configs >= 3 and after_warm_up >= configs and after_call == after_warm_up

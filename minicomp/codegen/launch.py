@@ -29,6 +29,7 @@ What keeps this exact:
 from __future__ import annotations
 
 import ast
+from typing import Callable
 
 LAUNCH_HELPER = '''\
 _FAST = {}  # kernel -> (launcher, arguments after the positional ones, device), or False: Triton's path
@@ -70,23 +71,102 @@ def _fast_launcher(kernel, compiled, grid, args, kwargs):
         return False'''
 
 
+WARM_HELPER = '''\
+def _warm_up():
+    """Compile every (kernel, config) of `_WARM` at once on a pool of threads, before the
+    first call launches anything (see minicomp/codegen/launch.py). Runs once; never raises."""
+    jobs, _WARM[:] = list(_WARM), []
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:  # a Triton without asynchronous compilation: each kernel compiles on its first launch
+        return
+    work = []
+    for kernel, args, kwargs in jobs:
+        configs = getattr(kernel, "configs", None)  # an autotuned kernel: warm its JIT function per config
+        for config in configs or [None]:
+            work.append((kernel.fn if configs else kernel, args, {**kwargs, **(config.all_kwargs() if config else {})}))
+    threads = min(len(work), _compile_threads())
+    if threads < 2:
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="minicomp-compile") as pool:
+        with AsyncCompileMode(pool, ignore_errors=True):
+            for fn, args, kwargs in work:
+                try:
+                    fn.warmup(*args, grid=(1,), **kwargs)
+                except Exception:  # the launch compiles it again and reports what went wrong
+                    pass
+
+
+def _compile_threads():
+    """MINICOMP_COMPILE_THREADS, else the CPUs this process may use, at most 16."""
+    try:
+        return int(os.environ["MINICOMP_COMPILE_THREADS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return min(16, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity on this OS
+        return min(16, os.cpu_count() or 1)'''
+
+
+def _launch_call(line: str, kernel_name: str) -> ast.Call | None:
+    """The call `kernel_name[grid](args)` that `line` is, or None."""
+    try:
+        tree = ast.parse(line.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Subscript)
+            and isinstance(tree.func.value, ast.Name) and tree.func.value.id == kernel_name):
+        return tree
+    return None
+
+
 def via_launch_helper(lines: list[str], kernel_name: str) -> list[str]:
     """Rewrite each `kernel_name[grid](args)` launch line as `_launch(kernel_name, grid, args)`."""
     out = []
     for line in lines:
-        stripped = line.strip()
-        try:
-            tree = ast.parse(stripped, mode="eval").body
-        except SyntaxError:
+        tree = _launch_call(line, kernel_name)
+        if tree is None:
             out.append(line)
             continue
-        if (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Subscript)
-                and isinstance(tree.func.value, ast.Name) and tree.func.value.id == kernel_name):
-            grid = ast.get_source_segment(stripped, tree.func.slice)
-            rest = [ast.get_source_segment(stripped, a) for a in tree.args]
-            rest += [f"{k.arg}={ast.get_source_segment(stripped, k.value)}" for k in tree.keywords]
-            indent = line[:len(line) - len(line.lstrip())]
-            out.append(f"{indent}_launch({', '.join([kernel_name, grid] + rest)})")
-        else:
-            out.append(line)
+        stripped = line.strip()
+        grid = ast.get_source_segment(stripped, tree.func.slice)
+        rest = [ast.get_source_segment(stripped, a) for a in tree.args]
+        rest += [f"{k.arg}={ast.get_source_segment(stripped, k.value)}" for k in tree.keywords]
+        indent = line[:len(line) - len(line.lstrip())]
+        out.append(f"{indent}_launch({', '.join([kernel_name, grid] + rest)})")
+    return out
+
+
+def warm_entries(lines: list[str], kernel_name: str, dtype_of: Callable[[str], str | None]) -> list[str]:
+    """`_WARM` entries for the launches of `kernel_name` among `lines`: `(kernel, args, kwargs)`
+    with each tensor argument written as its dtype, which is what Triton's `warmup` takes.
+
+    `dtype_of("buf7")` is the dtype text of that tensor ("torch.bfloat16"), or None. An argument
+    that is neither a tensor (`bufN`, `_align16(bufN)`) nor a literal makes the launch
+    unwarmable: it compiles on its first launch, as without warm-up."""
+    def value(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_align16" \
+                and len(node.args) == 1 and not node.keywords:
+            node = node.args[0]
+        if isinstance(node, ast.Name):
+            return dtype_of(node.id)
+        try:
+            ast.literal_eval(node)
+        except ValueError:
+            return None
+        return ast.unparse(node)
+
+    out = []
+    for line in lines:
+        tree = _launch_call(line, kernel_name)
+        if tree is None:
+            continue
+        args = [value(a) for a in tree.args]
+        kwargs = {k.arg: value(k.value) for k in tree.keywords}
+        if None in args or None in kwargs.values() or None in kwargs:
+            continue
+        items = ", ".join(f"{k!r}: {v}" for k, v in kwargs.items())
+        out.append(f"({kernel_name}, ({', '.join(args)}{',' if len(args) == 1 else ''}), {{{items}}}),")
     return out

@@ -27,7 +27,7 @@ import torch
 from minicomp.codegen import attention, fallback, gemm, pointwise, reduction
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
-from minicomp.codegen.launch import LAUNCH_HELPER, via_launch_helper
+from minicomp.codegen.launch import LAUNCH_HELPER, WARM_HELPER, via_launch_helper, warm_entries
 from minicomp.codegen.lowering import ident
 from minicomp.codegen.tlexpr import NAN_REDUCE_HELPERS, ROUND_BF16_HELPER
 from minicomp.errors import CompileError
@@ -41,7 +41,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher",
-                "_align16", "_tma_ready", "_tma_scratch", "_sm_count")
+                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compile_threads")
 
 
 @dataclass
@@ -106,6 +106,7 @@ class ModuleWriter:
         self.scalars_used: set[int] = set()  # scalar constants PyTorch code needs as tensors
         self.summary: list[str] = []
         self.fallbacks: dict[int, str] = {}
+        self.warm: list[str] = []          # `_WARM` entries (CUDA): what the first call compiles at once
 
     def opaque_slot(self, node: Node) -> int:
         if node.id not in self.opaque_slot_of:
@@ -141,6 +142,9 @@ class ModuleWriter:
                 self._write_group(group, index)
             self.scalars_used |= set(g.outputs)
             self._bind_constants(ctx0)
+            if self.device_type == "cuda" and self.kernels:
+                with b.block("if _WARM:"):
+                    b.writeline("_warm_up()")
             b.splice(self.body.getvalue().rstrip("\n"))
             b.writeline(f"return [{', '.join(ctx0.buf(o) for o in g.outputs)}]")
 
@@ -207,7 +211,18 @@ class ModuleWriter:
             n = g.node(o)
             b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
                         f"dtype={n.dtype}, device=device)")
-        b.writelines(via_launch_helper(kernel.launch, kernel.name) if self.device_type == "cuda" else kernel.launch)
+        if self.device_type == "cuda":
+            b.writelines(via_launch_helper(kernel.launch, kernel.name))
+            self.warm += warm_entries(kernel.launch, kernel.name, self._dtype_of_buf)
+        else:
+            b.writelines(kernel.launch)
+
+    def _dtype_of_buf(self, name: str) -> str | None:
+        """The dtype text of call()'s tensor `name` ("buf7" -> "torch.bfloat16"), else None."""
+        nid = name[3:]
+        if not (name.startswith("buf") and nid.isdigit() and int(nid) in self.graph):
+            return None
+        return str(self.graph.node(int(nid)).dtype)
 
     # ------------------------------------------------------------------ whole module
     def source(self) -> str:
@@ -253,6 +268,16 @@ class ModuleWriter:
             out.writeline("")
             out.writeline("")
             out.splice(LAUNCH_HELPER)
+            out.writeline("")
+            out.writeline("")
+            out.splice(WARM_HELPER)
+            out.writeline("")
+            out.writeline("")
+            out.writeline("# what the first call compiles at once, before launching anything: (kernel, arguments")
+            out.writeline("# with tensors as their dtypes, keyword arguments); autotuned kernels: every config")
+            with out.block("_WARM = ["):
+                out.writelines(self.warm)
+            out.writeline("]")
         if any("_tma_ready()" in line for k in self.kernels for line in k.launch):
             out.writeline("")
             out.writeline("")

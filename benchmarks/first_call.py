@@ -1,0 +1,121 @@
+"""Where a workload's first call in a fresh process goes, with and without compiling at once.
+
+    python benchmarks/first_call.py [--threads 1,16] [--profile] NAME [NAME ...]
+
+For each workload and each `--threads` value (MINICOMP_COMPILE_THREADS: 1 turns the
+warm-up off, so every kernel compiles on its first launch, one after another), a fresh
+child process with empty Triton and minicomp caches measures, in order:
+
+- `import_s`: importing minicomp (torch and triton are imported before the clock starts);
+- `own_s`: capture to loaded module (minicomp's own compile, no Triton);
+- `warm_up_s`: the generated module's `_warm_up()`: every (kernel, config) compiled on a
+  pool of threads (0 with one thread);
+- `first_call_s`: the call itself: autotuning sweeps (benchmarking each config), loading the
+  compiled kernels, whatever was not warmed, and the launches;
+- `total_s`: the sum, which is what `benchmarks/run.py` reports as the first call.
+
+`--profile` adds the child's top cProfile entries (by cumulative time) for the first call.
+The run.py suite's fresh-process figure also includes CUDA context set-up; this one warms
+the context before the clock, as run.py does. Needs CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MARKER = "FIRST_CALL "
+
+
+def child(name: str, profile: bool) -> None:
+    import torch
+    import triton  # noqa: F401  (imported before the clock, as torch is)
+
+    from benchmarks.workloads import WORKLOADS
+    built = WORKLOADS[name].build("cuda", torch.bfloat16, False)
+    torch.mm(torch.ones(8, 8, device="cuda"), torch.ones(8, 8, device="cuda"))
+    torch.cuda.synchronize()
+    rec = {}
+    t0 = time.perf_counter()
+    import minicomp
+    rec["import_s"] = time.perf_counter() - t0
+    fn = minicomp.compile(built.fn)
+    t0 = time.perf_counter()
+    module = fn.compile_for(*built.inputs).call.module
+    rec["own_s"] = time.perf_counter() - t0
+    rec["kernels"] = len(getattr(module, "_WARM", []))
+    rec["configs"] = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in getattr(module, "_WARM", []))
+    t0 = time.perf_counter()
+    if hasattr(module, "_warm_up"):
+        module._warm_up()
+    rec["warm_up_s"] = time.perf_counter() - t0
+    if profile:
+        import cProfile
+        import io
+        import pstats
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.perf_counter()
+    out = fn(*built.inputs)
+    torch.cuda.synchronize()
+    rec["first_call_s"] = time.perf_counter() - t0
+    if profile:
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(25)
+        print(text.getvalue(), file=sys.stderr)
+    rec["total_s"] = rec["import_s"] + rec["own_s"] + rec["warm_up_s"] + rec["first_call_s"]
+    del out
+    print(MARKER + json.dumps(rec), flush=True)
+    os._exit(0)
+
+
+def run_child(name: str, threads: int, profile: bool) -> dict:
+    with tempfile.TemporaryDirectory(prefix="first-call-") as tmp:
+        env = dict(os.environ, TRITON_CACHE_DIR=f"{tmp}/triton", MINICOMP_CACHE_DIR=f"{tmp}/minicomp",
+                   MINICOMP_COMPILE_THREADS=str(threads), PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name] + (["--profile"] if profile else [])
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if profile or proc.returncode != 0:
+        print(proc.stderr[-6000:], file=sys.stderr)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+    if not lines:
+        return {"error": f"child exited {proc.returncode}"}
+    return json.loads(lines[-1][len(MARKER):])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="+")
+    p.add_argument("--threads", default="1,16", help="comma-separated MINICOMP_COMPILE_THREADS values")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args.names[0], args.profile)
+        return 0
+    keys = ("kernels", "configs", "import_s", "own_s", "warm_up_s", "first_call_s", "total_s")
+    print(f"{'workload':<14} {'threads':>7} " + " ".join(f"{k:>12}" for k in keys))
+    for name in args.names:
+        for threads in (int(t) for t in args.threads.split(",")):
+            rec = run_child(name, threads, args.profile)
+            if "error" in rec:
+                print(f"{name:<14} {threads:>7} {rec['error']}")
+                continue
+            cells = [f"{rec[k]:>12.2f}" if isinstance(rec[k], float) else f"{rec[k]:>12}" for k in keys]
+            print(f"{name:<14} {threads:>7} " + " ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
