@@ -14,7 +14,8 @@ child process with empty Triton and minicomp caches measures, in order:
   compiled kernels, whatever was not warmed, and the launches;
 - `total_s`: the sum, which is what `benchmarks/run.py` reports as the first call.
 
-`--profile` adds the child's top cProfile entries (by cumulative time) for the first call.
+`--profile` adds the child's top cProfile entries (by cumulative time) for its own compile
+and for the first call.
 The run.py suite's fresh-process figure also includes CUDA context set-up; this one warms
 the context before the clock, as run.py does. Needs CUDA.
 """
@@ -50,34 +51,45 @@ def child(name: str, profile: bool) -> None:
     import minicomp
     rec["import_s"] = time.perf_counter() - t0
     fn = minicomp.compile(built.fn)
+    prof = start_profile() if profile else None
     t0 = time.perf_counter()
     module = fn.compile_for(*built.inputs).call.module
     rec["own_s"] = time.perf_counter() - t0
+    if prof:
+        print_profile(prof, "own compile")
     rec["kernels"] = len(getattr(module, "_WARM", []))
     rec["configs"] = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in getattr(module, "_WARM", []))
     t0 = time.perf_counter()
     if hasattr(module, "_warm_up"):
         module._warm_up()
     rec["warm_up_s"] = time.perf_counter() - t0
-    if profile:
-        import cProfile
-        import io
-        import pstats
-        prof = cProfile.Profile()
-        prof.enable()
+    prof = start_profile() if profile else None
     t0 = time.perf_counter()
     out = fn(*built.inputs)
     torch.cuda.synchronize()
     rec["first_call_s"] = time.perf_counter() - t0
-    if profile:
-        prof.disable()
-        text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(25)
-        print(text.getvalue(), file=sys.stderr)
+    if prof:
+        print_profile(prof, "first call")
     rec["total_s"] = rec["import_s"] + rec["own_s"] + rec["warm_up_s"] + rec["first_call_s"]
     del out
     print(MARKER + json.dumps(rec), flush=True)
     os._exit(0)
+
+
+def start_profile():
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
+    return prof
+
+
+def print_profile(prof, what: str) -> None:
+    import io
+    import pstats
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
+    print(f"--- {what}, by cumulative time\n{text.getvalue()}", file=sys.stderr)
 
 
 def run_child(name: str, threads: int, profile: bool) -> dict:
@@ -87,7 +99,7 @@ def run_child(name: str, threads: int, profile: bool) -> dict:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name] + (["--profile"] if profile else [])
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if profile or proc.returncode != 0:
-        print(proc.stderr[-6000:], file=sys.stderr)
+        print(proc.stderr[-20000:], file=sys.stderr)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if not lines:
         return {"error": f"child exited {proc.returncode}"}
