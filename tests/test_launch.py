@@ -234,7 +234,9 @@ def test_generated_cuda_modules_warm_every_launch():
 def test_gpu_every_call_is_right_after_the_first(case):
     """The benchmarks check a compiled function's first call (Triton's launch path); this checks
     the calls after it, which go through the compiled kernels' own launchers: new data every
-    call, an input at a misaligned address in between (Triton's path again), and back."""
+    call, and an input at a misaligned address in between. The module copies that one to
+    aligned memory (`_as_layout`): given to Triton as it was, Triton 3.6 compiled a kernel
+    that got causal attention wrong for 80% of the outputs."""
     import math
 
     import torch.nn.functional as F
@@ -261,7 +263,7 @@ def test_gpu_every_call_is_right_after_the_first(case):
     compiled = minicomp.compile(fn)
     for step in range(4):
         args = make()
-        if step == 2:   # 2 bytes past an aligned start: Triton's path, then back to the fast one
+        if step == 2:   # 2 bytes past an aligned start
             first = args[0]
             padded = torch.empty(first.numel() + 1, dtype=dt, device=dev)[1:].view(first.shape)
             padded.copy_(first)
@@ -276,6 +278,7 @@ from pathlib import Path
 fn = lambda x, w, b, y: torch.softmax(torch.nn.functional.gelu(x @ w + b), -1) * y
 g = torch.Generator(device="cuda").manual_seed(0)
 args = [torch.randn(*s, generator=g, device="cuda").to(torch.bfloat16) for s in ((300, 256), (256, 200), (200,), (300, 200))]
+args[1] = args[1] / 16   # logits of order 1: a rounding flip in bf16 moves the softmax by ~1%, not ~25%
 compiled = minicomp.compile(fn)
 module = compiled.compile_for(*args).call.module
 configs = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in module._WARM)

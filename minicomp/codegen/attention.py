@@ -281,7 +281,7 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("]")
         src.writeline("")
         src.writeline("")
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"SQ\", \"SK\"])")
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"SQ\", \"SK\"], do_bench=_tune_bench)")
     src.writeline("@triton.jit")
     pointers = list(low.pointers.values())
     params = [p.name for p in pointers] + [f"{d}: tl.constexpr" for d in ("SQ", "SK", "BLOCK_M", "BLOCK_N")]

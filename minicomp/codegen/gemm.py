@@ -406,7 +406,7 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("]")
         src.writeline("")
         src.writeline("")
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"M\", \"N\", \"K\"])")
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"M\", \"N\", \"K\"], do_bench=_tune_bench)")
     src.writeline("@triton.jit")
     pointers = list(low.pointers.values())
     params = [p.name for p in pointers] + [f"{d}: tl.constexpr" for d in (

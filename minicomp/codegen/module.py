@@ -41,7 +41,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher",
-                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compile_threads")
+                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compile_threads", "_tune_bench")
 
 
 @dataclass
@@ -249,6 +249,10 @@ class ModuleWriter:
         out.writelines(["import torch", "import triton", "import triton.language as tl", ""])
         out.writeline("CONSTANTS = []  # tensor constants: set by minicomp's loader, or read from constants.pt")
         out.writeline(f"OPAQUE = []  # {len(self.opaque)} PyTorch callable(s) for opaque nodes, set by minicomp's loader")
+        if any("do_bench=_tune_bench" in k.source for k in self.kernels):
+            out.writeline("")
+            out.writeline("")
+            out.splice(TUNE_BENCH_HELPER)
         if any("_round_bf16(" in k.source for k in self.kernels):
             out.writeline("")
             out.writeline("")
@@ -339,12 +343,26 @@ def _check(t, name, shape, dtype):
 
 
 def _as_layout(t, strides):
-    """`t` itself when its strides are `strides` (size-1 dimensions aside), else a copy laid out so."""
-    if all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides)):
+    """`t` itself when its strides are `strides` (size-1 dimensions aside) and, on CUDA, it starts
+    16-byte aligned; else a copy laid out so. Kernels never see a misaligned tensor: Triton 3.6
+    compiled causal attention for a query 2 bytes past an aligned start into wrong answers."""
+    if all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides)) and (
+            t.device.type != "cuda" or t.data_ptr() % 16 == 0):
         return t
     out = torch.empty_strided(tuple(t.shape), strides, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out'''
+
+
+# Before the autotuned kernels that name it. Triton's default times every config for 25 ms of
+# warm-up and 100 ms of repetitions: 37 configs made 6.4 of llama_block's 6.7 s first call
+# once the compiles were done at once (benchmarks/first_call.py --profile on the H200).
+# 5 + 20 ms still gives 10+ timed runs of the slowest kernel here (SwiGLU, 1.6 ms) and
+# hundreds of a memory-bound one; configs that win differ by more than the medians' spread.
+TUNE_BENCH_HELPER = '''\
+def _tune_bench(kernel_call, quantiles):
+    """How the autotuners here time one config (see minicomp/codegen/module.py)."""
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)'''
 
 
 TMA_HELPERS = '''\

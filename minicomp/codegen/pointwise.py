@@ -73,6 +73,7 @@ def autotune_decorator(configs: list[tuple[dict, int]], key: list[str]) -> list[
                 b.writeline(f"triton.Config({meta!r}, num_warps={warps}),")
         b.writeline("],")
         b.writeline(f"key={key!r},")
+        b.writeline("do_bench=_tune_bench,")
     b.writeline(")")
     return b.getvalue().splitlines()
 

@@ -52,6 +52,15 @@ class CompiledCall:
         return self.module.call(*inputs)
 
 
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or on CUDA a copy with its strides at a 16-byte aligned address (a weight that is a
+    view at an odd offset): kernels are only ever given aligned tensors (see `_as_layout` in
+    codegen/module.py)."""
+    if t.device.type != "cuda" or t.data_ptr() % 16 == 0:
+        return t
+    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
 def load(generated, device: str | torch.device, cache: ModuleCache | None = None) -> CompiledCall:
     """Import `generated` for `device` ("cpu" runs under Triton's interpreter) and return its call."""
     device = torch.device(device)
@@ -70,7 +79,7 @@ def load(generated, device: str | torch.device, cache: ModuleCache | None = None
         module = import_file(path, key, interpret)
     else:
         module = import_source(generated.source, key, interpret)
-    module.CONSTANTS[:] = [c.to(device) for c in generated.constants]
+    module.CONSTANTS[:] = [_aligned(c.to(device)) for c in generated.constants]
     module.OPAQUE[:] = list(generated.opaque)
     if not interpret:
         watch_autotuning(module, generated.source)   # a long autotuning sweep prints its progress
