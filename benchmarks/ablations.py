@@ -71,6 +71,7 @@ class Results:
 
 
 DEADLINE = [float("inf")]
+ATTN_VARIANTS: list[set[str] | None] = [None]   # --attn-variants
 
 
 def attempt(res: Results, group: str, variant: str, nbytes, run, ref=None, flops=None):
@@ -281,6 +282,30 @@ def _attention_variants(source: str) -> dict[str, str]:
     out["tma_kv"] = tma
     out["tma_kv+warp_specialize"] = tma.replace("for start_n in range(0, hi_full, BLOCK_N):",
                                                 "for start_n in tl.range(0, hi_full, BLOCK_N, warp_specialize=True):")
+    # lazy rescaling: off the diagonal, keep the running max unless some row's grew by more than
+    # 2^8 (then rescale the whole block, as always); p stays <= 256, fine in bf16 and fp32 sums
+    old = ("        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)\n"
+           "        p = tl.exp2(qk * qk_scale - m_new[:, None])\n"
+           "        alpha = tl.exp2(m_i - m_new)\n"
+           "        l_i = l_i * alpha + tl.sum(p, 1)\n"
+           "        acc = acc * alpha[:, None]\n"
+           "        v = tl.load(v_cols + vn * 128)\n"
+           "        acc = tl.dot(p.to(tl.bfloat16), v, acc)\n"
+           "        m_i = m_new\n")
+    new = ("        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)\n"
+           "        if tl.max(m_new - m_i, 0) > 8.0:\n"
+           "            alpha = tl.exp2(m_i - m_new)\n"
+           "            l_i = l_i * alpha\n"
+           "            acc = acc * alpha[:, None]\n"
+           "            m_i = m_new\n"
+           "        p = tl.exp2(qk * qk_scale - m_i[:, None])\n"
+           "        l_i = l_i + tl.sum(p, 1)\n"
+           "        v = tl.load(v_cols + vn * 128)\n"
+           "        acc = tl.dot(p.to(tl.bfloat16), v, acc)\n")
+    assert old in source, "attention kernel text changed: update the lazy_rescale edit"
+    out["lazy_rescale"] = source.replace(old, new)
+    out["lazy_rescale+warp_specialize"] = out["lazy_rescale"].replace(
+        "for start_n in range(0, hi_full, BLOCK_N):", "for start_n in tl.range(0, hi_full, BLOCK_N, warp_specialize=True):")
     return out
 
 
@@ -300,6 +325,8 @@ def sweep_attention_variants(res: Results):
     compiled.compile_for(q, k, v)
     flops = 4 * B * H * S * S * D / 2
     for variant, source in _attention_variants(compiled.source).items():
+        if ATTN_VARIANTS[0] and variant not in ATTN_VARIANTS[0]:
+            continue
         for bm, bn, st, wp in ((64, 64, 3, 4), (128, 64, 3, 8), (128, 128, 2, 8), (128, 64, 4, 4), (128, 128, 3, 8)):
             one = f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}}}, num_stages={st}, num_warps={wp}),'
             attempt_module(res, "attn_var", f"{variant} BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}",
@@ -424,7 +451,9 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("."))
     p.add_argument("--only", default="softmax,layernorm,pointwise,attention,linear,overhead,copy")
     p.add_argument("--budget-s", type=float, default=420.0, help="start no variant after this many seconds")
+    p.add_argument("--attn-variants", help="comma-separated attention variants for attn_var (default: all)")
     args = p.parse_args()
+    ATTN_VARIANTS[0] = set(args.attn_variants.split(",")) if args.attn_variants else None
     DEADLINE[0] = time.perf_counter() + args.budget_s
     if not torch.cuda.is_available():
         print("ablations need a CUDA device")
