@@ -344,8 +344,10 @@ def _check(t, name, shape, dtype):
 
 def _as_layout(t, strides):
     """`t` itself when its strides are `strides` (size-1 dimensions aside) and, on CUDA, it starts
-    16-byte aligned; else a copy laid out so. Kernels never see a misaligned tensor: Triton 3.6
-    compiled causal attention for a query 2 bytes past an aligned start into wrong answers."""
+    16-byte aligned; else a copy laid out so. On CUDA no kernel sees a misaligned tensor: each
+    compiles one specialisation (the one `_warm_up` compiled), and PyTorch lines do not get
+    one either (PyTorch 2.11's cuDNN attention answers wrongly for a query 2 bytes off
+    alignment; its flash attention faults)."""
     if all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides)) and (
             t.device.type != "cuda" or t.data_ptr() % 16 == 0):
         return t

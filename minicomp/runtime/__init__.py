@@ -54,8 +54,8 @@ class CompiledCall:
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
     """`t`, or on CUDA a copy with its strides at a 16-byte aligned address (a weight that is a
-    view at an odd offset): kernels are only ever given aligned tensors (see `_as_layout` in
-    codegen/module.py)."""
+    view at an odd offset): on CUDA kernels are only ever given aligned tensors (see
+    `_as_layout` in codegen/module.py)."""
     if t.device.type != "cuda" or t.data_ptr() % 16 == 0:
         return t
     return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
