@@ -494,11 +494,54 @@ def sweep_host_hidden(res: Results):
         res.add("hidden", f"{label} host ms per call (200 calls, no sync)", host)
 
 
+def sweep_pointwise_kernel(res: Results):
+    """Where the generated pointwise kernel's gap to the hand-written one is: the generated
+    kernel launched directly into a preallocated output (as the hand one is), into a fresh
+    output per call, with its loads reordered, and the module's call, one config each."""
+    import re
+
+    import minicomp
+    from benchmarks import workloads as W
+    from minicomp.runtime.loader import import_source
+    x, w, b, ref, y, nbytes = pointwise_anchor()
+    R, C = x.shape
+    c = minicomp.compile(W.gelu_tanh_affine)
+    c.compile_for(x, w, b)
+    src = c.source
+    name = re.search(r"def (mc_pw_\w+)\(", src).group(1)
+    reordered = re.sub(r"(    x = tl.load\(.*\n)((?:.*\n)*?)(    b = tl.load\(.*\n)",
+                       lambda m: m.group(2).replace("    mul3 = x * w\n", "") + m.group(3) + m.group(1)
+                       + "    mul3 = x * w\n", src, count=1)
+    variants = {"generated": src, "loads w, b before x": reordered}
+    for br, bc, warps in ((8, 512, 4), (16, 256, 4)):
+        def hand():
+            pointwise_2d[(triton.cdiv(C, bc), triton.cdiv(R, br))](x, w, b, y, R, C=C, BR=br, BC=bc, FORM=0,
+                                                                    num_warps=warps)
+            return y
+        attempt(res, "pw_kernel", f"hand kernel {br}x{bc} w{warps}", nbytes, hand, ref)
+        for label, text in variants.items():
+            mod = import_source(text, f"pwk_{label}".replace(" ", "_").replace(",", ""), interpret=False)
+            fn = getattr(mod, name).fn
+            grid = (triton.cdiv(R, br) * triton.cdiv(C, bc),)
+
+            def direct(out=y):
+                fn[grid](x, w, b, out, R, C, BLOCK_R=br, BLOCK_C=bc, num_warps=warps)
+                return out
+            attempt(res, "pw_kernel", f"{label} {br}x{bc} w{warps}: direct, preallocated output", nbytes, direct, ref)
+            attempt(res, "pw_kernel", f"{label} {br}x{bc} w{warps}: direct, fresh output", nbytes,
+                    lambda: direct(torch.empty_like(x)), ref)
+    for label, text in variants.items():
+        mod = import_source(text, f"pwk_{label}".replace(" ", "_").replace(",", ""), interpret=False)
+        attempt(res, "pw_kernel", f"{label}: module call, autotuned", nbytes, lambda: mod.call(x, w, b)[0], ref)
+        res.rows[-1]["config"] = str(getattr(getattr(mod, name), "best_config", None))
+
+
 SWEEPS = {"copy": sweep_copy, "softmax": sweep_softmax, "layernorm": sweep_layernorm,
           "pointwise": sweep_pointwise, "attention": sweep_attention,
           "linear": sweep_linear, "attn_var": sweep_attention_variants, "gemm_tma": sweep_gemm_tma,
           "pw_var": sweep_pointwise_variants,
-          "overhead": sweep_overhead, "hidden": sweep_host_hidden}
+          "overhead": sweep_overhead, "hidden": sweep_host_hidden,
+          "pw_kernel": sweep_pointwise_kernel}
 
 
 def main() -> int:
