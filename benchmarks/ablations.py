@@ -536,12 +536,50 @@ def sweep_pointwise_kernel(res: Results):
         res.rows[-1]["config"] = str(getattr(getattr(mod, name), "best_config", None))
 
 
+def _hoist_column_loads(source: str) -> str:
+    """The generated row-reduction kernels with their loads of column-only operands (norm
+    weights) moved up to just before each kernel's first load of a whole tile."""
+    import re
+    chunks = re.split(r"(?m)^(?=def )", source)          # one chunk per top-level function
+    out = []
+    for chunk in chunks:
+        lines = chunk.split("\n")
+        full = [i for i, line in enumerate(lines) if "tl.load(" in line and "mask=mask" in line]
+        hoist = [i for i, line in enumerate(lines)
+                 if re.match(r"\s+\w+ = tl\.load\(\w+ \+ cols, mask=col_mask", line) and full and i > full[0]]
+        if hoist:
+            moved = [lines[i] for i in hoist]
+            lines = [line for i, line in enumerate(lines) if i not in hoist]
+            lines = lines[:full[0]] + moved + lines[full[0]:]
+        out.append("\n".join(lines))
+    return "".join(out)
+
+
+def sweep_norm_variants(res: Results):
+    """Row reductions with the norm weights loaded before the row (as the pointwise tiles do)."""
+    import minicomp
+    from benchmarks.workloads import WORKLOADS
+    from minicomp.runtime.loader import import_source
+    for wname in ("layernorm", "add_rmsnorm"):
+        built = WORKLOADS[wname].build("cuda", torch.bfloat16, False)
+        ref = built.fn(*built.inputs)
+        ref0 = ref[0] if isinstance(ref, (list, tuple)) else ref
+        nbytes = sum(t.nbytes for t in built.inputs) + sum(
+            t.nbytes for t in (ref if isinstance(ref, (list, tuple)) else [ref]))
+        c = minicomp.compile(built.fn)
+        compiled = c.compile_for(*built.inputs)
+        for label, src in (("shipped", compiled.source), ("weights loaded first", _hoist_column_loads(compiled.source))):
+            mod = import_source(src, f"norm_{wname}_{label}".replace(" ", "_"), interpret=False)
+            mod.CONSTANTS[:] = list(compiled.call.module.CONSTANTS)
+            attempt(res, "norm_var", f"{wname} {label}", nbytes, lambda: mod.call(*built.inputs)[0], ref0)
+
+
 SWEEPS = {"copy": sweep_copy, "softmax": sweep_softmax, "layernorm": sweep_layernorm,
           "pointwise": sweep_pointwise, "attention": sweep_attention,
           "linear": sweep_linear, "attn_var": sweep_attention_variants, "gemm_tma": sweep_gemm_tma,
           "pw_var": sweep_pointwise_variants,
           "overhead": sweep_overhead, "hidden": sweep_host_hidden,
-          "pw_kernel": sweep_pointwise_kernel}
+          "pw_kernel": sweep_pointwise_kernel, "norm_var": sweep_norm_variants}
 
 
 def main() -> int:
