@@ -568,7 +568,8 @@ def sweep_norm_variants(res: Results):
             t.nbytes for t in (ref if isinstance(ref, (list, tuple)) else [ref]))
         c = minicomp.compile(built.fn)
         compiled = c.compile_for(*built.inputs)
-        for label, src in (("shipped", compiled.source), ("weights loaded first", _hoist_column_loads(compiled.source))):
+        for label, src in (("shipped", compiled.generated.source),
+                           ("weights loaded first", _hoist_column_loads(compiled.generated.source))):
             mod = import_source(src, f"norm_{wname}_{label}".replace(" ", "_"), interpret=False)
             mod.CONSTANTS[:] = list(compiled.call.module.CONSTANTS)
             attempt(res, "norm_var", f"{wname} {label}", nbytes, lambda: mod.call(*built.inputs)[0], ref0)
