@@ -175,6 +175,12 @@ def floordiv(e: Expr, c: int) -> Expr:
         return Expr()
     if all(k % c == 0 for _, k in e.terms) and e.const % c == 0:
         return make({a: k // c for a, k in e.terms}, e.const // c)
+    # (x + c*y) // c == x // c + y for all integers: take out the terms c divides. A GEMM
+    # reading attention's [B, S, H, D] output as [B*S, H*D] needs it: its A offset
+    # (ak + 2048*am) // 128 % 16 * 128 + ak % 128 then folds to 2048*am + ak, a plain matrix
+    if any(k % c == 0 for _, k in e.terms) or not 0 <= e.const < c:
+        whole = make({a: k // c for a, k in e.terms if k % c == 0}, e.const // c)
+        return whole + floordiv(make({a: k for a, k in e.terms if k % c != 0}, e.const % c), c)
     for d in _divisors_to_try(e, c):
         parts = _split(e, d)
         if parts is not None:
