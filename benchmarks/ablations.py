@@ -428,15 +428,20 @@ def sweep_overhead(res: Results):
         ref = W.softmax_by_hand(t)
         attempt(res, "overhead", f"minicomp call softmax {name}", 2 * t.nbytes, lambda: c(t), ref)
         attempt(res, "overhead", f"eager softmax {name}", 2 * t.nbytes, lambda: W.softmax_by_hand(t), ref)
-        # host-side cost per call, no GPU wait
         for label, f in (("minicomp", lambda: c(t)), ("eager", lambda: W.softmax_by_hand(t))):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(200):
-                f()
-            host = (time.perf_counter() - t0) / 200 * 1e3
-            torch.cuda.synchronize()
-            res.add("overhead", f"host time per call {label} softmax {name}", host)
+            res.add("overhead", f"host time per call {label} softmax {name}", host_ms_per_call(f))
+
+
+def host_ms_per_call(fn, calls: int = 200) -> float:
+    """Host-side milliseconds per call of `fn`: `calls` calls with no GPU wait between them."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t0) / calls * 1e3
+    torch.cuda.synchronize()
+    return host
 
 
 def bench_host_hidden(fn, reps: int = 100) -> float:
@@ -484,14 +489,7 @@ def sweep_host_hidden(res: Results):
         res.add("hidden", f"{label} do_bench", bench(fn), nb)
         res.add("hidden", f"{label} host hidden", bench_host_hidden(fn), nb)
     for label, fn, _ in cases:
-        fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(200):
-            fn()
-        host = (time.perf_counter() - t0) / 200 * 1e3
-        torch.cuda.synchronize()
-        res.add("hidden", f"{label} host ms per call (200 calls, no sync)", host)
+        res.add("hidden", f"{label} host ms per call (200 calls, no sync)", host_ms_per_call(fn))
 
 
 def sweep_pointwise_kernel(res: Results):
