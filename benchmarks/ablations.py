@@ -123,6 +123,17 @@ def pointwise_anchor():
     return x, w, b, ref, torch.empty_like(x), 2 * x.nbytes + w.nbytes + b.nbytes
 
 
+def hand_pointwise(x, w, b, y, br: int, bc: int, warps: int):
+    """The hand-written 2-D pointwise anchor kernel (tile br x bc, `warps` warps) as a call."""
+    R, C = x.shape
+
+    def run():
+        pointwise_2d[(triton.cdiv(C, bc), triton.cdiv(R, br))](x, w, b, y, R, C=C, BR=br, BC=bc, FORM=0,
+                                                                num_warps=warps)
+        return y
+    return run
+
+
 def grid_for(n_blocks: int, persistent: int) -> tuple:
     return (min(n_blocks, SMS * persistent),) if persistent else (n_blocks,)
 
@@ -394,14 +405,10 @@ def sweep_pointwise_variants(res: Results):
     from benchmarks import workloads as W
     from minicomp.runtime.loader import import_source
     x, w, b, ref, y, nbytes = pointwise_anchor()
-    R, C = x.shape
     attempt(res, "pw_var", "torch copy_ of x", 2 * x.nbytes, lambda: y.copy_(x))
     for br, bc, warps in ((16, 256, 4), (8, 512, 4)):
-        def run():
-            pointwise_2d[(triton.cdiv(C, bc), triton.cdiv(R, br))](x, w, b, y, R, C=C, BR=br, BC=bc, FORM=0,
-                                                                    num_warps=warps)
-            return y
-        attempt(res, "pw_var", f"ablation kernel BR={br} BC={bc} warps={warps}", nbytes, run, ref)
+        attempt(res, "pw_var", f"ablation kernel BR={br} BC={bc} warps={warps}", nbytes,
+                hand_pointwise(x, w, b, y, br, bc, warps), ref)
     c = minicomp.compile(W.gelu_tanh_affine)
     c.compile_for(x, w, b)
     for variant, src in _pointwise_variants(c.source).items():
@@ -469,16 +476,13 @@ def sweep_host_hidden(res: Results):
     import minicomp
     from benchmarks import workloads as W
     x, w, b, ref, y, nbytes = pointwise_anchor()
-    R, C = x.shape
     s = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
     soft = minicomp.compile(lambda t: torch.softmax(t, -1))
     pw = minicomp.compile(W.gelu_tanh_affine)
     check(pw(x, w, b), ref, "pointwise")
     check(soft(s), torch.softmax(s, -1), "softmax")
 
-    def hand():
-        pointwise_2d[(triton.cdiv(C, 512), triton.cdiv(R, 8))](x, w, b, y, R, C=C, BR=8, BC=512, FORM=0, num_warps=4)
-        return y
+    hand = hand_pointwise(x, w, b, y, 8, 512, 4)
     check(hand(), ref, "hand pointwise")
     cases = [("torch copy_ 8192x8192", lambda: y.copy_(x), 2 * x.nbytes),
              ("hand pointwise kernel 8x512 w4", hand, nbytes),
@@ -512,11 +516,8 @@ def sweep_pointwise_kernel(res: Results):
                        + "    mul3 = x * w\n", src, count=1)
     variants = {"generated": src, "loads w, b before x": reordered}
     for br, bc, warps in ((8, 512, 4), (16, 256, 4)):
-        def hand():
-            pointwise_2d[(triton.cdiv(C, bc), triton.cdiv(R, br))](x, w, b, y, R, C=C, BR=br, BC=bc, FORM=0,
-                                                                    num_warps=warps)
-            return y
-        attempt(res, "pw_kernel", f"hand kernel {br}x{bc} w{warps}", nbytes, hand, ref)
+        attempt(res, "pw_kernel", f"hand kernel {br}x{bc} w{warps}", nbytes, hand_pointwise(x, w, b, y, br, bc, warps),
+                ref)
         for label, text in variants.items():
             mod = import_source(text, f"pwk_{label}".replace(" ", "_").replace(",", ""), interpret=False)
             fn = getattr(mod, name).fn
