@@ -11,8 +11,14 @@ layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
 (`python mod.py [inputs.pt [outputs.pt]]`) it reads `constants.pt` beside itself,
 runs on the given or on seeded random inputs, and prints the output shapes.
 
+On CUDA the module also carries `_WARM`, every launch written with dtypes in place of
+tensors, which call() hands to `_warm_up()` once to compile all kernels and configs at once
+(codegen/launch.py); and its autotuners time configs through `_tune_bench` (5 + 20 ms each,
+see TUNE_BENCH_HELPER below).
+
 Invariants: kernel names are unique (group index suffix); `generate` never mutates the
-graph, but records on each plan group why it fell back (`group.fallback`).
+graph, but records on each plan group why it fell back (`group.fallback`); on CUDA every
+tensor a kernel is given starts 16-byte aligned (`_as_layout`, the loader's `_aligned`).
 """
 
 from __future__ import annotations
