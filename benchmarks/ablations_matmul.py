@@ -13,20 +13,26 @@ from benchmarks.ablation_harness import ATTN_VARIANTS, Results, attempt, attempt
 from benchmarks.ablation_kernels import gemm_tma_kernel
 
 
-def sweep_attention(res: Results):
-    """minicomp's own attention kernel under a wide config space, one config at a time."""
+def attention_anchor(res: Results, group: str):
+    """The attention anchor (causal, B4 H32 S4096 d128, bf16): SDPA timed into `group` as the
+    reference row; returns (q, k, v), SDPA's answer, minicomp's compiled function (compiled for
+    these inputs) and the flops."""
     import minicomp
     from benchmarks import workloads as W
     B, H, S, D = 4, 32, 4096, 128
-    fn = W.make_causal_attention(S, D, "cuda")
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    attempt(res, "attention", "F.scaled_dot_product_attention", None, lambda: torch.nn.functional
-            .scaled_dot_product_attention(q, k, v, is_causal=True), ref)
-    compiled = minicomp.compile(fn)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    ref = sdpa(q, k, v, is_causal=True)
+    attempt(res, group, "F.scaled_dot_product_attention", None, lambda: sdpa(q, k, v, is_causal=True), ref)
+    compiled = minicomp.compile(W.make_causal_attention(S, D, "cuda"))
     compiled.compile_for(q, k, v)
+    return (q, k, v), ref, compiled, 4 * B * H * S * S * D / 2
+
+
+def sweep_attention(res: Results):
+    """minicomp's own attention kernel under a wide config space, one config at a time."""
+    (q, k, v), ref, compiled, flops = attention_anchor(res, "attention")
     source = compiled.source
-    flops = 4 * B * H * S * S * D / 2
     configs = ([(128, bn, st, 8) for bn in (64, 128) for st in (2, 3, 4)] + [(128, 64, st, 4) for st in (2, 3, 4)]
                + [(64, bn, st, 4) for bn in (64, 128) for st in (2, 3)])
     constants = [c.to("cuda") for c in compiled._need().generated.constants]
@@ -120,18 +126,8 @@ def _attention_variants(source: str) -> dict[str, str]:
 def sweep_attention_variants(res: Results):
     """Kernel-shape variants of minicomp's attention (TMA loads of K and V, warp specialisation),
     each under a few configs."""
-    import minicomp
-    from benchmarks import workloads as W
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    B, H, S, D = 4, 32, 4096, 128
-    fn = W.make_causal_attention(S, D, "cuda")
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    attempt(res, "attn_var", "F.scaled_dot_product_attention", None, lambda: torch.nn.functional
-            .scaled_dot_product_attention(q, k, v, is_causal=True), ref)
-    compiled = minicomp.compile(fn)
-    compiled.compile_for(q, k, v)
-    flops = 4 * B * H * S * S * D / 2
+    (q, k, v), ref, compiled, flops = attention_anchor(res, "attn_var")
     for variant, source in _attention_variants(compiled.source).items():
         if ATTN_VARIANTS[0] and variant not in ATTN_VARIANTS[0]:
             continue
