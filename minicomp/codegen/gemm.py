@@ -332,25 +332,29 @@ def _write_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowe
     _write_epilogue(ctx, spec, body, low, accs)
 
 
+def _write_descriptor(body: CodeBuilder, name: str, ptr: str, op: TmaOperand, dims: tuple[str, str]) -> None:
+    """`{name}_desc` over an operand read as a [dims[0], dims[1]] matrix (stored [dims[1], dims[0]]
+    when `op.transposed`, as nn.Linear's weight is for B)."""
+    rows, cols = dims[::-1] if op.transposed else dims
+    note = f"  # [{rows}, {cols}]: read transposed" if op.transposed else ""
+    body.writeline(f"{name}_desc = tl.make_tensor_descriptor({ptr}, shape=[{rows}, {cols}], "
+                   f"strides=[{op.ld}, 1], block_shape=[BLOCK_{rows}, BLOCK_{cols}]){note}")
+
+
+def _descriptor_load(name: str, op: TmaOperand, row0: str, col0: str) -> str:
+    """The load of one [row, col] tile through `{name}_desc` (starting at row0, col0 of the matrix read)."""
+    return f"{name}_desc.load([{col0}, {row0}]).T" if op.transposed else f"{name}_desc.load([{row0}, {col0}])"
+
+
 def _write_tma_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering,
                     a_tma: TmaOperand, b_tmas: list[TmaOperand]) -> None:
     """The persistent kernel with TMA descriptor loads (the module docstring's second form)."""
     tiles, accs = _operand_names(spec)
     body.writeline("# TMA descriptors: operand tiles are copied to shared memory by the tensor memory")
     body.writeline("# accelerator; rows and columns past the edge read as zeros, so no operand masks")
-    if a_tma.transposed:
-        body.writeline(f"a_desc = tl.make_tensor_descriptor({low.pointer(spec.a.leaf)}, shape=[K, M], "
-                       f"strides=[{a_tma.ld}, 1], block_shape=[BLOCK_K, BLOCK_M])")
-    else:
-        body.writeline(f"a_desc = tl.make_tensor_descriptor({low.pointer(spec.a.leaf)}, shape=[M, K], "
-                       f"strides=[{a_tma.ld}, 1], block_shape=[BLOCK_M, BLOCK_K])")
+    _write_descriptor(body, "a", low.pointer(spec.a.leaf), a_tma, ("M", "K"))
     for tile, b, bt in zip(tiles, spec.bs, b_tmas):
-        if bt.transposed:
-            body.writeline(f"{tile}_desc = tl.make_tensor_descriptor({low.pointer(b.leaf)}, shape=[N, K], "
-                           f"strides=[{bt.ld}, 1], block_shape=[BLOCK_N, BLOCK_K])  # [N, K]: read transposed")
-        else:
-            body.writeline(f"{tile}_desc = tl.make_tensor_descriptor({low.pointer(b.leaf)}, shape=[K, N], "
-                           f"strides=[{bt.ld}, 1], block_shape=[BLOCK_K, BLOCK_N])")
+        _write_descriptor(body, tile, low.pointer(b.leaf), bt, ("K", "N"))
     body.writeline("num_pid_m = tl.cdiv(M, BLOCK_M)")
     body.writeline("num_pid_n = tl.cdiv(N, BLOCK_N)")
     body.writeline("num_tiles = num_pid_m * num_pid_n")
@@ -360,11 +364,9 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: Tile
         for acc in accs:
             body.writeline(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
         with body.block("for k0 in range(0, K, BLOCK_K):"):
-            body.writeline("a = a_desc.load([k0, pid_m * BLOCK_M]).T" if a_tma.transposed
-                           else "a = a_desc.load([pid_m * BLOCK_M, k0])")
+            body.writeline(f"a = {_descriptor_load('a', a_tma, 'pid_m * BLOCK_M', 'k0')}")
             for tile, bt in zip(tiles, b_tmas):
-                body.writeline(f"{tile} = {tile}_desc.load([pid_n * BLOCK_N, k0]).T" if bt.transposed
-                               else f"{tile} = {tile}_desc.load([k0, pid_n * BLOCK_N])")
+                body.writeline(f"{tile} = {_descriptor_load(tile, bt, 'k0', 'pid_n * BLOCK_N')}")
             _write_dots(ctx, spec, body, tiles, accs)
         _write_epilogue(ctx, spec, body, low, accs)
 
