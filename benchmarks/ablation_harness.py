@@ -30,6 +30,7 @@ from benchmarks.ablation_kernels import pointwise_2d  # noqa: E402
 
 DEADLINE = [float("inf")]                         # --budget-s: no variant starts after it
 ATTN_VARIANTS: list[set[str] | None] = [None]     # --attn-variants
+ATTN_CONFIGS: list[list[tuple[int, ...]] | None] = [None]  # --attn-configs: (BLOCK_M, BLOCK_N, stages, warps)
 
 
 @functools.cache

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import ablations_matmul as MM  # noqa: E402
 from benchmarks import ablations_memory as MEM  # noqa: E402
-from benchmarks.ablation_harness import ATTN_VARIANTS, DEADLINE, Results, sm_count  # noqa: E402
+from benchmarks.ablation_harness import ATTN_CONFIGS, ATTN_VARIANTS, DEADLINE, Results, sm_count  # noqa: E402
 
 SWEEPS = {"copy": MEM.sweep_copy, "softmax": MEM.sweep_softmax, "layernorm": MEM.sweep_layernorm,
           "pointwise": MEM.sweep_pointwise, "attention": MM.sweep_attention,
@@ -57,7 +57,11 @@ def main() -> int:
     p.add_argument("--only", default="softmax,layernorm,pointwise,attention,linear,overhead,copy")
     p.add_argument("--budget-s", type=float, default=420.0, help="start no variant after this many seconds")
     p.add_argument("--attn-variants", help="comma-separated attention variants for attn_var (default: all)")
+    p.add_argument("--attn-configs", help="attention configs for attn_var, 'BLOCK_M,BLOCK_N,stages,warps' joined "
+                   "by ';' (default: five of the autotuner's)")
     args = p.parse_args()
+    if args.attn_configs:
+        ATTN_CONFIGS[0] = [tuple(int(x) for x in c.split(",")) for c in args.attn_configs.split(";")]
     ATTN_VARIANTS[0] = set(args.attn_variants.split(",")) if args.attn_variants else None
     DEADLINE[0] = time.perf_counter() + args.budget_s
     if not torch.cuda.is_available():

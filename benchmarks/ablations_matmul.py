@@ -9,7 +9,7 @@ import math
 import torch
 import triton
 
-from benchmarks.ablation_harness import ATTN_VARIANTS, Results, attempt, attempt_module, sm_count, with_one_config
+from benchmarks.ablation_harness import ATTN_CONFIGS, ATTN_VARIANTS, Results, attempt, attempt_module, sm_count, with_one_config
 from benchmarks.ablation_kernels import gemm_tma_kernel
 
 
@@ -131,7 +131,8 @@ def sweep_attention_variants(res: Results):
     for variant, source in _attention_variants(compiled.source).items():
         if ATTN_VARIANTS[0] and variant not in ATTN_VARIANTS[0]:
             continue
-        for bm, bn, st, wp in ((64, 64, 3, 4), (128, 64, 3, 8), (128, 128, 2, 8), (128, 64, 4, 4), (128, 128, 3, 8)):
+        configs = ATTN_CONFIGS[0] or ((64, 64, 3, 4), (128, 64, 3, 8), (128, 128, 2, 8), (128, 64, 4, 4), (128, 128, 3, 8))
+        for bm, bn, st, wp in configs:
             one = f'triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}}}, num_stages={st}, num_warps={wp}),'
             attempt_module(res, "attn_var", f"{variant} BLOCK_M={bm} BLOCK_N={bn} stages={st} warps={wp}",
                            lambda: with_one_config(source, one, f"attv_{variant}_{bm}_{bn}_{st}_{wp}"), (q, k, v),
