@@ -2,7 +2,9 @@
 
 Invariants:
 - CUDA times are `triton.testing.do_bench` medians (CUDA events, L2 flushed before every
-  repetition) with at least `min_reps` timed runs; CPU times are `time.perf_counter` medians.
+  repetition) with at least `args.reps` timed runs; CPU times are `time.perf_counter` medians.
+- the backends of one workload are timed in rounds that take turns (`time_interleaved`), so
+  a drift of the GPU's clock during the run falls on all of them alike.
 - `compare` is the correctness gate: `torch.testing.assert_close` (dtypes must match eager's),
   plus the size of any difference, so a failure can be judged from the record alone.
 - torch and triton are imported inside functions: the caller sets TRITON_INTERPRET first.
@@ -75,34 +77,57 @@ def finite(x: float | None) -> float | None:
 
 def time_fn(fn: Callable[[], Any], args) -> dict:
     """Median and spread of `fn()`; on CUDA through do_bench, at least `args.reps` timed runs."""
+    return time_interleaved({"fn": fn}, args, rounds=1)["fn"]
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], args, rounds: int) -> dict[str, dict]:
+    """Median and spread of each `fns[name]()`, timed in `rounds` rounds that take turns.
+
+    The H200's clock moves during a run (a GEMM's timed runs can split between two modes 6%
+    apart), so timing one backend after another can credit one with the fast mode. Here every
+    round times every function (starting with a different one each round) for 1/rounds of the
+    repetition time, and each record pools its rounds' runs; `rounds_ms` keeps each round's
+    median, so the drift is visible in the record.
+    """
+    names = list(fns)
+    runs: dict[str, list[float]] = {n: [] for n in names}
+    medians: dict[str, list[float]] = {n: [] for n in names}
+    rep: dict[str, float | None] = {}
+    for n in names:                       # one untimed call each; on CUDA it sizes the repetitions
+        sync(args.device)
+        t0 = time.perf_counter()
+        fns[n]()
+        sync(args.device)
+        estimate_ms = (time.perf_counter() - t0) * 1e3
+        rep[n] = min(max(args.rep_ms, args.reps * estimate_ms), 3000.0) / rounds if args.device == "cuda" else None
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            times = _one_round(fns[n], args, rep[n], rounds)
+            runs[n] += times
+            medians[n].append(statistics.median(times))
+    out = {}
+    for n in names:
+        times = sorted(runs[n])
+        q = lambda f: times[min(len(times) - 1, int(f * len(times)))]  # noqa: E731
+        method = "triton.testing.do_bench" if args.device == "cuda" else "time.perf_counter"
+        out[n] = {"ms": statistics.median(times), "p20_ms": q(0.2), "p80_ms": q(0.8), "n": len(times),
+                  "rep_ms": rep[n] * rounds if rep[n] else None, "rounds": rounds,
+                  "rounds_ms": medians[n],
+                  "method": method + (f", {rounds} rounds taking turns" if rounds > 1 else "")}
+    return out
+
+
+def _one_round(fn: Callable[[], Any], args, rep_ms: float | None, rounds: int) -> list[float]:
+    """Timed runs of `fn()` for one round: do_bench's on CUDA, perf_counter's on the CPU."""
     if args.device == "cuda":
         from triton.testing import do_bench
-        sync("cuda")
+        return list(do_bench(fn, warmup=args.warmup_ms, rep=rep_ms, return_mode="all"))
+    times = []
+    for _ in range(max(1, -(-args.reps // rounds))):
         t0 = time.perf_counter()
         fn()
-        sync("cuda")
-        estimate_ms = (time.perf_counter() - t0) * 1e3
-        rep_ms = min(max(args.rep_ms, args.reps * estimate_ms), 3000.0)
-        try:
-            times = do_bench(fn, warmup=args.warmup_ms, rep=rep_ms, return_mode="all")
-        except (AssertionError, TypeError):       # a Triton without return_mode="all"
-            p20, p50, p80 = do_bench(fn, warmup=args.warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-            return {"ms": p50, "p20_ms": p20, "p80_ms": p80, "n": None, "rep_ms": rep_ms,
-                    "method": "triton.testing.do_bench quantiles"}
-        method = "triton.testing.do_bench"
-    else:
-        fn()
-        times = []
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        method = "time.perf_counter"
-        rep_ms = None
-    times = sorted(times)
-    q = lambda f: times[min(len(times) - 1, int(f * len(times)))]
-    return {"ms": statistics.median(times), "p20_ms": q(0.2), "p80_ms": q(0.8),
-            "n": len(times), "rep_ms": rep_ms, "method": method}
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
 
 
 def compare(outs: Any, refs: Any, tol: dict) -> dict:

@@ -189,7 +189,8 @@ def markdown(record: dict) -> str:
              f"PyTorch {env.get('torch')}, Triton {env.get('triton')}, CUDA {env.get('cuda')}, "
              f"driver {env.get('driver')}; date {env.get('date')}; commit {env.get('git_commit')}",
              f"- dtype {env.get('dtype')}; timing: {t.get('method')}, warm-up {t.get('warmup_ms')} ms, "
-             f"rep {t.get('rep_ms')} ms (at least {t.get('min_reps')} timed runs)",
+             f"rep {t.get('rep_ms')} ms (at least {t.get('min_reps')} timed runs)"
+             + (f", in {t['rounds']} rounds taking turns between backends" if t.get("rounds", 1) > 1 else ""),
              f"- correctness before timing: {tol.get('check')}, atol {tol.get('atol')}, rtol {tol.get('rtol')}",
              f"- ceilings (this run): {ceilings_line(record.get('ceilings'))}", "",
              "| workload | shapes | check | eager ms | torch.compile ms | minicomp ms | mc/eager | mc/tc "

@@ -16,7 +16,9 @@ Invariants:
 - Compile time is measured in fresh child processes (`--compile-time-child`) with empty
   temporary cache directories for Inductor, Triton and minicomp.
 - On CUDA, times are `triton.testing.do_bench` medians (CUDA events, L2 flushed between
-  repetitions). On CPU (Triton interpreter, tiny shapes) they are `time.perf_counter` medians
+  repetitions), of runs taken in `--rounds` rounds that take turns between the backends of a
+  workload (measure.time_interleaved): the GPU's clock drifts during a run, and timing one
+  backend after the other let a GEMM's ratio to torch.compile swing by 10% between runs. On CPU (Triton interpreter, tiny shapes) they are `time.perf_counter` medians
   and mean nothing about speed: that mode exists to check the suite end to end.
 """
 
@@ -40,7 +42,8 @@ if str(ROOT) not in sys.path:            # run as a script: make `benchmarks` im
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import (TOLERANCES, compare, deadline, error_record, io_bytes, ledger,  # noqa: E402
-                                measure_ceilings, poison_allocator, sync, time_fn)
+                                measure_ceilings, poison_allocator, sync, time_fn,
+                                time_interleaved)
 CHILD_MARKER = "BENCH_CHILD_RESULT "
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -55,6 +58,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=None, help="least timed repetitions per measurement")
     p.add_argument("--warmup-ms", type=float, default=None, help="do_bench warm-up (ms)")
     p.add_argument("--rep-ms", type=float, default=None, help="do_bench repetition time (ms)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="timing rounds that take turns between a workload's backends (default 5 on cuda)")
     p.add_argument("--backends", help="comma-separated: eager,inductor,minicomp "
                    "(default: all three on cuda; eager,minicomp on cpu)")
     p.add_argument("--compile-time", choices=["all", "minicomp", "none"], default=None,
@@ -78,6 +83,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.reps = args.reps or (20 if gpu else 3)
     args.warmup_ms = args.warmup_ms or (10.0 if args.quick else 25.0)
     args.rep_ms = args.rep_ms or (50.0 if args.quick else 100.0)
+    args.rounds = args.rounds or (5 if gpu else 1)
     args.step_timeout_s = args.step_timeout_s or (180.0 if gpu else 120.0)
     args.backends = (args.backends or ("eager,inductor,minicomp" if gpu else "eager,minicomp")).split(",")
     unknown = set(args.backends) - {"eager", "inductor", "minicomp"}
@@ -123,7 +129,16 @@ def make_backend(name: str, built) -> Callable:
 
 
 def run_backend(name: str, built, ref, args, tol) -> dict:
-    """Compile (minicomp: with its plan), first call, check against eager, then time."""
+    """Compile (minicomp: with its plan), first call, check against eager, time, check again."""
+    rec, fn = prepare_backend(name, built, ref, args, tol)
+    rec.update(time_fn(lambda: fn(*built.inputs), args))
+    check_after_timing(rec, fn, built, ref, tol)
+    return rec
+
+
+def prepare_backend(name: str, built, ref, args, tol) -> tuple[dict, Callable]:
+    """Compile (minicomp: with its plan), first call and check against eager; returns the record
+    and the compiled callable, for timing."""
     rec: dict[str, Any] = {}
     fn = make_backend(name, built)
     if name == "minicomp":
@@ -141,17 +156,19 @@ def run_backend(name: str, built, ref, args, tol) -> dict:
     sync(args.device)
     rec["first_call_s"] = time.perf_counter() - t0               # in this (warm) process, after compile_for
     rec["check"] = compare(out, ref, tol) if ref is not None else {"ok": True, "reference": True}
-    del out
-    rec.update(time_fn(lambda: fn(*built.inputs), args))
-    if ref is not None:
-        # the timed calls take other paths than the first (minicomp: the compiled kernels' own
-        # launchers; torch.compile: its guards' fast path): check one of them too
-        poison_allocator(ref)
-        after = compare(fn(*built.inputs), ref, tol)
-        rec["check_after_timing"] = after
-        if not after["ok"] and rec["check"]["ok"]:
-            rec["check"] = {**after, "error": "after timing: " + after.get("error", "mismatch")}
-    return rec
+    return rec, fn
+
+
+def check_after_timing(rec: dict, fn: Callable, built, ref, tol) -> None:
+    """The timed calls take other paths than the first (minicomp: the compiled kernels' own
+    launchers; torch.compile: its guards' fast path): check one of them too."""
+    if ref is None:
+        return
+    poison_allocator(ref)
+    after = compare(fn(*built.inputs), ref, tol)
+    rec["check_after_timing"] = after
+    if not after["ok"] and rec["check"]["ok"]:
+        rec["check"] = {**after, "error": "after timing: " + after.get("error", "mismatch")}
 
 
 def run_workload(w, args, ends_at: float) -> dict:
@@ -179,21 +196,45 @@ def run_workload(w, args, ends_at: float) -> dict:
     names = [b for b in args.backends if b in ("eager", "inductor", "minicomp")]
     if built.reference:
         names.append(built.reference[0])
-    for name in names:
+    fns: dict[str, Callable] = {}
+    for name in names:                    # compile, first call and check, one backend at a time
         try:
             with deadline(limit()):
-                rec["backends"][name] = run_backend(name, built, None if name == "eager" else ref, args, tol)
+                rec["backends"][name], fns[name] = prepare_backend(name, built, None if name == "eager" else ref,
+                                                                   args, tol)
         except Exception as e:
             rec["errors"][name] = error_record(e)
         finally:
             gc.collect()
             if args.device == "cuda":
                 torch.cuda.empty_cache()
+    calls = {n: (lambda f=f, a=built.inputs: f(*a)) for n, f in fns.items()}
+    try:                                  # then all of them timed in rounds that take turns
+        with deadline(limit()):
+            timed = time_interleaved(calls, args, args.rounds)
+    except Exception:                     # one backend failed while timed: time them one by one
+        timed = {}
+        for name, call in calls.items():
+            try:
+                with deadline(limit()):
+                    timed[name] = time_fn(call, args)
+            except Exception as e:
+                rec["errors"][name] = error_record(e)
+                rec["backends"].pop(name, None)
+    for name, times in timed.items():
+        rec["backends"][name].update(times)
+        try:
+            with deadline(limit()):
+                check_after_timing(rec["backends"][name], fns[name], built, None if name == "eager" else ref, tol)
+        except Exception as e:
+            rec["errors"][name] = error_record(e)
+            rec["backends"].pop(name, None)
+    for name in names:
         status = rec["backends"].get(name, {})
         print(f"  {w.name:14s} {name:9s} "
               + (f"{status['ms']:.4f} ms  check={'ok' if status['check']['ok'] else 'FAIL'}"
                  if status else f"error: {rec['errors'][name]['error']}"), flush=True)
-    del built, ref
+    del built, ref, fns
     torch._dynamo.reset()
     return rec
 
@@ -297,7 +338,8 @@ def environment(args: argparse.Namespace) -> dict:
         "triton_interpret": os.environ.get("TRITON_INTERPRET"), "argv": sys.argv[1:],
         "timing": {"method": "triton.testing.do_bench (CUDA events, L2 flushed, median)"
                    if args.device == "cuda" else "time.perf_counter median (interpreter: not a speed)",
-                   "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "min_reps": args.reps},
+                   "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "min_reps": args.reps,
+                   "rounds": args.rounds},
         "compile_time": {"fresh_process": args.compile_time, "jobs_at_once": args.compile_jobs},
         "tolerance": {"check": "torch.testing.assert_close against eager, before timing",
                       **TOLERANCES[DTYPES[args.dtype]]},

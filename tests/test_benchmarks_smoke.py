@@ -123,3 +123,27 @@ def test_a_wrong_answer_after_timing_fails_the_check(monkeypatch):
     rec = run.run_backend("eager", built, x * 2, args, TOLERANCES["float32"])
     assert not rec["check"]["ok"] and rec["check"]["error"].startswith("after timing:")
     assert rec["check_after_timing"]["ok"] is False and len(calls) > 2
+
+
+def test_backends_are_timed_in_rounds_that_take_turns():
+    """time_interleaved times every function in every round, starting with a different one each
+    round, and pools the rounds' runs: a clock drift during the run falls on all backends."""
+    import argparse
+
+    from benchmarks.measure import time_interleaved
+
+    order = []
+    fns = {name: (lambda name=name: order.append(name)) for name in ("a", "b", "c")}
+    args = argparse.Namespace(device="cpu", reps=6, warmup_ms=1.0, rep_ms=1.0)
+    out = time_interleaved(fns, args, rounds=3)
+    assert order[:3] == ["a", "b", "c"]                       # the untimed first calls
+    timed = order[3:]
+    per_round = len(timed) // 3
+    assert per_round == 3 * 2                                 # 6 runs each, 2 per round
+    starts = [timed[i * per_round] for i in range(3)]
+    assert starts == ["a", "b", "c"]                          # each round starts with the next one
+    for name in fns:
+        rec = out[name]
+        assert rec["n"] == 6 and rec["rounds"] == 3 and len(rec["rounds_ms"]) == 3
+        assert rec["p20_ms"] <= rec["ms"] <= rec["p80_ms"]
+        assert "3 rounds taking turns" in rec["method"]
