@@ -22,6 +22,16 @@ Invariants and decisions:
 - the attention result (`o`, fp32) is a leaf of codegen's pointwise lowering, so a fused
   epilogue (cast, scale, residual) is applied before the single store.
 
+Where the time goes on Hopper (Triton 3.6; benchmarks/results/2026-11-29-s4/README.md): each
+`tl.dot` of the key loop is waited for at once (`wgmma.wait_group 0`: the accumulator is
+rescaled between the two dots, so Triton cannot leave the P @ V dot in flight), so a
+block's tensor cores idle while its softmax runs and only a second resident block fills that
+time. That is why 64x64 tiles with 4 warps (167 registers and 112 KiB of shared memory: two
+blocks per SM) are as fast as 128x128 with 8 warps (one block). Issuing the next block's
+Q @ K^T before this block's softmax does not help: Triton waits for it at once too. cuDNN's
+kernel (SDPA's default here) overlaps the two with warp-specialised warpgroups, which
+`tl.range(warp_specialize=True)` does not produce for this loop on Hopper.
+
 Index symbols: `qm`/`qd` (query tile), `kd`/`kn` (K tile, transposed), `vn`/`vd` (V tile),
 `rm`/`rn` (score tile), `rm`/`od` (output tile), `z0`, `z1`... (batch and head).
 
