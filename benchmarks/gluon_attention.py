@@ -68,6 +68,31 @@ def _softmax(s, m_i, l_i, qk_scale, rows, cols, MASKED: gl.constexpr):
 
 
 @gluon.jit
+def _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc, v_ring, v_bars, kv_row, n_total,
+          qk_scale, rows, cols0, zero_s, o_layout: gl.constexpr, p_layout: gl.constexpr, BN: gl.constexpr,
+          STAGES: gl.constexpr, SETTLE: gl.constexpr):
+    """One unmasked key block j: S[j] (given) -> P[j]; S[j+1] and P[j] @ V[j] left in flight
+    around the softmax as the module docstring says. Returns S[j+1] and the running state."""
+    nxt = j + 1
+    mbarrier.wait(k_bars.index(nxt % STAGES), (nxt // STAGES) & 1)
+    s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(nxt % STAGES).permute((1, 0)), zero_s,
+                                 use_acc=False, is_async=True)
+    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, False)
+    acc, p_prev = hopper.warpgroup_mma_wait(1, deps=[acc_tok, p_prev])       # P[j-1] @ V[j-1] done
+    _fill(v_desc, v_ring, v_bars, j - 1 + STAGES, kv_row, BN, STAGES, (j >= 1) & (j - 1 + STAGES < n_total))
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p_prev = gl.convert_layout(p.to(p_prev.dtype), p_layout)
+    mbarrier.wait(v_bars.index(j % STAGES), (j // STAGES) & 1)
+    acc_tok = hopper.warpgroup_mma(p_prev, v_ring.index(j % STAGES), acc, is_async=True)
+    s = hopper.warpgroup_mma_wait(1, deps=[s_tok])                           # S[j+1] done
+    _fill(k_desc, k_ring, k_bars, nxt + STAGES, kv_row, BN, STAGES, nxt + STAGES < n_total)
+    if SETTLE:   # nothing may stay in flight across the loop's back edge (see attn_fwd)
+        acc, p_prev = hopper.warpgroup_mma_wait(0, deps=[acc_tok, p_prev])
+        acc_tok = hopper.warpgroup_mma_init(acc)
+    return s, acc_tok, p_prev, m_i, l_i
+
+
+@gluon.jit
 def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.constexpr, D: gl.constexpr,
              BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
@@ -122,23 +147,21 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.con
     _fill(k_desc, k_ring, k_bars, STAGES, kv_row, BN, STAGES, STAGES < n_total)
     acc_tok = hopper.warpgroup_mma_init(acc)
 
-    for j in range(0, n_total - 1):
-        nxt = j + 1
-        mbarrier.wait(k_bars.index(nxt % STAGES), (nxt // STAGES) & 1)
-        s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(nxt % STAGES).permute((1, 0)), zero_s,
-                                     use_acc=False, is_async=True)
-        if j >= n_full:
-            p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, True)
-        else:
-            p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, False)
-        acc, p_prev = hopper.warpgroup_mma_wait(1, deps=[acc_tok, p_prev])       # P[j-1] @ V[j-1] done
-        _fill(v_desc, v_ring, v_bars, j - 1 + STAGES, kv_row, BN, STAGES, (j >= 1) & (j - 1 + STAGES < n_total))
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-        p_prev = gl.convert_layout(p.to(dtype), p_layout)
-        mbarrier.wait(v_bars.index(j % STAGES), (j // STAGES) & 1)
-        acc_tok = hopper.warpgroup_mma(p_prev, v_ring.index(j % STAGES), acc, is_async=True)
-        s = hopper.warpgroup_mma_wait(1, deps=[s_tok])                           # S[j+1] done
-        _fill(k_desc, k_ring, k_bars, nxt + STAGES, kv_row, BN, STAGES, nxt + STAGES < n_total)
+    # S[j] is consumed one step after the step that issued it. A loop that carried it would
+    # make ptxas copy a wgmma accumulator at the back edge, and it then serialises every wgmma
+    # of the kernel (warning C7511); two steps per trip let the two S buffers alternate.
+    steps = n_total - 1
+    if steps % 2 == 1:
+        s, acc_tok, p_prev, m_i, l_i = _step(0, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc,
+                                             v_ring, v_bars, kv_row, n_total, qk_scale, rows, cols0, zero_s,
+                                             o_layout, p_layout, BN, STAGES, True)
+    for j in range(steps % 2, steps, 2):
+        s1, acc_tok, p_prev, m_i, l_i = _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc,
+                                              v_ring, v_bars, kv_row, n_total, qk_scale, rows, cols0, zero_s,
+                                              o_layout, p_layout, BN, STAGES, False)
+        s, acc_tok, p_prev, m_i, l_i = _step(j + 1, s1, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars,
+                                             v_desc, v_ring, v_bars, kv_row, n_total, qk_scale, rows, cols0, zero_s,
+                                             o_layout, p_layout, BN, STAGES, True)
 
     # the last block (on the diagonal): masked, nothing left to overlap
     j = n_total - 1
