@@ -69,15 +69,18 @@ def _softmax(s, m_i, l_i, qk_scale, rows, cols, MASKED: gl.constexpr):
 
 @gluon.jit
 def _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc, v_ring, v_bars, kv_row, n_total,
-          qk_scale, rows, cols0, zero_s, o_layout: gl.constexpr, p_layout: gl.constexpr, BN: gl.constexpr,
+          n_full, qk_scale, rows, cols0, zero_s, o_layout: gl.constexpr, p_layout: gl.constexpr, BN: gl.constexpr,
           STAGES: gl.constexpr, SETTLE: gl.constexpr):
-    """One unmasked key block j: S[j] (given) -> P[j]; S[j+1] and P[j] @ V[j] left in flight
+    """One key block j (masked from n_full on): S[j] (given) -> P[j]; S[j+1] and P[j] @ V[j] left in flight
     around the softmax as the module docstring says. Returns S[j+1] and the running state."""
     nxt = j + 1
     mbarrier.wait(k_bars.index(nxt % STAGES), (nxt // STAGES) & 1)
     s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(nxt % STAGES).permute((1, 0)), zero_s,
                                  use_acc=False, is_async=True)
-    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, False)
+    if j >= n_full:
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, True)
+    else:
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, False)
     acc, p_prev = hopper.warpgroup_mma_wait(1, deps=[acc_tok, p_prev])       # P[j-1] @ V[j-1] done
     _fill(v_desc, v_ring, v_bars, j - 1 + STAGES, kv_row, BN, STAGES, (j >= 1) & (j - 1 + STAGES < n_total))
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -123,8 +126,8 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.con
         mbarrier.init(k_bars.index(i), count=1)
         mbarrier.init(v_bars.index(i), count=1)
 
-    n_total = (pid_m + 1) * (BM // BN)      # causal: key blocks up to the diagonal
-    n_full = pid_m * (BM // BN)             # blocks before it need no mask
+    n_total = ((pid_m + 1) * BM + BN - 1) // BN   # causal: key blocks up to the diagonal
+    n_full = (pid_m * BM) // BN                    # blocks before n_full need no mask
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem)
     for i in gl.static_range(STAGES):
@@ -153,14 +156,14 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.con
     steps = n_total - 1
     if steps % 2 == 1:
         s, acc_tok, p_prev, m_i, l_i = _step(0, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc,
-                                             v_ring, v_bars, kv_row, n_total, qk_scale, rows, cols0, zero_s,
+                                             v_ring, v_bars, kv_row, n_total, n_full, qk_scale, rows, cols0, zero_s,
                                              o_layout, p_layout, BN, STAGES, True)
     for j in range(steps % 2, steps, 2):
         s1, acc_tok, p_prev, m_i, l_i = _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc,
-                                              v_ring, v_bars, kv_row, n_total, qk_scale, rows, cols0, zero_s,
+                                              v_ring, v_bars, kv_row, n_total, n_full, qk_scale, rows, cols0, zero_s,
                                               o_layout, p_layout, BN, STAGES, False)
         s, acc_tok, p_prev, m_i, l_i = _step(j + 1, s1, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars,
-                                             v_desc, v_ring, v_bars, kv_row, n_total, qk_scale, rows, cols0, zero_s,
+                                             v_desc, v_ring, v_bars, kv_row, n_total, n_full, qk_scale, rows, cols0, zero_s,
                                              o_layout, p_layout, BN, STAGES, True)
 
     # the last block (on the diagonal): masked, nothing left to overlap
@@ -184,10 +187,10 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.con
     gl.store(o_ptr + orow[:, None] * D + ocol[None, :], o.to(dtype))
 
 
-def attention(q, k, v, stages: int = 3, warps: int = 4):
+def attention(q, k, v, stages: int = 3, warps: int = 4, bn: int = 64):
     """Causal attention of contiguous [B, H, S, D] q, k, v (one dtype) with the prototype."""
     B, H, S, D = q.shape
-    BM, BN = 16 * warps, 64
+    BM, BN = 16 * warps, bn
     assert k.shape == q.shape == v.shape and S % BM == 0 and S % BN == 0 and D in (64, 128)
     o = torch.empty_like(q)
     grid = (S // BM, B * H)
@@ -200,6 +203,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stages", default="2,3")
     p.add_argument("--warps", default="4")
+    p.add_argument("--bn", default="64", help="keys per block (64 or 128)")
     args = p.parse_args()
     from triton.testing import do_bench
 
@@ -217,7 +221,9 @@ def main() -> int:
     candidates = [("SDPA", lambda: sdpa(q, k, v, is_causal=True)), ("minicomp shipped", lambda: compiled(q, k, v))]
     for st in (int(x) for x in args.stages.split(",")):
         for wp in (int(x) for x in args.warps.split(",")):
-            candidates.append((f"gluon stages={st} warps={wp}", lambda st=st, wp=wp: attention(q, k, v, st, wp)))
+            for bn in (int(x) for x in args.bn.split(",")):
+                candidates.append((f"gluon stages={st} warps={wp} BN={bn}",
+                                   lambda st=st, wp=wp, bn=bn: attention(q, k, v, st, wp, bn)))
     for name, fn in candidates:
         try:
             torch.testing.assert_close(fn(), ref, atol=2e-2, rtol=2e-2)
