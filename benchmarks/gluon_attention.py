@@ -70,15 +70,18 @@ def _softmax(s, m_i, l_i, qk_scale, rows, cols, MASKED: gl.constexpr):
 @gluon.jit
 def _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc, v_ring, v_bars, kv_row, n_total,
           n_full, qk_scale, rows, cols0, zero_s, o_layout: gl.constexpr, p_layout: gl.constexpr, BN: gl.constexpr,
-          STAGES: gl.constexpr, SETTLE: gl.constexpr):
+          STAGES: gl.constexpr, SETTLE: gl.constexpr, MASK_STEPS: gl.constexpr):
     """One key block j (masked from n_full on): S[j] (given) -> P[j]; S[j+1] and P[j] @ V[j] left in flight
     around the softmax as the module docstring says. Returns S[j+1] and the running state."""
     nxt = j + 1
     mbarrier.wait(k_bars.index(nxt % STAGES), (nxt // STAGES) & 1)
     s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(nxt % STAGES).permute((1, 0)), zero_s,
                                  use_acc=False, is_async=True)
-    if j >= n_full:
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, True)
+    if MASK_STEPS:   # a query tile spans several key blocks: more than the last one need the mask
+        if j >= n_full:
+            p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, True)
+        else:
+            p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, False)
     else:
         p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, False)
     acc, p_prev = hopper.warpgroup_mma_wait(1, deps=[acc_tok, p_prev])       # P[j-1] @ V[j-1] done
@@ -97,7 +100,7 @@ def _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_des
 
 @gluon.jit
 def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.constexpr, D: gl.constexpr,
-             BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
+             BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, UNROLL: gl.constexpr):
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                         instr_shape=[16, BN, 16])
@@ -150,21 +153,22 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.con
     _fill(k_desc, k_ring, k_bars, STAGES, kv_row, BN, STAGES, STAGES < n_total)
     acc_tok = hopper.warpgroup_mma_init(acc)
 
-    # S[j] is consumed one step after the step that issued it. A loop that carried it would
-    # make ptxas copy a wgmma accumulator at the back edge, and it then serialises every wgmma
-    # of the kernel (warning C7511); two steps per trip let the two S buffers alternate.
+    # S[j] is consumed one step after the step that issued it, and P[j] @ V[j] is waited for in
+    # the next step. ptxas serialises every wgmma of the kernel (warnings C7511, C7514) when
+    # a loop carries an accumulator it must copy at the back edge, so each loop trip runs
+    # UNROLL steps (the two S buffers alternate inside it) and its last step settles: nothing
+    # is in flight when the trip ends.
     steps = n_total - 1
-    if steps % 2 == 1:
-        s, acc_tok, p_prev, m_i, l_i = _step(0, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc,
+    MASK_STEPS: gl.constexpr = BM > BN
+    for j in range(0, steps % UNROLL):      # single steps first, each settled
+        s, acc_tok, p_prev, m_i, l_i = _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc,
                                              v_ring, v_bars, kv_row, n_total, n_full, qk_scale, rows, cols0, zero_s,
-                                             o_layout, p_layout, BN, STAGES, True)
-    for j in range(steps % 2, steps, 2):
-        s1, acc_tok, p_prev, m_i, l_i = _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc,
-                                              v_ring, v_bars, kv_row, n_total, n_full, qk_scale, rows, cols0, zero_s,
-                                              o_layout, p_layout, BN, STAGES, False)
-        s, acc_tok, p_prev, m_i, l_i = _step(j + 1, s1, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars,
-                                             v_desc, v_ring, v_bars, kv_row, n_total, n_full, qk_scale, rows, cols0, zero_s,
-                                             o_layout, p_layout, BN, STAGES, True)
+                                             o_layout, p_layout, BN, STAGES, True, MASK_STEPS)
+    for j0 in range(steps % UNROLL, steps, UNROLL):
+        for u in gl.static_range(UNROLL):
+            s, acc_tok, p_prev, m_i, l_i = _step(j0 + u, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars,
+                                                 v_desc, v_ring, v_bars, kv_row, n_total, n_full, qk_scale, rows, cols0,
+                                                 zero_s, o_layout, p_layout, BN, STAGES, u == UNROLL - 1, MASK_STEPS)
 
     # the last block (on the diagonal): masked, nothing left to overlap
     j = n_total - 1
@@ -187,7 +191,7 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.con
     gl.store(o_ptr + orow[:, None] * D + ocol[None, :], o.to(dtype))
 
 
-def attention(q, k, v, stages: int = 3, warps: int = 4, bn: int = 64):
+def attention(q, k, v, stages: int = 3, warps: int = 4, bn: int = 64, unroll: int = 2):
     """Causal attention of contiguous [B, H, S, D] q, k, v (one dtype) with the prototype."""
     B, H, S, D = q.shape
     BM, BN = 16 * warps, bn
@@ -195,7 +199,7 @@ def attention(q, k, v, stages: int = 3, warps: int = 4, bn: int = 64):
     o = torch.empty_like(q)
     grid = (S // BM, B * H)
     attn_fwd[grid](q, k, v, o, 1.0 / math.sqrt(D) * 1.4426950408889634, ROWS=B * H * S, S=S, D=D,
-                   BM=BM, BN=BN, STAGES=stages, num_warps=warps)
+                   BM=BM, BN=BN, STAGES=stages, UNROLL=unroll, num_warps=warps)
     return o
 
 
@@ -204,6 +208,7 @@ def main() -> int:
     p.add_argument("--stages", default="2,3")
     p.add_argument("--warps", default="4")
     p.add_argument("--bn", default="64", help="keys per block (64 or 128)")
+    p.add_argument("--unroll", default="2", help="key blocks per loop trip; the last of each trip settles")
     args = p.parse_args()
     from triton.testing import do_bench
 
@@ -222,8 +227,9 @@ def main() -> int:
     for st in (int(x) for x in args.stages.split(",")):
         for wp in (int(x) for x in args.warps.split(",")):
             for bn in (int(x) for x in args.bn.split(",")):
-                candidates.append((f"gluon stages={st} warps={wp} BN={bn}",
-                                   lambda st=st, wp=wp, bn=bn: attention(q, k, v, st, wp, bn)))
+                for un in (int(x) for x in args.unroll.split(",")):
+                    candidates.append((f"gluon stages={st} warps={wp} BN={bn} unroll={un}",
+                                       lambda st=st, wp=wp, bn=bn, un=un: attention(q, k, v, st, wp, bn, un)))
     for name, fn in candidates:
         try:
             torch.testing.assert_close(fn(), ref, atol=2e-2, rtol=2e-2)
