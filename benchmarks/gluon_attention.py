@@ -27,8 +27,8 @@ What it showed on the H200 (B4 H32 S4096 d128 bf16, three do_bench medians each,
 benchmarks/results/2026-11-29-s4/README.md):
 - written naively (one step per loop trip), ptxas serialised every wgmma (C7511: the loop
   carried S[j+1] into the next trip) and it took 1.76-1.81 ms;
-- as here, 1.16-1.22 ms against the shipped kernel's 1.25-1.26 and SDPA's 1.02-1.04 in the
-  same run: 5-7% faster than shipped, still 1.13-1.17x SDPA;
+- as here, in two runs, 1.16-1.23 ms against the shipped kernel's 1.25-1.27 and SDPA's
+  0.99-1.05 in the same run: 3-7% faster than shipped, still 1.13-1.20x SDPA;
 - slower variants: masking inside every step (1.31 ms, 209 registers), 8 warps with 128-row
   tiles (1.42-1.45), more steps per trip with a loop of single steps in front (1.22-1.29);
   128-key blocks do not fit in registers (255 and spills).
