@@ -52,6 +52,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
+# Triton 3.6 names the TMA load async_copy_global_to_shared; later Gluon calls it async_load
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -62,7 +65,7 @@ def _fill(desc, ring, bars, j, row0, BN: gl.constexpr, STAGES: gl.constexpr, pre
     """Start the TMA load of key block j (rows row0 + j*BN ...) into ring slot j % STAGES."""
     slot = j % STAGES
     mbarrier.expect(bars.index(slot), desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(desc, [row0 + j * BN, 0], bars.index(slot), ring.index(slot), pred=pred)
+    _tma_load(desc, [row0 + j * BN, 0], bars.index(slot), ring.index(slot), pred=pred)
 
 
 @gluon.jit
@@ -139,7 +142,7 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.con
 
     n_total = pid_m + 1                     # causal, BM == BN: key blocks up to the diagonal, the last masked
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem)
+    _tma_load(q_desc, [q_row, 0], q_bar, q_smem)
     for i in gl.static_range(STAGES):
         _fill(k_desc, k_ring, k_bars, i, kv_row, BN, STAGES, i < n_total)
         _fill(v_desc, v_ring, v_bars, i, kv_row, BN, STAGES, i < n_total)
