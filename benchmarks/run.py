@@ -18,8 +18,9 @@ Invariants:
 - On CUDA, times are `triton.testing.do_bench` medians (CUDA events, L2 flushed between
   repetitions), of runs taken in `--rounds` rounds that take turns between the backends of a
   workload (measure.time_interleaved): the GPU's clock drifts during a run, and timing one
-  backend after the other let a GEMM's ratio to torch.compile swing by 10% between runs. On CPU (Triton interpreter, tiny shapes) they are `time.perf_counter` medians
-  and mean nothing about speed: that mode exists to check the suite end to end.
+  backend after the other let a GEMM's ratio to torch.compile swing by 10% between runs.
+  On CPU (Triton interpreter, tiny shapes) they are `time.perf_counter` medians and mean
+  nothing about speed: that mode exists to check the suite end to end.
 """
 
 from __future__ import annotations
