@@ -32,9 +32,13 @@ benchmarks/results/2026-11-29-s4/README.md):
 - slower variants: masking inside every step (1.31 ms, 209 registers), 8 warps with 128-row
   tiles (1.42-1.45), more steps per trip with a loop of single steps in front (1.22-1.29);
   128-key blocks do not fit in registers (255 and spills).
-Every softmax overlaps the next Q @ K^T, but only every second one a P @ V; keeping P @ V in
-flight in every step needs the rescale out of the loop-carried path (or warp
-specialisation with a producer warp, as cuDNN does). That, GQA, masks, ragged lengths and
+Every softmax overlaps the next Q @ K^T, but only every second one a P @ V. Leaving the
+second step's P @ V in flight across the back edge makes ptxas serialise again (C7514),
+although the PTX has no copy of its registers there (the loop-top wait names the same
+registers the wgmma wrote): ptxas seems to accept a wgmma in flight across a back edge only
+when its accumulator feeds the next wgmma directly, as in a GEMM loop. Keeping P @ V in
+flight in every step needs the rescale off that path (or warp specialisation with a
+producer warp, as cuDNN does). That, GQA, masks, ragged lengths and
 codegen's fused epilogues are what it lacks before it could replace codegen/attention.py.
 """
 
