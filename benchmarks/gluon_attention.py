@@ -38,7 +38,10 @@ although the PTX has no copy of its registers there (the loop-top wait names the
 registers the wgmma wrote): ptxas seems to accept a wgmma in flight across a back edge only
 when its accumulator feeds the next wgmma directly, as in a GEMM loop. Keeping P @ V in
 flight in every step needs the rescale off that path (or warp specialisation with a
-producer warp, as cuDNN does). That, GQA, masks, ragged lengths and
+producer warp, as cuDNN does). Lazy rescaling (rescale only when a row's max grew by more
+than 2^8, else chain P @ V onto the one in flight as a GEMM loop does) still drew C7514,
+with the rescale's product tied to the accumulator's registers by inline asm too: the
+branch that rescales reads accumulator registers that the other path has in flight. That, GQA, masks, ragged lengths and
 codegen's fused epilogues are what it lacks before it could replace codegen/attention.py.
 """
 
