@@ -150,24 +150,30 @@ def test_backends_are_timed_in_rounds_that_take_turns():
 
 
 _COMPILE_GLUON_FOR_SM90 = """
+import importlib
 import sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
 from triton.experimental.gluon._runtime import GluonASTSource
-from benchmarks import gluon_attention as G
+module, kernel, out = sys.argv[1:4]
+fn = getattr(importlib.import_module(module), kernel)
+consts = {"ROWS": 2 * 4 * 1024, "S": 1024, "D": 128, "BM": 64, "BN": 64, "STAGES": 3}
+if kernel == "attn_fwd_ws":
+    consts.update(LOADER_REGS=24, CONSUMER_REGS=240)
 sig = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "qk_scale": "fp32",
-       **{name: "constexpr" for name in ("ROWS", "S", "D", "BM", "BN", "STAGES")}}
-src = GluonASTSource(G.attn_fwd, sig, attrs={(i,): [["tt.divisibility", 16]] for i in range(4)},
-                     constexprs={"ROWS": 2 * 4 * 1024, "S": 1024, "D": 128, "BM": 64, "BN": 64, "STAGES": 2})
-with open(sys.argv[1], "w") as f:
+       **{name: "constexpr" for name in consts}}
+src = GluonASTSource(fn, sig, attrs={(i,): [["tt.divisibility", 16]] for i in range(4)}, constexprs=consts)
+with open(out, "w") as f:
     f.write(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"])
 print(get_ptxas(90).path)
 """
 
 
-def test_gluon_attention_prototype_keeps_its_mmas_in_flight_on_sm90(tmp_path):
-    """benchmarks/gluon_attention.py compiled for sm_90 without a GPU (in a process without
+@pytest.mark.parametrize("module,kernel", [("benchmarks.gluon_attention", "attn_fwd"),
+                                           ("benchmarks.gluon_attention_ws", "attn_fwd_ws")])
+def test_gluon_attention_prototype_keeps_its_mmas_in_flight_on_sm90(tmp_path, module, kernel):
+    """The Gluon attention prototypes compiled for sm_90 without a GPU (in a process without
     Triton's interpreter): two wgmma groups stay in flight around the softmax
     (`wgmma.wait_group 1`), and ptxas keeps the wgmma pipeline. ptxas serialises every wgmma
     of a kernel (warnings C7511-C7514) when a loop carries an accumulator it must copy, which
@@ -178,8 +184,8 @@ def test_gluon_attention_prototype_keeps_its_mmas_in_flight_on_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     ptx_path = tmp_path / "attn.ptx"
-    made = subprocess.run([sys.executable, "-c", _COMPILE_GLUON_FOR_SM90, str(ptx_path)], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=300)
+    made = subprocess.run([sys.executable, "-c", _COMPILE_GLUON_FOR_SM90, module, kernel, str(ptx_path)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert made.returncode == 0, made.stderr[-3000:]
     ptx = ptx_path.read_text()
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
