@@ -92,6 +92,25 @@ def _softmax(s, m_i, l_i, qk_scale, rows, cols, MASKED: gl.constexpr):
 
 
 @gluon.jit
+def _finish(s, acc_tok, p_prev, m_i, l_i, j, v_ring, v_bars, o_ptr, q_row, qk_scale, rows, cols0,
+            o_layout: gl.constexpr, p_layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
+            STAGES: gl.constexpr):
+    """The last key block j (on the diagonal: masked, nothing left to overlap), then O = acc / l
+    stored to rows q_row ... q_row + BM of o ([rows, D], contiguous)."""
+    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, True)
+    acc, p_prev = hopper.warpgroup_mma_wait(0, deps=[acc_tok, p_prev])
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p_prev = gl.convert_layout(p.to(p_prev.dtype), p_layout)
+    mbarrier.wait(v_bars.index(j % STAGES), (j // STAGES) & 1)
+    acc_tok = hopper.warpgroup_mma(p_prev, v_ring.index(j % STAGES), acc, is_async=True)
+    acc = hopper.warpgroup_mma_wait(0, deps=[acc_tok])
+    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    orow = q_row + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
+    ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+    gl.store(o_ptr + orow[:, None] * D + ocol[None, :], o.to(p_prev.dtype))
+
+
+@gluon.jit
 def _step(j, s, acc_tok, p_prev, m_i, l_i, q_smem, k_desc, k_ring, k_bars, v_desc, v_ring, v_bars, kv_row, n_total,
           qk_scale, rows, cols0, zero_s, o_layout: gl.constexpr, p_layout: gl.constexpr, BN: gl.constexpr,
           STAGES: gl.constexpr, SETTLE: gl.constexpr):
@@ -188,25 +207,12 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ROWS: gl.constexpr, S: gl.con
                                              v_desc, v_ring, v_bars, kv_row, n_total, qk_scale, rows, cols0, zero_s,
                                              o_layout, p_layout, BN, STAGES, True)
 
-    # the last block (on the diagonal): masked, nothing left to overlap
-    j = n_total - 1
-    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, True)
-    acc, p_prev = hopper.warpgroup_mma_wait(0, deps=[acc_tok, p_prev])
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    p_prev = gl.convert_layout(p.to(dtype), p_layout)
-    mbarrier.wait(v_bars.index(j % STAGES), (j // STAGES) & 1)
-    acc_tok = hopper.warpgroup_mma(p_prev, v_ring.index(j % STAGES), acc, is_async=True)
-    acc = hopper.warpgroup_mma_wait(0, deps=[acc_tok])
-
+    _finish(s, acc_tok, p_prev, m_i, l_i, n_total - 1, v_ring, v_bars, o_ptr, q_row, qk_scale, rows, cols0,
+            o_layout, p_layout, BM, BN, D, STAGES)
     mbarrier.invalidate(q_bar)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_bars.index(i))
         mbarrier.invalidate(v_bars.index(i))
-
-    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    orow = q_row + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
-    ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-    gl.store(o_ptr + orow[:, None] * D + ocol[None, :], o.to(dtype))
 
 
 def attention(q, k, v, stages: int = 3, warps: int = 4):

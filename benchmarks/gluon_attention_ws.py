@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.gluon_attention import _softmax, _tma_load  # noqa: E402
+from benchmarks.gluon_attention import _finish, _softmax, _tma_load  # noqa: E402
 
 
 @gluon.jit
@@ -120,19 +120,8 @@ def _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty,
                                              v_ring, v_ready, v_empty, qk_scale, rows, cols0, zero_s, o_layout,
                                              p_layout, BN, STAGES, True, False)
 
-    j = n_total - 1                       # the diagonal block: masked
-    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, rows, j * BN + cols0, True)
-    acc, p_prev = hopper.warpgroup_mma_wait(0, deps=[acc_tok, p_prev])
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    p_prev = gl.convert_layout(p.to(dtype), p_layout)
-    mbarrier.wait(v_ready.index(j % STAGES), (j // STAGES) & 1)
-    acc_tok = hopper.warpgroup_mma(p_prev, v_ring.index(j % STAGES), acc, is_async=True)
-    acc = hopper.warpgroup_mma_wait(0, deps=[acc_tok])
-
-    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    orow = q_row + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
-    ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-    gl.store(o_ptr + orow[:, None] * D + ocol[None, :], o.to(dtype))
+    _finish(s, acc_tok, p_prev, m_i, l_i, n_total - 1, v_ring, v_ready, o_ptr, q_row, qk_scale, rows, cols0,
+            o_layout, p_layout, BM, BN, D, STAGES)
 
 
 @gluon.jit
