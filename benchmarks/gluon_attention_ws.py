@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import hopper
@@ -30,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.gluon_attention import _finish, _softmax, _tma_load  # noqa: E402
+from benchmarks.gluon_attention import _finish, _softmax, _start, _tma_load  # noqa: E402
 
 
 @gluon.jit
@@ -90,22 +89,10 @@ def _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty,
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                         instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    dtype: gl.constexpr = q_smem.dtype
 
-    rows = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
-    cols0 = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-    m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.full([BM], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.full([BM, D], 0.0, gl.float32, layout=o_layout)
-    zero_s = gl.full([BM, BN], 0.0, gl.float32, layout=s_layout)
-    p_prev = gl.full([BM, BN], 0.0, dtype, layout=p_layout)
-
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    s = hopper.warpgroup_mma_wait(0, deps=[s_tok])
+    rows, cols0, m_i, l_i, zero_s, p_prev, s, acc_tok = _start(q_smem, k_ring, q_bar, k_ready, pid_m, s_layout,
+                                                               o_layout, p_layout, BM, BN, D)
     mbarrier.arrive(k_empty.index(0))
-    acc_tok = hopper.warpgroup_mma_init(acc)
 
     steps = n_total - 1
     if steps % 2 == 1:
@@ -183,33 +170,18 @@ def main() -> int:
     p.add_argument("--loader-regs", default="24")
     p.add_argument("--consumer-regs", default="240")
     args = p.parse_args()
-    from triton.testing import do_bench
-
-    import minicomp
     from benchmarks import gluon_attention as G
-    from benchmarks import workloads as W
-    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    B, H, S, D = 4, 32, 4096, 128
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    ref = sdpa(q, k, v, is_causal=True)
-    flops = 4 * B * H * S * S * D / 2
-    compiled = minicomp.compile(W.make_causal_attention(S, D, "cuda"))
-    compiled(q, k, v)
-    candidates = [("SDPA", lambda: sdpa(q, k, v, is_causal=True)), ("minicomp shipped", lambda: compiled(q, k, v)),
-                  ("gluon, no loader warp, stages=3", lambda: G.attention(q, k, v, 3, 4))]
-    for st in (int(x) for x in args.stages.split(",")):
-        for regs in (int(x) for x in args.loader_regs.split(",")):
-            for cregs in (int(x) for x in args.consumer_regs.split(",")):
-                candidates.append((f"gluon ws stages={st} regs={regs}/{cregs}",
-                                   lambda st=st, regs=regs, cregs=cregs: attention(q, k, v, st, regs, cregs)))
-    for name, fn in candidates:
-        try:
-            torch.testing.assert_close(fn(), ref, atol=2e-2, rtol=2e-2)
-            ms = [do_bench(fn, warmup=25, rep=100) for _ in range(3)]
-            print(f"{name:36s} {' '.join(f'{m:.4f}' for m in ms)} ms  {flops / min(ms) / 1e9:.0f} TFLOP/s", flush=True)
-        except Exception as e:   # report and go on to the next candidate
-            print(f"{name:36s} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+
+    def candidates(q, k, v):
+        out = [("gluon, no loader warp, stages=3", lambda: G.attention(q, k, v, 3, 4))]
+        for st in (int(x) for x in args.stages.split(",")):
+            for regs in (int(x) for x in args.loader_regs.split(",")):
+                for cregs in (int(x) for x in args.consumer_regs.split(",")):
+                    out.append((f"gluon ws stages={st} regs={regs}/{cregs}",
+                                lambda st=st, regs=regs, cregs=cregs: attention(q, k, v, st, regs, cregs)))
+        return out
+
+    G.check_and_time(candidates)
     return 0
 
 
