@@ -46,6 +46,7 @@ import math
 
 import torch
 
+from minicomp.codegen import attention_hopper
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
@@ -99,10 +100,11 @@ class Spec:
             raise Unsupported(f"{node.describe()}: {math.prod(self.batch)} batch x heads exceed one grid axis")
         zs = [ix.sym(f"z{i}", b) for i, b in enumerate(self.batch)]
         kv_batch, kv_zs = list(self.batch), list(zs)
+        self.groups = 1                               # query heads per KV head
         if self.batch and k.shape[-3] != q.shape[-3] and len(k.shape) >= 3:
             if not node.attrs["enable_gqa"] or q.shape[-3] % k.shape[-3]:
                 raise Unsupported(f"{node.describe()}: {q.shape[-3]} query heads over {k.shape[-3]} KV heads")
-            groups = q.shape[-3] // k.shape[-3]
+            self.groups = groups = q.shape[-3] // k.shape[-3]
             kv_batch[-1] = k.shape[-3]
             kv_zs[-1] = ix.floordiv(zs[-1], groups)   # query head h reads KV head h // groups
         self.q = self._fold(ctx, q, self.batch, zs, ("qm", self.sq), ("qd", self.d))
@@ -273,6 +275,11 @@ class _Writer:
 
 def emit(ctx: KernelCtx) -> Kernel:
     spec = Spec(ctx)
+    hopper_reason = attention_hopper.why_not(ctx, spec)
+    if hopper_reason is None:
+        kernel, hopper_reason = attention_hopper.emit(ctx, spec)
+        if kernel is not None:
+            return kernel
     name = kernel_name(ctx, "attn")
     cfgs = configs(spec, ctx.device_type)
     body = CodeBuilder()
@@ -304,6 +311,8 @@ def emit(ctx: KernelCtx) -> Kernel:
         reads = ", ".join(g.node(p.nid).type for p in pointers if p.nid not in ctx.group.outputs)
         writes = ", ".join(g.node(o).type for o in ctx.group.outputs)
         src.writeline(f"# reads {reads}; writes {writes}")
+        if cuda:
+            src.writeline(f"# not on the Hopper kernel (attention_hopper.py): {hopper_reason}")
         src.splice(body.getvalue())
 
     args = ", ".join(ctx.buf(p.nid) for p in pointers)

@@ -5,7 +5,8 @@ Invariants:
   `KernelCtx` and returns one `Kernel`, or raises `Unsupported` with a one-line reason; the
   module wrapper then runs the group through PyTorch and records `group.fallback = str(e)`;
 - `Kernel.source` is top-level module text (one or more `@triton.jit` functions, optionally
-  autotuned); `Kernel.launch` are lines of `call()` that refer to tensors only as
+  autotuned), after any `Kernel.shared` text (a library kernel several groups bind, written
+  once per module); `Kernel.launch` are lines of `call()` that refer to tensors only as
   `ctx.buf(nid)` (`buf{nid}`), which the wrapper binds (inputs, constants) or allocates
   (every group output, with `ctx.strides(nid)`) before the launch lines run;
 - shapes and strides are concrete: a compiled module is specialised on them.
@@ -28,6 +29,7 @@ class Kernel:
     name: str            # "mc_gemm_bias_gelu_3": says what it holds
     source: str          # top-level text: one or more @triton.jit (optionally @triton.autotune) functions
     launch: list[str]    # Python lines for call() that launch it; tensors referred to as ctx.buf(nid)
+    shared: str = ""     # module text this kernel's source needs (a library kernel), written once per module
 
 
 @dataclass

@@ -267,6 +267,10 @@ class ModuleWriter:
             out.writeline("")
             out.writeline("")
             out.splice(NAN_REDUCE_HELPERS)
+        for shared in dict.fromkeys(k.shared for k in self.kernels if k.shared):
+            out.writeline("")
+            out.writeline("")
+            out.splice(shared.rstrip("\n"))
         for k in self.kernels:
             out.writeline("")
             out.writeline("")

@@ -1,0 +1,228 @@
+"""The Hopper attention kernel, in Gluon: copied verbatim into generated modules that use it.
+
+codegen/attention_hopper.py decides when a group uses this kernel and writes its launch; this
+file is the kernel only, so that the text a module carries is the text tested here. Each
+group binds its own `gluon.jit(attn_fwd_hopper)` (the launch helper keys compiled kernels by
+function object) and specialises it through constexpr arguments.
+
+One program computes 128 query rows of one (batch, head) as three warp-specialised
+partitions (Gluon's `warp_specialize`, with registers moved by `setmaxnreg`):
+
+- a loader warp (24 registers) that brings both 64-row Q tiles in by TMA, then K[j] and V[j]
+  (128 keys each) into a ring of STAGES shared-memory slots, reusing a slot once both
+  consumers released it;
+- two consumer warpgroups (240 registers), each owning 64 query rows: an online softmax in
+  base 2 over the key blocks up to its diagonal (causal) or all of them. Each trip issues
+  S[j+1] = Q @ K[j+1]^T and acc += P[j] @ V[j] asynchronously, waits for S[j+1] only, runs
+  its softmax while P[j] @ V[j] is still on the tensor cores, then waits for that and
+  rescales acc. The other consumer's MMAs fill the tensor cores during this one's softmax.
+
+Decisions, with what was measured on the H200 (benchmarks/gluon_attention_pp.py, B4 H32
+S4096 d128 causal bf16, SDPA 1.01-1.04 ms in the same run):
+- 128-key blocks (1.07-1.10 ms) over 64-key ones (1.15-1.18): the acc rescale, the row
+  max/sum shuffles and the barrier waits are paid once per 128 keys. One score tile is live
+  (64 registers a thread): 168 registers, no spills;
+- nothing is in flight across the loop's back edge: ptxas serialises every wgmma of a
+  kernel whose loop carries an in-flight accumulator (warnings C7511-C7514);
+- no ping-pong between the consumers (taking turns through mbarriers to issue MMAs:
+  1.10-1.13 ms, slower); 2 ring stages (3 measured the same, with 64 KiB more shared memory).
+
+Addressing: Q, K and V are read by 2-D TMA descriptors over [rows, row stride] with the
+element (b, h, s, d) at base + s * row_stride + d, base = C + b * SB + h * SH; the tile's
+coordinates are (base // row_stride + s, base % row_stride). Codegen only uses the kernel
+when every such tile lies inside one row (see attention_hopper.tma_view). The output is
+stored through plain pointers with its strides.
+
+Scope: causal (Sq == Sk) or not, q/k/v of one half dtype, Sq and Sk multiples of 128, head
+dim 64 or 128 (the same for V), KV heads shared by G query heads (GQA), positive scale, no
+mask tensor, no fused epilogue.
+
+No `from __future__` import and no module-level name a generated module also defines: this
+text is spliced into the middle of one.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia import hopper
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+# Triton 3.6 names the TMA load async_copy_global_to_shared; later Gluon calls it async_load
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+
+@gluon.jit
+def _hopper_attn_loader(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty,
+                        v_empty, q_base, k_base, v_base, n_blocks, Q_SS: gl.constexpr, K_SS: gl.constexpr,
+                        V_SS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
+    """Loader warp: both Q tiles, then K[j], V[j] into slot j % STAGES once both consumers
+    released its previous tenant (the first pass over the ring waits on nothing)."""
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    q_row = (q_base // Q_SS).to(gl.int32)
+    q_col = (q_base % Q_SS).to(gl.int32)
+    k_row = (k_base // K_SS).to(gl.int32)
+    k_col = (k_base % K_SS).to(gl.int32)
+    v_row = (v_base // V_SS).to(gl.int32)
+    v_col = (v_base % V_SS).to(gl.int32)
+    _tma_load(q_desc, [q_row, q_col], q_bar, q_smem0)
+    _tma_load(q_desc, [q_row + BM, q_col], q_bar, q_smem1)
+    for j in range(0, n_blocks):
+        slot = j % STAGES
+        phase = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(slot), phase)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        _tma_load(k_desc, [k_row + j * BN, k_col], k_ready.index(slot), k_ring.index(slot))
+        mbarrier.wait(v_empty.index(slot), phase)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        _tma_load(v_desc, [v_row + j * BN, v_col], v_ready.index(slot), v_ring.index(slot))
+
+
+@gluon.jit
+def _hopper_attn_softmax(s, m_i, l_i, qk_scale, rows, cols, MASKED: gl.constexpr):
+    """Online-softmax step on one score tile: P (unnormalised, base 2), the new row max and
+    sum, and alpha, which rescales what was accumulated under the old max. Unmasked, the
+    row max of the raw scores is scaled once (max commutes with a positive scale)."""
+    if MASKED:
+        s = gl.where(rows[:, None] >= cols[None, :], s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        p = gl.exp2(s - m_new[:, None])
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _hopper_attn_trip(j, p, acc, m_i, l_i, q_smem, k_ring, k_ready, k_empty, v_ring, v_ready, v_empty, qk_scale,
+                      rows, cols0, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                      BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr):
+    """P[j] (in registers) @ V[j] in flight while S[j+1] becomes P[j+1]."""
+    nxt = j + 1
+    mbarrier.wait(k_ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+    s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(nxt % STAGES).permute((1, 0)),
+                                 gl.full([BM, BN], 0.0, gl.float32, layout=s_layout), use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(j % STAGES), (j // STAGES) & 1)
+    acc_tok = hopper.warpgroup_mma(p, v_ring.index(j % STAGES), acc, is_async=True)
+    s = hopper.warpgroup_mma_wait(1, deps=[s_tok])          # S[j+1] done; P[j] @ V[j] may not be
+    mbarrier.arrive(k_empty.index(nxt % STAGES))
+    p_new, m_i, l_i, alpha = _hopper_attn_softmax(s, m_i, l_i, qk_scale, rows, nxt * BN + cols0, MASKED)
+    acc, p = hopper.warpgroup_mma_wait(0, deps=[acc_tok, p])
+    mbarrier.arrive(v_empty.index(j % STAGES))
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p = gl.convert_layout(p_new.to(p.dtype), p_layout)
+    return p, acc, m_i, l_i
+
+
+@gluon.jit
+def _hopper_attn_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_base, row0,
+                          n_blocks, qk_scale, O_SS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                          D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Query rows row0 .. row0+63 over key blocks 0 .. n_blocks-1 (when causal, the last one
+    holds the diagonal and is masked), stored at o_ptr + o_base + row * O_SS + d."""
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                        instr_shape=[16, BN, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                        instr_shape=[16, D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+    cols0 = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+    m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BM], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.full([BM, D], 0.0, gl.float32, layout=o_layout)
+
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_ready.index(0), 0)
+    s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)),
+                                 gl.full([BM, BN], 0.0, gl.float32, layout=s_layout), use_acc=False, is_async=True)
+    s = hopper.warpgroup_mma_wait(0, deps=[s_tok])
+    mbarrier.arrive(k_empty.index(0))
+    if CAUSAL and n_blocks == 1:
+        p32, m_i, l_i, alpha = _hopper_attn_softmax(s, m_i, l_i, qk_scale, rows, cols0, True)
+    else:
+        p32, m_i, l_i, alpha = _hopper_attn_softmax(s, m_i, l_i, qk_scale, rows, cols0, False)
+    p = gl.convert_layout(p32.to(q_smem.dtype), p_layout)
+
+    for j in range(0, n_blocks - 2):
+        p, acc, m_i, l_i = _hopper_attn_trip(j, p, acc, m_i, l_i, q_smem, k_ring, k_ready, k_empty, v_ring, v_ready,
+                                             v_empty, qk_scale, rows, cols0, s_layout, o_layout, p_layout, BM, BN,
+                                             STAGES, False)
+    if n_blocks >= 2:   # the last trip: the diagonal block when causal
+        p, acc, m_i, l_i = _hopper_attn_trip(n_blocks - 2, p, acc, m_i, l_i, q_smem, k_ring, k_ready, k_empty, v_ring,
+                                             v_ready, v_empty, qk_scale, rows, cols0, s_layout, o_layout, p_layout,
+                                             BM, BN, STAGES, CAUSAL)
+
+    last = n_blocks - 1
+    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+    acc_tok = hopper.warpgroup_mma(p, v_ring.index(last % STAGES), acc, is_async=True)
+    acc = hopper.warpgroup_mma_wait(0, deps=[acc_tok])
+    mbarrier.arrive(v_empty.index(last % STAGES))
+    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    orow = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
+    ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+    gl.store(o_ptr + o_base + orow[:, None].to(gl.int64) * O_SS + ocol[None, :], o.to(q_smem.dtype))
+
+
+def attn_fwd_hopper(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H: gl.constexpr, G: gl.constexpr, SQ: gl.constexpr,
+                    SK: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                    Q_C: gl.constexpr, Q_SB: gl.constexpr, Q_SH: gl.constexpr, Q_SS: gl.constexpr,
+                    Q_ROWS: gl.constexpr, K_C: gl.constexpr, K_SB: gl.constexpr, K_SH: gl.constexpr,
+                    K_SS: gl.constexpr, K_ROWS: gl.constexpr, V_C: gl.constexpr, V_SB: gl.constexpr,
+                    V_SH: gl.constexpr, V_SS: gl.constexpr, V_ROWS: gl.constexpr, O_C: gl.constexpr,
+                    O_SB: gl.constexpr, O_SH: gl.constexpr, O_SS: gl.constexpr, STAGES: gl.constexpr):
+    """Grid (SQ // 128, batch x heads). Query head h of batch b reads KV head h // G; the
+    sizes and strides (in elements) are the tensors' as codegen found them."""
+    BM: gl.constexpr = 64
+    BN: gl.constexpr = 128
+    smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    if CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)  # longest rows first
+    else:
+        pid_m = gl.program_id(0)
+    bh = gl.program_id(1).to(gl.int64)
+    b = bh // H
+    h = bh % H
+    row0 = pid_m * 2 * BM
+    q_base = Q_C + b * Q_SB + h * Q_SH + row0 * Q_SS
+    k_base = K_C + b * K_SB + (h // G) * K_SH
+    v_base = V_C + b * V_SB + (h // G) * V_SH
+    o_base = O_C + b * O_SB + h * O_SH
+    if CAUSAL:   # key blocks up to each 64-row tile's diagonal
+        n0 = (row0 + BM + BN - 1) // BN
+        n1 = (row0 + 2 * BM + BN - 1) // BN
+    else:
+        n0 = SK // BN
+        n1 = SK // BN
+    q_desc = tma.make_tensor_descriptor(q_ptr, shape=[Q_ROWS, Q_SS], strides=[Q_SS, 1], block_shape=[BM, D],
+                                        layout=smem)
+    k_desc = tma.make_tensor_descriptor(k_ptr, shape=[K_ROWS, K_SS], strides=[K_SS, 1], block_shape=[BN, D],
+                                        layout=smem)
+    v_desc = tma.make_tensor_descriptor(v_ptr, shape=[V_ROWS, V_SS], strides=[V_SS, 1], block_shape=[BN, D],
+                                        layout=smem)
+
+    q_smem0 = gl.allocate_shared_memory(dtype, [BM, D], smem)
+    q_smem1 = gl.allocate_shared_memory(dtype, [BM, D], smem)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, D], smem)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, D], smem)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)            # both consumers release a slot
+        mbarrier.init(v_empty.index(i), count=2)
+
+    gl.warp_specialize([
+        (_hopper_attn_consumer, (q_smem0, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_base,
+                                 row0, n0, qk_scale, O_SS, BM, BN, D, STAGES, CAUSAL)),
+        (_hopper_attn_consumer, (q_smem1, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_base,
+                                 row0 + BM, n1, qk_scale, O_SS, BM, BN, D, STAGES, CAUSAL)),
+        (_hopper_attn_loader, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, v_ready,
+                               k_empty, v_empty, q_base, k_base, v_base, n1, Q_SS, K_SS, V_SS, BM, BN, STAGES)),
+    ], [4, 1], [240, 24])
