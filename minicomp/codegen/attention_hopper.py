@@ -25,7 +25,11 @@ case only (the block-language kernel covers the rest):
 - the group's one output is the attention result (no fused epilogue), stored with unit
   stride along its last dimension.
 
-MINICOMP_HOPPER_ATTENTION=0 turns the kernel off (benchmarks compare the two that way).
+- at least MIN_KEYS keys (2048): on shorter ones the block-language kernel is as fast or
+  faster.
+
+MINICOMP_HOPPER_ATTENTION=0 turns the kernel off (benchmarks compare the two that way); =1
+uses it whenever it fits, however short the keys (tests cover small shapes that way).
 
 Generated modules carry the kernel's file verbatim (`Kernel.shared`, once per module) and
 bind one `gluon.jit(attn_fwd_hopper)` per group.
@@ -48,6 +52,11 @@ KERNEL_FILE = Path(__file__).with_name("attention_hopper_kernel.py")
 ROWS_PER_PROGRAM = 128      # two consumer warpgroups of 64 query rows
 KEYS_PER_BLOCK = 128
 STAGES = 2
+# Below this many keys the block-language kernel is as fast or faster (H200, causal d128
+# bf16, benchmarks/attention_hopper_ab.py): at S=1024 0.128 ms against its 0.109, at 2048
+# 0.353 against 0.356, at 4096 1.147 against 1.283. Each program starts by waiting for its Q
+# and first K with nothing to overlap, and 160 KiB of shared memory leave one program per SM.
+MIN_KEYS = 2048
 
 
 def device_capability() -> tuple[int, int] | None:
@@ -111,7 +120,8 @@ def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> 
     defaults to the current CUDA device's."""
     if ctx.device_type != "cuda":
         return "not a CUDA module"
-    if os.environ.get(ENV_VAR, "1") == "0":
+    switch = os.environ.get(ENV_VAR, "")
+    if switch == "0":
         return f"{ENV_VAR}=0"
     capability = capability if capability is not None else device_capability()
     if capability != (9, 0):
@@ -138,6 +148,8 @@ def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> 
         return "a fused epilogue or another output"
     if ctx.strides(spec.node.id)[-1] != 1:
         return "the output's last stride is not 1"
+    if spec.sk < MIN_KEYS and switch != "1":
+        return f"Sk={spec.sk} < {MIN_KEYS}: the block-language kernel is as fast or faster"
     return None
 
 
