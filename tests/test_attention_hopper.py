@@ -189,6 +189,8 @@ def test_the_module_kernel_compiles_for_sm90_with_its_mmas_in_flight(on_hopper, 
     (1, 12, 4, 384, 384, 64, torch.float16, True, True),      # GQA, [B, S, H, D] storage
     (3, 5, 5, 256, 640, 128, torch.bfloat16, False, False),   # Sq != Sk, 15 batch x heads
     (1, 2, 1, 128, 128, 64, torch.float16, True, False),      # one key block: only the diagonal
+    (4, 32, 8, 1024, 1024, 64, torch.bfloat16, True, True),   # 1024 tiles: several per program
+    (2, 16, 16, 2048, 1024, 128, torch.float16, False, False),  # 512 tiles, not causal
 ])
 def test_gpu_hopper_kernel_matches_sdpa(monkeypatch, b, hq, hkv, sq, sk, d, dtype, causal, bshd):
     monkeypatch.setenv(attention_hopper.ENV_VAR, "1")          # short sequences too

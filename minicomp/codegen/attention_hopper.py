@@ -159,7 +159,7 @@ def emit(ctx: KernelCtx, spec) -> tuple[Kernel | None, str]:
     bh = _batch_heads(spec.batch)
     zs = ("z0", "z1") if len(spec.batch) == 2 else ("-", "z0")
     groups = spec.groups
-    consts: dict[str, object] = {"H": bh[1], "G": groups, "SQ": spec.sq, "SK": spec.sk, "D": spec.d,
+    consts: dict[str, object] = {"BH": bh[0] * bh[1], "H": bh[1], "G": groups, "SQ": spec.sq, "SK": spec.sk, "D": spec.d,
                                  "CAUSAL": spec.causal}
     for tag, op, row, col, seq, g in (("Q", spec.q, "qm", "qd", spec.sq, 1), ("K", spec.k, "kn", "kd", spec.sk, groups),
                                       ("V", spec.v, "vn", "vd", spec.sk, groups)):
@@ -179,6 +179,8 @@ def emit(ctx: KernelCtx, spec) -> tuple[Kernel | None, str]:
     source = f"# {what}\n{name} = gluon.jit(attn_fwd_hopper)\n"
     bufs = ", ".join(ctx.buf(op.leaf) for op in (spec.q, spec.k, spec.v)) + f", {ctx.buf(spec.node.id)}"
     kwargs = ", ".join(f"{k}={v!r}" for k, v in consts.items())
+    tiles = spec.sq // ROWS_PER_PROGRAM * nbh
+    grid = f"lambda meta: (min(_sm_count(device), {tiles}),)"    # persistent: at most a program per SM
     launch = ["_tma_ready()",
-              f"{name}[({spec.sq // ROWS_PER_PROGRAM}, {nbh})]({bufs}, {spec.scale * LOG2E!r}, {kwargs}, num_warps=4)"]
+              f"{name}[{grid}]({bufs}, {spec.scale * LOG2E!r}, {kwargs}, num_warps=4)"]
     return Kernel(name, source, launch, shared=KERNEL_FILE.read_text()), ""

@@ -51,29 +51,68 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 
 @gluon.jit
-def _hopper_attn_loader(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty,
-                        v_empty, q_base, k_base, v_base, n_blocks, Q_SS: gl.constexpr, K_SS: gl.constexpr,
-                        V_SS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
-    """Loader warp: both Q tiles, then K[j], V[j] into slot j % STAGES once both consumers
-    released its previous tenant (the first pass over the ring waits on nothing)."""
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    q_row = (q_base // Q_SS).to(gl.int32)
-    q_col = (q_base % Q_SS).to(gl.int32)
-    k_row = (k_base // K_SS).to(gl.int32)
-    k_col = (k_base % K_SS).to(gl.int32)
-    v_row = (v_base // V_SS).to(gl.int32)
-    v_col = (v_base % V_SS).to(gl.int32)
-    _tma_load(q_desc, [q_row, q_col], q_bar, q_smem0)
-    _tma_load(q_desc, [q_row + BM, q_col], q_bar, q_smem1)
-    for j in range(0, n_blocks):
-        slot = j % STAGES
-        phase = ((j // STAGES) & 1) ^ 1
-        mbarrier.wait(k_empty.index(slot), phase)
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        _tma_load(k_desc, [k_row + j * BN, k_col], k_ready.index(slot), k_ring.index(slot))
-        mbarrier.wait(v_empty.index(slot), phase)
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        _tma_load(v_desc, [v_row + j * BN, v_col], v_ready.index(slot), v_ring.index(slot))
+def _hopper_attn_tile(t, N_M: gl.constexpr, BH: gl.constexpr, H: gl.constexpr, G: gl.constexpr,
+                      SK: gl.constexpr, CAUSAL: gl.constexpr, Q_C: gl.constexpr, Q_SB: gl.constexpr,
+                      Q_SH: gl.constexpr, K_C: gl.constexpr, K_SB: gl.constexpr, K_SH: gl.constexpr,
+                      V_C: gl.constexpr, V_SB: gl.constexpr, V_SH: gl.constexpr, O_C: gl.constexpr,
+                      O_SB: gl.constexpr, O_SH: gl.constexpr, BN: gl.constexpr):
+    """Tile t of the schedule: its first query row, its number of key blocks and the element
+    offsets of its (batch, head) in q, k, v and o. Causal tiles come longest first."""
+    if CAUSAL:
+        pid_m = N_M - 1 - t // BH
+    else:
+        pid_m = t // BH
+    bh = (t % BH).to(gl.int64)
+    b = bh // H
+    h = bh % H
+    row0 = pid_m * BN
+    if CAUSAL:
+        n_blocks = pid_m + 1     # up to the tile's diagonal (both 64-row halves end in block pid_m)
+    else:
+        n_blocks = SK // BN
+    return (row0, n_blocks, Q_C + b * Q_SB + h * Q_SH, K_C + b * K_SB + (h // G) * K_SH,
+            V_C + b * V_SB + (h // G) * V_SH, O_C + b * O_SB + h * O_SH)
+
+
+@gluon.jit
+def _hopper_attn_loader(q_desc, k_desc, v_desc, q_bufs, k_ring, v_ring, q_ready, q_empty, k_ready, v_ready, k_empty,
+                        v_empty, N_M: gl.constexpr, BH: gl.constexpr, H: gl.constexpr, G: gl.constexpr,
+                        SK: gl.constexpr, CAUSAL: gl.constexpr, Q_C: gl.constexpr, Q_SB: gl.constexpr,
+                        Q_SH: gl.constexpr, Q_SS: gl.constexpr, K_C: gl.constexpr, K_SB: gl.constexpr,
+                        K_SH: gl.constexpr, K_SS: gl.constexpr, V_C: gl.constexpr, V_SB: gl.constexpr,
+                        V_SH: gl.constexpr, V_SS: gl.constexpr, O_C: gl.constexpr, O_SB: gl.constexpr,
+                        O_SH: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
+    """Loader warp: for each of this program's tiles, its two Q tiles into Q buffer i % 2 once
+    both consumers are done with that buffer's last tile, then K[j], V[j] into ring slot
+    r % STAGES (r counts blocks over all tiles) once both consumers released its previous
+    tenant. It runs ahead into the next tile while the consumers finish this one."""
+    r = 0
+    i = 0
+    for t in range(gl.program_id(0), N_M * BH, gl.num_programs(0)):
+        row0, n_blocks, q_base, k_base, v_base, o_base = _hopper_attn_tile(
+            t, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, K_C, K_SB, K_SH, V_C, V_SB, V_SH, O_C, O_SB, O_SH, BN)
+        qb = i % 2
+        mbarrier.wait(q_empty.index(qb), ((i // 2) & 1) ^ 1)
+        mbarrier.expect(q_ready.index(qb), 2 * q_desc.block_type.nbytes)
+        q_row = (q_base // Q_SS + row0).to(gl.int32)
+        q_col = (q_base % Q_SS).to(gl.int32)
+        _tma_load(q_desc, [q_row, q_col], q_ready.index(qb), q_bufs.index(2 * qb))
+        _tma_load(q_desc, [q_row + BM, q_col], q_ready.index(qb), q_bufs.index(2 * qb + 1))
+        k_row = (k_base // K_SS).to(gl.int32)
+        k_col = (k_base % K_SS).to(gl.int32)
+        v_row = (v_base // V_SS).to(gl.int32)
+        v_col = (v_base % V_SS).to(gl.int32)
+        for j in range(0, n_blocks):
+            slot = r % STAGES
+            phase = ((r // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(slot), phase)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            _tma_load(k_desc, [k_row + j * BN, k_col], k_ready.index(slot), k_ring.index(slot))
+            mbarrier.wait(v_empty.index(slot), phase)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            _tma_load(v_desc, [v_row + j * BN, v_col], v_ready.index(slot), v_ring.index(slot))
+            r += 1
+        i += 1
 
 
 @gluon.jit
@@ -94,32 +133,34 @@ def _hopper_attn_softmax(s, m_i, l_i, qk_scale, rows, cols, MASKED: gl.constexpr
 
 
 @gluon.jit
-def _hopper_attn_trip(j, p, acc, m_i, l_i, q_smem, k_ring, k_ready, k_empty, v_ring, v_ready, v_empty, qk_scale,
+def _hopper_attn_trip(j, r, p, acc, m_i, l_i, q_smem, k_ring, k_ready, k_empty, v_ring, v_ready, v_empty, qk_scale,
                       rows, cols0, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                       BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr):
-    """P[j] (in registers) @ V[j] in flight while S[j+1] becomes P[j+1]."""
-    nxt = j + 1
+    """P[j] (in registers) @ V[j] in flight while S[j+1] becomes P[j+1]; key block j sits in
+    ring slot r % STAGES."""
+    nxt = r + 1
     mbarrier.wait(k_ready.index(nxt % STAGES), (nxt // STAGES) & 1)
     s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(nxt % STAGES).permute((1, 0)),
                                  gl.full([BM, BN], 0.0, gl.float32, layout=s_layout), use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(j % STAGES), (j // STAGES) & 1)
-    acc_tok = hopper.warpgroup_mma(p, v_ring.index(j % STAGES), acc, is_async=True)
+    mbarrier.wait(v_ready.index(r % STAGES), (r // STAGES) & 1)
+    acc_tok = hopper.warpgroup_mma(p, v_ring.index(r % STAGES), acc, is_async=True)
     s = hopper.warpgroup_mma_wait(1, deps=[s_tok])          # S[j+1] done; P[j] @ V[j] may not be
     mbarrier.arrive(k_empty.index(nxt % STAGES))
-    p_new, m_i, l_i, alpha = _hopper_attn_softmax(s, m_i, l_i, qk_scale, rows, nxt * BN + cols0, MASKED)
+    p_new, m_i, l_i, alpha = _hopper_attn_softmax(s, m_i, l_i, qk_scale, rows, (j + 1) * BN + cols0, MASKED)
     acc, p = hopper.warpgroup_mma_wait(0, deps=[acc_tok, p])
-    mbarrier.arrive(v_empty.index(j % STAGES))
+    mbarrier.arrive(v_empty.index(r % STAGES))
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p = gl.convert_layout(p_new.to(p.dtype), p_layout)
     return p, acc, m_i, l_i
 
 
 @gluon.jit
-def _hopper_attn_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_base, row0,
-                          n_blocks, qk_scale, O_SS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                          D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """Query rows row0 .. row0+63 over key blocks 0 .. n_blocks-1 (when causal, the last one
-    holds the diagonal and is masked), stored at o_ptr + o_base + row * O_SS + d."""
+def _hopper_attn_rows(q_smem, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, o_ptr, o_base, row0, n_blocks, r0,
+                      qk_scale, O_SS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
+                      STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Query rows row0 .. row0+63 (Q in q_smem) over key blocks 0 .. n_blocks-1, found in ring
+    slots from r0 on (when causal, the last block holds the diagonal and is masked), stored
+    at o_ptr + o_base + row * O_SS + d."""
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                         instr_shape=[16, BN, 16])
@@ -132,12 +173,11 @@ def _hopper_attn_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_emp
     l_i = gl.full([BM], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.full([BM, D], 0.0, gl.float32, layout=o_layout)
 
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)),
+    mbarrier.wait(k_ready.index(r0 % STAGES), (r0 // STAGES) & 1)
+    s_tok = hopper.warpgroup_mma(q_smem, k_ring.index(r0 % STAGES).permute((1, 0)),
                                  gl.full([BM, BN], 0.0, gl.float32, layout=s_layout), use_acc=False, is_async=True)
     s = hopper.warpgroup_mma_wait(0, deps=[s_tok])
-    mbarrier.arrive(k_empty.index(0))
+    mbarrier.arrive(k_empty.index(r0 % STAGES))
     if CAUSAL and n_blocks == 1:
         p32, m_i, l_i, alpha = _hopper_attn_softmax(s, m_i, l_i, qk_scale, rows, cols0, True)
     else:
@@ -145,15 +185,15 @@ def _hopper_attn_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_emp
     p = gl.convert_layout(p32.to(q_smem.dtype), p_layout)
 
     for j in range(0, n_blocks - 2):
-        p, acc, m_i, l_i = _hopper_attn_trip(j, p, acc, m_i, l_i, q_smem, k_ring, k_ready, k_empty, v_ring, v_ready,
-                                             v_empty, qk_scale, rows, cols0, s_layout, o_layout, p_layout, BM, BN,
-                                             STAGES, False)
-    if n_blocks >= 2:   # the last trip: the diagonal block when causal
-        p, acc, m_i, l_i = _hopper_attn_trip(n_blocks - 2, p, acc, m_i, l_i, q_smem, k_ring, k_ready, k_empty, v_ring,
+        p, acc, m_i, l_i = _hopper_attn_trip(j, r0 + j, p, acc, m_i, l_i, q_smem, k_ring, k_ready, k_empty, v_ring,
                                              v_ready, v_empty, qk_scale, rows, cols0, s_layout, o_layout, p_layout,
-                                             BM, BN, STAGES, CAUSAL)
+                                             BM, BN, STAGES, False)
+    if n_blocks >= 2:   # the last trip: the diagonal block when causal
+        p, acc, m_i, l_i = _hopper_attn_trip(n_blocks - 2, r0 + n_blocks - 2, p, acc, m_i, l_i, q_smem, k_ring,
+                                             k_ready, k_empty, v_ring, v_ready, v_empty, qk_scale, rows, cols0,
+                                             s_layout, o_layout, p_layout, BM, BN, STAGES, CAUSAL)
 
-    last = n_blocks - 1
+    last = r0 + n_blocks - 1
     mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
     acc_tok = hopper.warpgroup_mma(p, v_ring.index(last % STAGES), acc, is_async=True)
     acc = hopper.warpgroup_mma_wait(0, deps=[acc_tok])
@@ -164,37 +204,44 @@ def _hopper_attn_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_emp
     gl.store(o_ptr + o_base + orow[:, None].to(gl.int64) * O_SS + ocol[None, :], o.to(q_smem.dtype))
 
 
-def attn_fwd_hopper(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H: gl.constexpr, G: gl.constexpr, SQ: gl.constexpr,
-                    SK: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+@gluon.jit
+def _hopper_attn_consumer(HALF: gl.constexpr, q_bufs, k_ring, v_ring, q_ready, q_empty, k_ready, v_ready, k_empty,
+                          v_empty, o_ptr, qk_scale, N_M: gl.constexpr, BH: gl.constexpr, H: gl.constexpr,
+                          G: gl.constexpr, SK: gl.constexpr, CAUSAL: gl.constexpr, Q_C: gl.constexpr,
+                          Q_SB: gl.constexpr, Q_SH: gl.constexpr, K_C: gl.constexpr, K_SB: gl.constexpr,
+                          K_SH: gl.constexpr, V_C: gl.constexpr, V_SB: gl.constexpr, V_SH: gl.constexpr,
+                          O_C: gl.constexpr, O_SB: gl.constexpr, O_SH: gl.constexpr, O_SS: gl.constexpr,
+                          BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """Consumer warpgroup HALF (0 or 1): the 64-row half HALF of each of this program's tiles."""
+    r = 0
+    i = 0
+    for t in range(gl.program_id(0), N_M * BH, gl.num_programs(0)):
+        row0, n_blocks, q_base, k_base, v_base, o_base = _hopper_attn_tile(
+            t, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, K_C, K_SB, K_SH, V_C, V_SB, V_SH, O_C, O_SB, O_SH, BN)
+        qb = i % 2
+        mbarrier.wait(q_ready.index(qb), (i // 2) & 1)
+        _hopper_attn_rows(q_bufs.index(2 * qb + HALF), k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, o_ptr,
+                          o_base, row0 + HALF * BM, n_blocks, r, qk_scale, O_SS, BM, BN, D, STAGES, CAUSAL)
+        mbarrier.arrive(q_empty.index(qb))
+        r += n_blocks
+        i += 1
+
+
+def attn_fwd_hopper(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, BH: gl.constexpr, H: gl.constexpr, G: gl.constexpr,
+                    SQ: gl.constexpr, SK: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
                     Q_C: gl.constexpr, Q_SB: gl.constexpr, Q_SH: gl.constexpr, Q_SS: gl.constexpr,
                     Q_ROWS: gl.constexpr, K_C: gl.constexpr, K_SB: gl.constexpr, K_SH: gl.constexpr,
                     K_SS: gl.constexpr, K_ROWS: gl.constexpr, V_C: gl.constexpr, V_SB: gl.constexpr,
                     V_SH: gl.constexpr, V_SS: gl.constexpr, V_ROWS: gl.constexpr, O_C: gl.constexpr,
                     O_SB: gl.constexpr, O_SH: gl.constexpr, O_SS: gl.constexpr, STAGES: gl.constexpr):
-    """Grid (SQ // 128, batch x heads). Query head h of batch b reads KV head h // G; the
-    sizes and strides (in elements) are the tensors' as codegen found them."""
+    """Persistent: a 1-D grid of at most one program per SM, each taking tiles (128 query
+    rows of one of the BH batch x heads) pid, pid + grid, ... Query head h of batch b reads
+    KV head h // G; sizes and strides (in elements) are the tensors' as codegen found them."""
     BM: gl.constexpr = 64
     BN: gl.constexpr = 128
+    N_M: gl.constexpr = SQ // BN
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    if CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)  # longest rows first
-    else:
-        pid_m = gl.program_id(0)
-    bh = gl.program_id(1).to(gl.int64)
-    b = bh // H
-    h = bh % H
-    row0 = pid_m * 2 * BM
-    q_base = Q_C + b * Q_SB + h * Q_SH + row0 * Q_SS
-    k_base = K_C + b * K_SB + (h // G) * K_SH
-    v_base = V_C + b * V_SB + (h // G) * V_SH
-    o_base = O_C + b * O_SB + h * O_SH
-    if CAUSAL:   # key blocks up to each 64-row tile's diagonal
-        n0 = (row0 + BM + BN - 1) // BN
-        n1 = (row0 + 2 * BM + BN - 1) // BN
-    else:
-        n0 = SK // BN
-        n1 = SK // BN
     q_desc = tma.make_tensor_descriptor(q_ptr, shape=[Q_ROWS, Q_SS], strides=[Q_SS, 1], block_shape=[BM, D],
                                         layout=smem)
     k_desc = tma.make_tensor_descriptor(k_ptr, shape=[K_ROWS, K_SS], strides=[K_SS, 1], block_shape=[BN, D],
@@ -202,27 +249,32 @@ def attn_fwd_hopper(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H: gl.constexpr, G: gl
     v_desc = tma.make_tensor_descriptor(v_ptr, shape=[V_ROWS, V_SS], strides=[V_SS, 1], block_shape=[BN, D],
                                         layout=smem)
 
-    q_smem0 = gl.allocate_shared_memory(dtype, [BM, D], smem)
-    q_smem1 = gl.allocate_shared_memory(dtype, [BM, D], smem)
+    q_bufs = gl.allocate_shared_memory(dtype, [4, BM, D], smem)    # two tiles' two halves
     k_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, D], smem)
     v_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, D], smem)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=2)            # both consumers release a Q buffer
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)            # both consumers release a slot
+        mbarrier.init(k_empty.index(i), count=2)            # and a ring slot
         mbarrier.init(v_empty.index(i), count=2)
 
     gl.warp_specialize([
-        (_hopper_attn_consumer, (q_smem0, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_base,
-                                 row0, n0, qk_scale, O_SS, BM, BN, D, STAGES, CAUSAL)),
-        (_hopper_attn_consumer, (q_smem1, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_base,
-                                 row0 + BM, n1, qk_scale, O_SS, BM, BN, D, STAGES, CAUSAL)),
-        (_hopper_attn_loader, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, v_ready,
-                               k_empty, v_empty, q_base, k_base, v_base, n1, Q_SS, K_SS, V_SS, BM, BN, STAGES)),
+        (_hopper_attn_consumer, (0, q_bufs, k_ring, v_ring, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+                                 o_ptr, qk_scale, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, K_C, K_SB, K_SH, V_C,
+                                 V_SB, V_SH, O_C, O_SB, O_SH, O_SS, BM, BN, D, STAGES)),
+        (_hopper_attn_consumer, (1, q_bufs, k_ring, v_ring, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+                                 o_ptr, qk_scale, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, K_C, K_SB, K_SH, V_C,
+                                 V_SB, V_SH, O_C, O_SB, O_SH, O_SS, BM, BN, D, STAGES)),
+        (_hopper_attn_loader, (q_desc, k_desc, v_desc, q_bufs, k_ring, v_ring, q_ready, q_empty, k_ready, v_ready,
+                               k_empty, v_empty, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, Q_SS, K_C, K_SB, K_SH,
+                               K_SS, V_C, V_SB, V_SH, V_SS, O_C, O_SB, O_SH, BM, BN, STAGES)),
     ], [4, 1], [240, 24])
