@@ -67,7 +67,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
+    import triton
+
     from benchmarks.measure import time_interleaved
+    # TMA descriptors built in a kernel take scratch memory from Triton's allocator (the
+    # prototype needs one; minicomp's modules install theirs)
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     for label, b, hq, hkv, s, d in SHAPES:
         q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
