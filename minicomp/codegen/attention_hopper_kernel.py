@@ -51,18 +51,23 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 
 @gluon.jit
-def _hopper_attn_tile(t, N_M: gl.constexpr, BH: gl.constexpr, H: gl.constexpr, G: gl.constexpr,
+def _hopper_attn_tile(k, N_M: gl.constexpr, BH: gl.constexpr, H: gl.constexpr, G: gl.constexpr,
                       SK: gl.constexpr, CAUSAL: gl.constexpr, Q_C: gl.constexpr, Q_SB: gl.constexpr,
                       Q_SH: gl.constexpr, K_C: gl.constexpr, K_SB: gl.constexpr, K_SH: gl.constexpr,
                       V_C: gl.constexpr, V_SB: gl.constexpr, V_SH: gl.constexpr, O_C: gl.constexpr,
                       O_SB: gl.constexpr, O_SH: gl.constexpr, BN: gl.constexpr):
-    """Tile t of the schedule: its first query row, its number of key blocks and the element
-    offsets of its (batch, head) in q, k, v and o. Causal tiles come longest first."""
-    if CAUSAL:
-        pid_m = N_M - 1 - t // BH
-    else:
-        pid_m = t // BH
-    bh = (t % BH).to(gl.int64)
+    """This program's k-th tile: whether it exists, its first query row, its number of key
+    blocks and the element offsets of its (batch, head) in q, k, v and o.
+
+    Tiles are numbered head by head, and within a head from the last query rows (the most
+    keys, when causal) to the first, so the programs running at once share a few heads' K and
+    V in L2. Round k gives tile k * P + pid to program pid, or k * P + P - 1 - pid in odd
+    rounds: going back and forth evens out the work (every program gets long and short tiles)."""
+    P = gl.num_programs(0)
+    pid = gl.program_id(0)
+    t = k * P + pid + (k % 2) * (P - 1 - 2 * pid)
+    bh = (t // N_M).to(gl.int64)
+    pid_m = N_M - 1 - t % N_M
     b = bh // H
     h = bh % H
     row0 = pid_m * BN
@@ -70,7 +75,7 @@ def _hopper_attn_tile(t, N_M: gl.constexpr, BH: gl.constexpr, H: gl.constexpr, G
         n_blocks = pid_m + 1     # up to the tile's diagonal (both 64-row halves end in block pid_m)
     else:
         n_blocks = SK // BN
-    return (row0, n_blocks, Q_C + b * Q_SB + h * Q_SH, K_C + b * K_SB + (h // G) * K_SH,
+    return (t < N_M * BH, row0, n_blocks, Q_C + b * Q_SB + h * Q_SH, K_C + b * K_SB + (h // G) * K_SH,
             V_C + b * V_SB + (h // G) * V_SH, O_C + b * O_SB + h * O_SH)
 
 
@@ -88,16 +93,18 @@ def _hopper_attn_loader(q_desc, k_desc, v_desc, q_bufs, k_ring, v_ring, q_ready,
     tenant. It runs ahead into the next tile while the consumers finish this one."""
     r = 0
     i = 0
-    for t in range(gl.program_id(0), N_M * BH, gl.num_programs(0)):
-        row0, n_blocks, q_base, k_base, v_base, o_base = _hopper_attn_tile(
-            t, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, K_C, K_SB, K_SH, V_C, V_SB, V_SH, O_C, O_SB, O_SH, BN)
+    for k in range(0, gl.cdiv(N_M * BH, gl.num_programs(0))):
+        valid, row0, n_blocks, q_base, k_base, v_base, o_base = _hopper_attn_tile(
+            k, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, K_C, K_SB, K_SH, V_C, V_SB, V_SH, O_C, O_SB, O_SH, BN)
+        if not valid:       # the last round may have no tile for this program
+            n_blocks = 0
         qb = i % 2
-        mbarrier.wait(q_empty.index(qb), ((i // 2) & 1) ^ 1)
-        mbarrier.expect(q_ready.index(qb), 2 * q_desc.block_type.nbytes)
+        mbarrier.wait(q_empty.index(qb), ((i // 2) & 1) ^ 1, pred=valid)
+        mbarrier.expect(q_ready.index(qb), 2 * q_desc.block_type.nbytes, pred=valid)
         q_row = (q_base // Q_SS + row0).to(gl.int32)
         q_col = (q_base % Q_SS).to(gl.int32)
-        _tma_load(q_desc, [q_row, q_col], q_ready.index(qb), q_bufs.index(2 * qb))
-        _tma_load(q_desc, [q_row + BM, q_col], q_ready.index(qb), q_bufs.index(2 * qb + 1))
+        _tma_load(q_desc, [q_row, q_col], q_ready.index(qb), q_bufs.index(2 * qb), pred=valid)
+        _tma_load(q_desc, [q_row + BM, q_col], q_ready.index(qb), q_bufs.index(2 * qb + 1), pred=valid)
         k_row = (k_base // K_SS).to(gl.int32)
         k_col = (k_base % K_SS).to(gl.int32)
         v_row = (v_base // V_SS).to(gl.int32)
@@ -215,16 +222,17 @@ def _hopper_attn_consumer(HALF: gl.constexpr, q_bufs, k_ring, v_ring, q_ready, q
     """Consumer warpgroup HALF (0 or 1): the 64-row half HALF of each of this program's tiles."""
     r = 0
     i = 0
-    for t in range(gl.program_id(0), N_M * BH, gl.num_programs(0)):
-        row0, n_blocks, q_base, k_base, v_base, o_base = _hopper_attn_tile(
-            t, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, K_C, K_SB, K_SH, V_C, V_SB, V_SH, O_C, O_SB, O_SH, BN)
-        qb = i % 2
-        mbarrier.wait(q_ready.index(qb), (i // 2) & 1)
-        _hopper_attn_rows(q_bufs.index(2 * qb + HALF), k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, o_ptr,
-                          o_base, row0 + HALF * BM, n_blocks, r, qk_scale, O_SS, BM, BN, D, STAGES, CAUSAL)
-        mbarrier.arrive(q_empty.index(qb))
-        r += n_blocks
-        i += 1
+    for k in range(0, gl.cdiv(N_M * BH, gl.num_programs(0))):
+        valid, row0, n_blocks, q_base, k_base, v_base, o_base = _hopper_attn_tile(
+            k, N_M, BH, H, G, SK, CAUSAL, Q_C, Q_SB, Q_SH, K_C, K_SB, K_SH, V_C, V_SB, V_SH, O_C, O_SB, O_SH, BN)
+        if valid:
+            qb = i % 2
+            mbarrier.wait(q_ready.index(qb), (i // 2) & 1)
+            _hopper_attn_rows(q_bufs.index(2 * qb + HALF), k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, o_ptr,
+                              o_base, row0 + HALF * BM, n_blocks, r, qk_scale, O_SS, BM, BN, D, STAGES, CAUSAL)
+            mbarrier.arrive(q_empty.index(qb))
+            r += n_blocks
+            i += 1
 
 
 def attn_fwd_hopper(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, BH: gl.constexpr, H: gl.constexpr, G: gl.constexpr,
