@@ -51,7 +51,7 @@ def compiled(fn, inputs, hopper: bool):
     import minicomp
     from minicomp.codegen import attention_hopper
     old = os.environ.get(attention_hopper.ENV_VAR)
-    os.environ[attention_hopper.ENV_VAR] = "1" if hopper else "0"
+    os.environ[attention_hopper.ENV_VAR] = "" if hopper else "0"
     try:
         c = minicomp.compile(fn)
         c(*inputs)

@@ -34,7 +34,7 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9,
 def on_hopper(monkeypatch):
     """Codegen as on an sm_90 device, whatever this machine has."""
     monkeypatch.setattr(attention_hopper, "device_capability", lambda: (9, 0))
-    monkeypatch.setenv(attention_hopper.ENV_VAR, "1")          # whatever the length
+    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
     if not attention_hopper.gluon_hopper_available():
         pytest.skip("this Triton has no Gluon for Hopper")
 
@@ -80,7 +80,7 @@ def test_contiguous_and_transposed_layouts_get_the_kernel(on_hopper):
     (lambda: attention_graph(1, 4, 4, 256, 256, 64, dtype=torch.float16, scale=-0.5), "not positive"),
 ])
 def test_what_the_kernel_leaves_to_the_block_language_kernel(monkeypatch, build, why):
-    monkeypatch.setenv(attention_hopper.ENV_VAR, "1")
+    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
     got = reason(build())
     assert got is not None and why in got
     assert "9.0" in reason(attention_graph(1, 4, 4, 256, 256, 64, dtype=torch.bfloat16), capability=(8, 0))
@@ -100,15 +100,6 @@ def test_an_epilogue_or_a_cast_keeps_the_block_language_kernel(on_hopper):
     q, k, v = (g.add("cast", t, dtype=torch.bfloat16) for t in (q, k, v))
     g.set_outputs([C.attention(g, q, k, v)])
     assert "cast inside the group" in reason(g)
-
-
-def test_short_keys_stay_on_the_block_language_kernel_unless_forced(monkeypatch):
-    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
-    short = attention_graph(1, 4, 4, 1024, 1024, 128, dtype=torch.bfloat16, causal=True)
-    assert "Sk=1024 < 2048" in reason(short)
-    assert reason(attention_graph(1, 4, 4, 2048, 2048, 128, dtype=torch.bfloat16, causal=True)) is None
-    monkeypatch.setenv(attention_hopper.ENV_VAR, "1")
-    assert reason(short) is None
 
 
 def test_the_switch_turns_the_kernel_off(on_hopper, monkeypatch):
@@ -193,7 +184,7 @@ def test_the_module_kernel_compiles_for_sm90_with_its_mmas_in_flight(on_hopper, 
     (2, 16, 16, 2048, 1024, 128, torch.float16, False, False),  # 512 tiles, not causal
 ])
 def test_gpu_hopper_kernel_matches_sdpa(monkeypatch, b, hq, hkv, sq, sk, d, dtype, causal, bshd):
-    monkeypatch.setenv(attention_hopper.ENV_VAR, "1")          # short sequences too
+    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
     g = attention_graph(b, hq, hkv, sq, sk, d, dtype=dtype, causal=causal, bshd=bshd)
     gen, _ = one_group(g, "cuda")
     assert gen.kernel_names == ["mc_attn_hopper_attention_0"], gen.source[:2000]
@@ -205,7 +196,7 @@ def test_gpu_hopper_kernel_matches_sdpa(monkeypatch, b, hq, hkv, sq, sk, d, dtyp
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 def test_gpu_hopper_kernel_one_batch_dim_and_a_second_call(monkeypatch):
-    monkeypatch.setenv(attention_hopper.ENV_VAR, "1")
+    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
     g = Graph("attn3d")
     q, k, v = (g.add_input(n, (6, 256, 64), torch.bfloat16) for n in "qkv")
     g.set_outputs([C.attention(g, q, k, v, is_causal=True)])

@@ -4,9 +4,14 @@ Triton's block language waits for every `tl.dot` of codegen/attention.py's key l
 once, so the tensor cores idle while the softmax runs (that module's docstring has the
 profile). attention_hopper_kernel.py is written in Gluon, Triton's explicit dialect for
 Hopper: a loader warp feeds two consumer warpgroups by TMA, and each leaves P @ V on the
-tensor cores while it computes the next softmax. On the H200 it took causal B4 H32 S4096
-d128 bf16 attention from 1.24-1.26 ms (the block-language kernel) to 1.07-1.10, against
-SDPA's 1.01-1.04 in the same run (benchmarks/gluon_attention_pp.py).
+tensor cores while it computes the next softmax; programs are persistent. On the H200
+(benchmarks/attention_hopper_ab.py, hand-written causal attention, d128 bf16, each against
+SDPA in the same run):
+
+    shape                    Gluon kernel   block-language kernel   SDPA
+    B4 H32 S4096             1.037 ms       1.293                   1.061
+    B8 H16 S1024 (gpt)       0.094          0.111                   0.091
+    B4 H32/8 S2048 (llama)   0.289          0.354                   0.291
 
 `why_not(ctx, spec)` is None when a group fits the kernel, else the reason, which the
 block-language kernel's source then records in a comment. The kernel covers the common
@@ -25,11 +30,7 @@ case only (the block-language kernel covers the rest):
 - the group's one output is the attention result (no fused epilogue), stored with unit
   stride along its last dimension.
 
-- at least MIN_KEYS keys (2048): on shorter ones the block-language kernel is as fast or
-  faster.
-
-MINICOMP_HOPPER_ATTENTION=0 turns the kernel off (benchmarks compare the two that way); =1
-uses it whenever it fits, however short the keys (tests cover small shapes that way).
+MINICOMP_HOPPER_ATTENTION=0 turns the kernel off (benchmarks compare the two that way).
 
 Generated modules carry the kernel's file verbatim (`Kernel.shared`, once per module) and
 bind one `gluon.jit(attn_fwd_hopper)` per group.
@@ -37,6 +38,7 @@ bind one `gluon.jit(attn_fwd_hopper)` per group.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from pathlib import Path
@@ -52,11 +54,6 @@ KERNEL_FILE = Path(__file__).with_name("attention_hopper_kernel.py")
 ROWS_PER_PROGRAM = 128      # two consumer warpgroups of 64 query rows
 KEYS_PER_BLOCK = 128
 STAGES = 2
-# Below this many keys the block-language kernel is as fast or faster (H200, causal d128
-# bf16, benchmarks/attention_hopper_ab.py): at S=1024 0.128 ms against its 0.109, at 2048
-# 0.353 against 0.356, at 4096 1.147 against 1.283. Each program starts by waiting for its Q
-# and first K with nothing to overlap, and 160 KiB of shared memory leave one program per SM.
-MIN_KEYS = 2048
 
 
 def device_capability() -> tuple[int, int] | None:
@@ -67,12 +64,14 @@ def device_capability() -> tuple[int, int] | None:
 
 
 def gluon_hopper_available() -> bool:
+    """Whether this Triton has the Gluon API the kernel uses (Triton 3.6 and later)."""
     try:
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma  # noqa: F401
+        gl = importlib.import_module("triton.experimental.gluon.language")
+        hopper = importlib.import_module("triton.experimental.gluon.language.nvidia.hopper")
     except ImportError:
         return False
-    return hasattr(gl, "warp_specialize") and hasattr(tma, "make_tensor_descriptor")
+    return (hasattr(gl, "warp_specialize") and hasattr(hopper, "warpgroup_mma")
+            and hasattr(hopper.tma, "make_tensor_descriptor") and hasattr(hopper.mbarrier, "expect"))
 
 
 def _batch_heads(batch: tuple[int, ...]) -> tuple[int, int]:
@@ -120,8 +119,7 @@ def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> 
     defaults to the current CUDA device's."""
     if ctx.device_type != "cuda":
         return "not a CUDA module"
-    switch = os.environ.get(ENV_VAR, "")
-    if switch == "0":
+    if os.environ.get(ENV_VAR, "") == "0":
         return f"{ENV_VAR}=0"
     capability = capability if capability is not None else device_capability()
     if capability != (9, 0):
@@ -148,8 +146,6 @@ def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> 
         return "a fused epilogue or another output"
     if ctx.strides(spec.node.id)[-1] != 1:
         return "the output's last stride is not 1"
-    if spec.sk < MIN_KEYS and switch != "1":
-        return f"Sk={spec.sk} < {MIN_KEYS}: the block-language kernel is as fast or faster"
     return None
 
 

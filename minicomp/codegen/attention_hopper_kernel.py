@@ -5,27 +5,36 @@ file is the kernel only, so that the text a module carries is the text tested he
 group binds its own `gluon.jit(attn_fwd_hopper)` (the launch helper keys compiled kernels by
 function object) and specialises it through constexpr arguments.
 
-One program computes 128 query rows of one (batch, head) as three warp-specialised
+A tile is 128 query rows of one (batch, head). The grid is persistent (at most one program
+per SM, 196 KiB of shared memory each), and each program runs three warp-specialised
 partitions (Gluon's `warp_specialize`, with registers moved by `setmaxnreg`):
 
-- a loader warp (24 registers) that brings both 64-row Q tiles in by TMA, then K[j] and V[j]
-  (128 keys each) into a ring of STAGES shared-memory slots, reusing a slot once both
-  consumers released it;
-- two consumer warpgroups (240 registers), each owning 64 query rows: an online softmax in
-  base 2 over the key blocks up to its diagonal (causal) or all of them. Each trip issues
-  S[j+1] = Q @ K[j+1]^T and acc += P[j] @ V[j] asynchronously, waits for S[j+1] only, runs
-  its softmax while P[j] @ V[j] is still on the tensor cores, then waits for that and
-  rescales acc. The other consumer's MMAs fill the tensor cores during this one's softmax.
+- a loader warp (24 registers) that brings each tile's two 64-row Q tiles into one of two Q
+  buffers by TMA, then K[j] and V[j] (128 keys each) into a ring of STAGES shared-memory
+  slots, reusing a buffer or slot once both consumers released it. It runs ahead into the
+  next tile's Q, K and V while the consumers finish this one;
+- two consumer warpgroups (240 registers), each owning 64 query rows of the tile: an online
+  softmax in base 2 over the key blocks up to its diagonal (causal) or all of them. Each
+  trip issues S[j+1] = Q @ K[j+1]^T and acc += P[j] @ V[j] asynchronously, waits for S[j+1]
+  only, runs its softmax while P[j] @ V[j] is still on the tensor cores, then waits for that
+  and rescales acc. The other consumer's MMAs fill the tensor cores during this one's softmax.
 
-Decisions, with what was measured on the H200 (benchmarks/gluon_attention_pp.py, B4 H32
-S4096 d128 causal bf16, SDPA 1.01-1.04 ms in the same run):
-- 128-key blocks (1.07-1.10 ms) over 64-key ones (1.15-1.18): the acc rescale, the row
-  max/sum shuffles and the barrier waits are paid once per 128 keys. One score tile is live
-  (64 registers a thread): 168 registers, no spills;
-- nothing is in flight across the loop's back edge: ptxas serialises every wgmma of a
-  kernel whose loop carries an in-flight accumulator (warnings C7511-C7514);
-- no ping-pong between the consumers (taking turns through mbarriers to issue MMAs:
-  1.10-1.13 ms, slower); 2 ring stages (3 measured the same, with 64 KiB more shared memory).
+Decisions, with what was measured on the H200 (hand-written causal attention, d128 bf16;
+benchmarks/gluon_attention_pp.py and benchmarks/attention_hopper_ab.py, each against SDPA in
+the same run; benchmarks/results/2026-11-29-s5/):
+- 128-key blocks over 64-key ones (B4 H32 S4096: 1.07-1.10 ms against 1.15-1.18, SDPA
+  1.01-1.04): the acc rescale, the row max/sum shuffles and the barrier waits are paid once
+  per 128 keys. One score tile is live (64 registers a thread): 168 registers, no spills;
+- nothing is in flight across a loop's back edge: ptxas serialises every wgmma of a kernel
+  whose loop carries an in-flight accumulator (warnings C7511-C7514);
+- no ping-pong between the consumers (taking turns through mbarriers to issue MMAs was
+  slower: 1.10-1.13 ms); 2 ring stages (3 measured the same, and do not fit beside two Q
+  buffers);
+- persistent, tiles head by head, dealt back and forth (`_hopper_attn_tile`). A program per
+  tile waits for its first Q and K with nothing to overlap: 0.129-0.131 ms at B8 H16 S1024
+  against 0.094 persistent. Persistent with the longest tiles of all heads first lost the
+  L2 reuse of K and V (the 132 programs running at once read 132 heads' K/V): 1.195 ms at
+  B4 H32 S4096, against 1.126 with a program per tile and 1.037 as here.
 
 Addressing: Q, K and V are read by 2-D TMA descriptors over [rows, row stride] with the
 element (b, h, s, d) at base + s * row_stride + d, base = C + b * SB + h * SH; the tile's
