@@ -30,7 +30,10 @@ time. That is why 64x64 tiles with 4 warps (167 registers and 112 KiB of shared 
 blocks per SM) are as fast as 128x128 with 8 warps (one block). Issuing the next block's
 Q @ K^T before this block's softmax does not help: Triton waits for it at once too. cuDNN's
 kernel (SDPA's default here) overlaps the two with warp-specialised warpgroups, which
-`tl.range(warp_specialize=True)` does not produce for this loop on Hopper.
+`tl.range(warp_specialize=True)` does not produce for this loop on Hopper. So on an sm_90
+GPU, groups that fit (no mask tensor, half dtypes, lengths a multiple of 128, no fused
+epilogue: attention_hopper.why_not) run a Gluon kernel that does (attention_hopper.py); this
+kernel takes the rest, and its source says why the Gluon kernel did not take the group.
 
 Index symbols: `qm`/`qd` (query tile), `kd`/`kn` (K tile, transposed), `vn`/`vd` (V tile),
 `rm`/`rn` (score tile), `rm`/`od` (output tile), `z0`, `z1`... (batch and head).
