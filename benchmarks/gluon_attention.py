@@ -59,12 +59,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-# Triton 3.6 names the TMA load async_copy_global_to_shared; later Gluon calls it async_load
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# the online-softmax step and the TMA load (its name differs between Triton versions) are
+# codegen's Hopper kernel's
+from minicomp.codegen.attention_hopper_kernel import _hopper_attn_softmax as _softmax  # noqa: E402
+from minicomp.codegen.attention_hopper_kernel import _tma_load  # noqa: E402
 
 
 @gluon.jit
@@ -73,22 +75,6 @@ def _fill(desc, ring, bars, j, row0, BN: gl.constexpr, STAGES: gl.constexpr, pre
     slot = j % STAGES
     mbarrier.expect(bars.index(slot), desc.block_type.nbytes, pred=pred)
     _tma_load(desc, [row0 + j * BN, 0], bars.index(slot), ring.index(slot), pred=pred)
-
-
-@gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, rows, cols, MASKED: gl.constexpr):
-    """Online-softmax step on one score tile: P (unnormalised, base 2), the new row max and
-    sum, and alpha, the factor that rescales what was accumulated under the old max."""
-    if MASKED:
-        s = gl.where(rows[:, None] >= cols[None, :], s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        p = gl.exp2(s - m_new[:, None])
-    else:
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-    alpha = gl.exp2(m_i - m_new)
-    l_i = l_i * alpha + gl.sum(p, 1)
-    return p, m_new, l_i, alpha
 
 
 @gluon.jit

@@ -161,6 +161,8 @@ fn = getattr(importlib.import_module(module), kernel)
 consts = {"ROWS": 2 * 4 * 1024, "S": 1024, "D": 128, "BM": 64, "BN": 64, "STAGES": 3}
 if kernel == "attn_fwd_ws":
     consts.update(LOADER_REGS=24, CONSUMER_REGS=240)
+if kernel == "attn_fwd_pp":   # 64-row consumers and 128-key blocks are fixed there
+    consts = {"ROWS": 2 * 4 * 1024, "S": 1024, "D": 128, "STAGES": 2}
 sig = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "qk_scale": "fp32",
        **{name: "constexpr" for name in consts}}
 src = GluonASTSource(fn, sig, attrs={(i,): [["tt.divisibility", 16]] for i in range(4)}, constexprs=consts)
@@ -171,7 +173,8 @@ print(get_ptxas(90).path)
 
 
 @pytest.mark.parametrize("module,kernel", [("benchmarks.gluon_attention", "attn_fwd"),
-                                           ("benchmarks.gluon_attention_ws", "attn_fwd_ws")])
+                                           ("benchmarks.gluon_attention_ws", "attn_fwd_ws"),
+                                           ("benchmarks.gluon_attention_pp", "attn_fwd_pp")])
 def test_gluon_attention_prototype_keeps_its_mmas_in_flight_on_sm90(tmp_path, module, kernel):
     """The Gluon attention prototypes compiled for sm_90 without a GPU (in a process without
     Triton's interpreter): two wgmma groups stay in flight around the softmax
