@@ -365,26 +365,6 @@ def _quiet(cmd: list[str]) -> str | None:
         return None
 
 
-def _warm_up_fn(x, w, q, k, v):
-    """A bit of each kind of group: pointwise, reductions (softmax, layer norm), a GEMM with an
-    epilogue and attention."""
-    import torch.nn.functional as F
-    h = F.layer_norm(torch_softmax(x @ w + 1.0), (x.shape[-1],))
-    return h, F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-
-def torch_softmax(x):
-    return x.softmax(-1)
-
-
-def _warm_up_inputs(device: str):
-    import torch
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    x, w = torch.ones(16, 32, device=device, dtype=dtype), torch.ones(32, 32, device=device, dtype=dtype)
-    q, k, v = (torch.ones(1, 2, 128, 64, device=device, dtype=dtype) for _ in range(3))
-    return x, w, q, k, v
-
-
 def warm_minicomp(device: str) -> float | None:
     """Compile (capture to loaded module, no kernel run) one small function with a group of
     each kind first, so no workload's own compile time carries the process's one-time costs:
@@ -393,7 +373,8 @@ def warm_minicomp(device: str) -> float | None:
     t0 = time.perf_counter()
     try:
         import minicomp
-        minicomp.compile(_warm_up_fn).compile_for(*_warm_up_inputs(device))
+        from benchmarks.workloads import warm_up_fn, warm_up_inputs
+        minicomp.compile(warm_up_fn).compile_for(*warm_up_inputs(device))
     except Exception:
         return None                      # the workloads will record the error
     return time.perf_counter() - t0

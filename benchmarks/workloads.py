@@ -77,6 +77,20 @@ def make_causal_attention(seq: int, head_dim: int, device: str) -> Callable:
     return causal_attention
 
 
+def warm_up_fn(x, w, q, k, v):
+    """A group of each kind (a GEMM with an epilogue, softmax and layer norm reductions,
+    attention), for benchmarks/run.py to compile once before any workload."""
+    h = F.layer_norm(torch.softmax(x @ w + 1.0, dim=-1), (x.shape[-1],))
+    return h, F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def warm_up_inputs(device: str) -> tuple[torch.Tensor, ...]:
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x, w = torch.ones(16, 32, device=device, dtype=dtype), torch.ones(32, 32, device=device, dtype=dtype)
+    q, k, v = (torch.ones(1, 2, 128, 64, device=device, dtype=dtype) for _ in range(3))
+    return x, w, q, k, v
+
+
 def sdpa_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
