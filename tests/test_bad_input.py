@@ -134,6 +134,8 @@ def test_dsl_declared_types_are_checked_against_the_body_and_the_inputs():
     (lambda a, b: a @ b, (torch.randn(4, 5), torch.randn(3, 2)), "same reduction dim"),
     (lambda a, b: a @ b, (torch.randn(4, 5), torch.randn(5, 2).half()), "matmul expects operands of one dtype"),
     (lambda a, b: F.linear(a, b), (torch.randn(2, 3), torch.randn(4, 3).double()), "linear expects operands"),
+    (lambda a, b: F.linear(a, b), (torch.randn(2, 3), torch.randn(4, 5)), "cannot be multiplied"),
+    (lambda a, b: a @ b, (torch.randn(2, 4, 5), torch.randn(3, 5, 2)), "broadcast"),
 ])
 def test_python_shape_and_dtype_mismatch_is_refused_at_capture_at_the_users_line(fn, inputs, words):
     with pytest.raises(SourceError) as e:

@@ -71,14 +71,31 @@ def _one_dtype(what: str, *tensors: Optional[torch.Tensor]) -> None:
         raise RuntimeError(f"{what} expects operands of one dtype, got {' and '.join(map(str, dtypes))}")
 
 
+# The result shapes of the common cases come from shape arithmetic: running matmul or linear
+# on fake tensors goes through their decompositions, ~10 ms a call the first time a process
+# meets a shape (a quarter of gpt_block's first compile). Other ranks run the real thing.
 def _matmul_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     _one_dtype("matmul", a, b)
-    return torch.matmul(a, b)
+    if a.dim() < 2 or b.dim() < 2:
+        return torch.matmul(a, b)
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"matmul: operands of shapes {list(a.shape)} and {list(b.shape)} must have the same "
+                           f"reduction dim ({a.shape[-1]} != {b.shape[-2]})")
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return a.new_empty(tuple(batch) + (a.shape[-2], b.shape[-1]))
 
 
 def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     _one_dtype("linear", x, weight, bias)
-    return F.linear(x, weight, bias)
+    if x.dim() < 1 or weight.dim() != 2:
+        return F.linear(x, weight, bias)
+    if x.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"linear: input of shape {list(x.shape)} cannot be multiplied by a weight of shape "
+                           f"{list(weight.shape)} ({x.shape[-1]} != {weight.shape[1]})")
+    out = tuple(x.shape[:-1]) + (weight.shape[0],)
+    if bias is not None:
+        out = tuple(torch.broadcast_shapes(out, bias.shape))
+    return x.new_empty(out)
 
 
 def _sdpa_checked_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
