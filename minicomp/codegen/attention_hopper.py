@@ -38,6 +38,7 @@ bind one `gluon.jit(attn_fwd_hopper)` per group.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -63,6 +64,7 @@ def device_capability() -> tuple[int, int] | None:
     return torch.cuda.get_device_capability()
 
 
+@functools.cache
 def gluon_hopper_available() -> bool:
     """Whether this Triton has the Gluon API the kernel uses (Triton 3.6 and later)."""
     try:
@@ -72,6 +74,12 @@ def gluon_hopper_available() -> bool:
         return False
     return (hasattr(gl, "warp_specialize") and hasattr(hopper, "warpgroup_mma")
             and hasattr(hopper.tma, "make_tensor_descriptor") and hasattr(hopper.mbarrier, "expect"))
+
+
+@functools.cache
+def kernel_text() -> str:
+    """The kernel file, read once per process (each module that uses it carries a copy)."""
+    return KERNEL_FILE.read_text()
 
 
 def _batch_heads(batch: tuple[int, ...]) -> tuple[int, int]:
@@ -179,4 +187,4 @@ def emit(ctx: KernelCtx, spec) -> tuple[Kernel | None, str]:
     grid = f"lambda meta: (min(_sm_count(device), {tiles}),)"    # persistent: at most a program per SM
     launch = ["_tma_ready()",
               f"{name}[{grid}]({bufs}, {spec.scale * LOG2E!r}, {kwargs}, num_warps=4)"]
-    return Kernel(name, source, launch, shared=KERNEL_FILE.read_text()), ""
+    return Kernel(name, source, launch, shared=kernel_text()), ""
