@@ -71,6 +71,9 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
 
     options = options or Options()
     start = time.perf_counter()
+    if inputs:
+        from minicomp.runtime.prime import prime_triton
+        prime_triton(inputs[0].device)      # Triton's one-time state, built while the passes run
     verify(graph)
     set_input_layouts(graph, inputs)
     captured = graph
@@ -147,6 +150,9 @@ class CompiledFunction:
         key = (spec, _signature(tensors))  # the nesting is part of the signature: f(x, [y]) is not f(x, y)
         if key not in self._cache:
             from minicomp.frontend.fx import capture
+            from minicomp.runtime.prime import prime_triton
+            if tensors:
+                prime_triton(tensors[0].device)     # Triton's one-time state, built while capture runs
             flat = all(isinstance(a, torch.Tensor) for a in args)
             graph = capture(self.fn if flat else _taking_flat(self.fn, spec), tensors)
             self._out_spec[key] = getattr(graph, "out_spec", None)

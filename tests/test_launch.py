@@ -186,6 +186,59 @@ def test_warm_up_is_off_with_one_thread():
     assert log == [] and ns["_WARM"] == []
 
 
+class Pending:
+    """What Triton's `warmup` returns under AsyncCompileMode: a FutureKernel, with its future."""
+    def __init__(self, compiled):
+        from concurrent.futures import Future
+        self.future = Future()
+        self.future.set_result(compiled)
+
+
+def compiled_with(signature, constants, fail=False):
+    src = types.SimpleNamespace(signature=signature, constants=constants)
+    return types.SimpleNamespace(src=src, metadata=types.SimpleNamespace(fail=fail))
+
+
+def test_warm_up_builds_each_launcher_stub_once(monkeypatch):
+    """Each compiled kernel's launcher is built once per signature in the warm-up; a build that
+    fails is left to the first launch; MINICOMP_WARM_LAUNCHERS=0 builds none."""
+    import importlib
+
+    # the module (the attribute `triton.runtime.driver` is its DriverConfig object)
+    triton_driver = importlib.import_module("triton.runtime.driver")
+    built = []
+
+    class Launcher:
+        def __init__(self, src, metadata):
+            if metadata.fail:
+                raise RuntimeError("no C compiler")
+            built.append(src.signature)
+
+    monkeypatch.setattr(triton_driver, "driver", types.SimpleNamespace(active=types.SimpleNamespace(launcher_cls=Launcher)))
+
+    class Returning:
+        def __init__(self, compiled):
+            self.compiled = compiled
+
+        def warmup(self, *args, grid, **kwargs):
+            return Pending(self.compiled)
+
+    a = {"x": "*bf16", "n": "i32"}
+    jobs = [(Returning(compiled_with(a, {(2,): 64})), (torch.bfloat16, 7), {}),
+            (Returning(compiled_with(dict(a), {(2,): 64})), (torch.bfloat16, 9), {}),   # same signature
+            (Returning(compiled_with({"x": "*fp32"}, {})), (torch.float32,), {}),
+            (Returning(compiled_with({"y": "*fp16"}, {}, fail=True)), (torch.float16,), {})]
+    ns = warm_helper(jobs, threads=4)
+    ns["_warm_up"]()
+    assert sorted(map(repr, built)) == sorted([repr(a), repr({"x": "*fp32"})])
+
+    built.clear()
+    ns = warm_helper(jobs, threads=4)
+    ns["os"].environ["MINICOMP_WARM_LAUNCHERS"] = "0"
+    ns["_warm_up"]()
+    assert built == []
+
+
 def test_generated_cuda_modules_warm_every_launch():
     """Generated for CUDA (text only, no GPU needed): one `_WARM` entry per launch, with the
     launch's literals and each tensor's dtype, and call() warms up before its first group."""
@@ -283,16 +336,18 @@ compiled = minicomp.compile(fn)
 module = compiled.compile_for(*args).call.module
 configs = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in module._WARM)
 module._warm_up()
-cubins = len(list(Path(sys.argv[1]).rglob("*.cubin")))
+count = lambda pattern: len(list(Path(sys.argv[1]).rglob(pattern)))
+cubins, stubs = count("*.cubin"), count("__triton_launcher*.so")
 torch.testing.assert_close(compiled(*args), fn(*args), atol=2e-2, rtol=2e-2)
-print("WARM", configs, cubins, len(list(Path(sys.argv[1]).rglob("*.cubin"))))
+print("WARM", configs, cubins, count("*.cubin"), stubs, count("__triton_launcher*.so"))
 """
 
 
 @pytest.mark.gpu
 def test_gpu_warm_up_compiles_every_config_before_the_first_launch(tmp_path):
     """In a fresh process with an empty Triton cache: `_warm_up()` leaves one compiled kernel per
-    (kernel, config) on disk, the first call then compiles nothing new, and its answer is right."""
+    (kernel, config) and the launcher stubs on disk, the first call then compiles nothing new,
+    and its answer is right."""
     import os
     import subprocess
     import sys
@@ -305,8 +360,10 @@ def test_gpu_warm_up_compiles_every_config_before_the_first_launch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", WARM_SCRIPT, str(tmp_path / "triton")], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    configs, after_warm_up, after_call = map(int, proc.stdout.split("WARM")[1].split())
+    configs, after_warm_up, after_call, stubs, stubs_after_call = map(int, proc.stdout.split("WARM")[1].split())
     assert configs >= 3 and after_warm_up >= configs and after_call == after_warm_up
+    # the launcher stubs were built during the warm-up too: the call builds none
+    assert stubs >= 1 and stubs_after_call == stubs
 
 
 @pytest.mark.gpu

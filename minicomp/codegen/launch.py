@@ -40,6 +40,11 @@ launches after it find every kernel compiled. Measured on the H200 with
 from 29.6 s to 18.6 s, gpt_block's from 18.6 s to 12.7 s; most of what was left was the
 autotuners timing each config, which `_tune_bench` (module.py) then cut.
 
+Each compile's thread then also builds the kernel's launcher stub (`_launcher_stubs`): a
+small C extension per kernel signature that Triton 3.6 compiles with gcc when it first
+loads a kernel, ~0.25 s each, which the first call otherwise paid one after another
+(1.4 s of llama_block's).
+
 Warm-up only fills caches: a failed compile is dropped (the launch compiles it again and
 raises as before), `MINICOMP_COMPILE_THREADS=1` turns it off, and a Triton without
 `triton.runtime._async_compile` (a private module, present in 3.6 through 3.9) skips it.
@@ -108,13 +113,51 @@ def _warm_up():
     threads = min(len(work), _compile_threads())
     if threads < 2:
         return
+    stubs = _launcher_stubs()
     with ThreadPoolExecutor(threads, thread_name_prefix="minicomp-compile") as pool:
         with AsyncCompileMode(pool, ignore_errors=True):
             for fn, args, kwargs in work:
                 try:
-                    fn.warmup(*args, grid=(1,), **kwargs)
+                    pending = fn.warmup(*args, grid=(1,), **kwargs)
                 except Exception:  # the launch compiles it again and reports what went wrong
-                    pass
+                    continue
+                future = getattr(pending, "future", None)  # Triton's FutureKernel
+                if stubs is not None and future is not None:
+                    # in the thread that compiled the kernel, once it has
+                    future.add_done_callback(stubs)
+
+
+def _launcher_stubs():
+    """A callback for a compile's future that builds the compiled kernel's launcher stub, a C
+    extension Triton compiles with the host's C compiler the first time it loads a kernel of a
+    new signature (~0.25 s each on the H200's host, one after another on the first call
+    otherwise). Building it here leaves it in Triton's cache for that load to find; one build
+    per signature. None where Triton's driver has no launcher class, or
+    MINICOMP_WARM_LAUNCHERS=0."""
+    if os.environ.get("MINICOMP_WARM_LAUNCHERS") == "0":
+        return None
+    try:
+        import threading
+        from triton.runtime.driver import driver
+        launcher_cls = driver.active.launcher_cls
+    except Exception:
+        return None
+    built, lock = set(), threading.Lock()
+
+    def build(future):
+        try:
+            compiled = future.result()
+            src = compiled.src
+            key = repr((sorted(src.signature.items(), key=repr), sorted(getattr(src, "constants", {}).items(), key=repr),
+                        getattr(compiled.metadata, "tensordesc_meta", None)))
+            with lock:
+                if key in built:
+                    return
+                built.add(key)
+            launcher_cls(src, compiled.metadata)
+        except Exception:  # the first launch builds it, and reports what went wrong
+            pass
+    return build
 
 
 def _compile_threads():

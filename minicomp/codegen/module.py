@@ -47,7 +47,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher",
-                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compile_threads", "_tune_bench")
+                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_launcher_stubs", "_compile_threads", "_tune_bench")
 
 
 @dataclass
