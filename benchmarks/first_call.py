@@ -1,6 +1,6 @@
 """Where a workload's first call in a fresh process goes, with and without compiling at once.
 
-    python benchmarks/first_call.py [--threads 1,16] [--profile] NAME [NAME ...]
+    python benchmarks/first_call.py [--threads 1,16] [--apart] [--profile] NAME [NAME ...]
 
 For each workload and each `--threads` value (MINICOMP_COMPILE_THREADS: 1 turns the
 warm-up off, so every kernel compiles on its first launch, one after another), a fresh
@@ -8,10 +8,11 @@ child process with empty Triton and minicomp caches measures, in order:
 
 - `import_s`: importing minicomp (torch and triton are imported before the clock starts);
 - `own_s`: capture to loaded module (minicomp's own compile, no Triton);
-- `warm_up_s`: the generated module's `_warm_up()`: every (kernel, config) compiled on a
-  pool of threads (0 with one thread);
-- `first_call_s`: the call itself: autotuning sweeps (benchmarking each config), loading the
-  compiled kernels, whatever was not warmed, and the launches;
+- `warm_up_s`: with `--apart` only, the generated module's `_warm_up()`: every (kernel,
+  config) compiled on a pool of threads before the call (0 with one thread);
+- `first_call_s`: the call itself: without `--apart`, as a user's first call runs, the
+  compiles on the pool with each launch waiting for its own kernel; then the autotuning
+  sweeps (benchmarking each config), loading the compiled kernels, and the launches;
 - `total_s`: the sum, which is what `benchmarks/run.py` reports as the first call.
 
 `--profile` adds the child's top cProfile entries (by cumulative time) for its own compile
@@ -38,7 +39,7 @@ if str(ROOT) not in sys.path:
 MARKER = "FIRST_CALL "
 
 
-def child(name: str, profile: bool) -> None:
+def child(name: str, profile: bool, apart: bool) -> None:
     import torch
     import triton  # noqa: F401  (imported before the clock, as torch is)
 
@@ -60,7 +61,7 @@ def child(name: str, profile: bool) -> None:
     rec["kernels"] = len(getattr(module, "_WARM", []))
     rec["configs"] = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in getattr(module, "_WARM", []))
     t0 = time.perf_counter()
-    if hasattr(module, "_warm_up"):
+    if apart and hasattr(module, "_warm_up"):
         module._warm_up()
     rec["warm_up_s"] = time.perf_counter() - t0
     prof = start_profile() if profile else None
@@ -92,11 +93,12 @@ def print_profile(prof, what: str) -> None:
     print(f"--- {what}, by cumulative time\n{text.getvalue()}", file=sys.stderr)
 
 
-def run_child(name: str, threads: int, profile: bool) -> dict:
+def run_child(name: str, threads: int, profile: bool, apart: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="first-call-") as tmp:
         env = dict(os.environ, TRITON_CACHE_DIR=f"{tmp}/triton", MINICOMP_CACHE_DIR=f"{tmp}/minicomp",
                    MINICOMP_COMPILE_THREADS=str(threads), PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name] + (["--profile"] if profile else [])
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name] + (["--profile"] if profile else []) \
+            + (["--apart"] if apart else [])
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if profile or proc.returncode != 0:
         print(proc.stderr[-20000:], file=sys.stderr)
@@ -111,16 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("names", nargs="+")
     p.add_argument("--threads", default="1,16", help="comma-separated MINICOMP_COMPILE_THREADS values")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--apart", action="store_true", help="compile every kernel before the first call, timed apart")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        child(args.names[0], args.profile)
+        child(args.names[0], args.profile, args.apart)
         return 0
     keys = ("kernels", "configs", "import_s", "own_s", "warm_up_s", "first_call_s", "total_s")
     print(f"{'workload':<14} {'threads':>7} " + " ".join(f"{k:>12}" for k in keys))
     for name in args.names:
         for threads in (int(t) for t in args.threads.split(",")):
-            rec = run_child(name, threads, args.profile)
+            rec = run_child(name, threads, args.profile, args.apart)
             if "error" in rec:
                 print(f"{name:<14} {threads:>7} {rec['error']}")
                 continue

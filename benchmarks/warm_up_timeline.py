@@ -1,12 +1,13 @@
-"""When each compile of a generated module's warm-up ran, in a fresh process with empty caches.
+"""When each compile of a generated module's first call ran, in a fresh process with empty caches.
 
-    python benchmarks/warm_up_timeline.py [NAME]        (default llama_block; needs CUDA)
+    python benchmarks/warm_up_timeline.py [--apart] [NAME]     (default llama_block; needs CUDA)
 
-The warm-up (`_warm_up`, codegen/launch.py) submits every (kernel, config) to a pool of
-threads. This prints, relative to the warm-up's start: when the main thread finished
-submitting, each compile's start and end on its thread, the sum of the compiles' own times
-against the wall time (the ratio is how many ran at once, on average), and the first call
-after it.
+The first call (`_compiling_at_once`, codegen/launch.py) submits every (kernel, config) to a
+pool of threads and launches each kernel once its compile is done. This prints, relative to
+the call's start: when the main thread finished submitting, each compile's start and end on
+its thread, and the sum of the compiles' own times against the wall time (the ratio is how
+many ran at once, on average). `--apart` compiles everything first (`_warm_up()`) and times
+the call after it separately, as before the launches overlapped the compiles.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def child(name: str) -> None:
+def child(name: str, apart: bool) -> None:
     import torch
     import triton.compiler
     import triton.compiler.compiler as compiler
@@ -60,12 +61,14 @@ def child(name: str) -> None:
     module = fn.compile_for(*built.inputs).call.module
     own = time.perf_counter() - t
     start = time.perf_counter()
-    module._warm_up()
-    end = time.perf_counter()
+    if apart:
+        module._warm_up()
+    warmed = time.perf_counter()
     fn(*built.inputs)
     torch.cuda.synchronize()
-    first = time.perf_counter() - end
-    print(f"{name}: own compile {own:.2f} s; warm-up {end - start:.2f} s; first call after it {first:.2f} s")
+    end = time.perf_counter()
+    print(f"{name}: own compile {own:.2f} s; " + (f"warm-up {warmed - start:.2f} s, then " if apart else "")
+          + f"first call {end - warmed:.2f} s")
     if submitted:
         print(f"first submit at {submitted[0] - start:.2f} s, last at {submitted[-1] - start:.2f} s "
               f"({len(submitted)} compiles)")
@@ -79,14 +82,18 @@ def child(name: str) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == "--child":
-        child(sys.argv[2])
+    argv = sys.argv[1:]
+    if argv[:1] == ["--child"]:
+        child(argv[1], argv[2:] == ["--apart"])
         return 0
-    name = sys.argv[1] if len(sys.argv) > 1 else "llama_block"
+    apart = "--apart" in argv
+    names = [a for a in argv if a != "--apart"]
+    name = names[0] if names else "llama_block"
     with tempfile.TemporaryDirectory(prefix="warm-up-") as tmp:
         env = dict(os.environ, TRITON_CACHE_DIR=f"{tmp}/triton", MINICOMP_CACHE_DIR=f"{tmp}/minicomp",
                    PYTHONUNBUFFERED="1")
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", name], env=env,
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", name]
+                              + (["--apart"] if apart else []), env=env,
                               capture_output=True, text=True, timeout=600)
     print(proc.stdout)
     if proc.returncode:

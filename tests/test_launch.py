@@ -239,6 +239,78 @@ def test_warm_up_builds_each_launcher_stub_once(monkeypatch):
     assert built == []
 
 
+class Submitting:
+    """Like Triton's JITFunction under AsyncCompileMode: `warmup` submits a compile keyed by
+    its arguments, and a launch with the same key gets the same pending compile."""
+    def __init__(self, seconds=0.05, log=None):
+        self.seconds, self.log = seconds, log if log is not None else []
+
+    def _pending(self, args, kwargs):
+        import time
+
+        from triton.runtime._async_compile import active_mode
+        mode = active_mode.get()
+        key = (id(self), args, tuple(sorted(kwargs.items())))
+
+        def compile_():
+            time.sleep(self.seconds)
+            self.log.append(("compiled", key))
+            return ("kernel", key)
+        if mode is None:
+            return None
+        import inspect
+        hooks = [lambda kernel: None] * (len(inspect.signature(mode.submit).parameters) - 2)  # 3.9 adds a cleanup hook
+        return mode.submit(key, compile_, *hooks)
+
+    def warmup(self, *args, grid, **kwargs):
+        return self._pending(args, kwargs)
+
+    def launch(self, *args, **kwargs):
+        """What a launch inside the mode does: wait for this key's compile, submitted or not."""
+        pending = self._pending(args, kwargs)
+        return pending.result() if pending is not None else ("compiled now", args)
+
+
+def test_the_first_call_launches_while_the_other_kernels_compile():
+    """Inside `_compiling_at_once()` a launch waits for its own kernel only, and gets the
+    warm-up's compile (no second one); leaving it waits for every compile and closes the mode."""
+    from triton.runtime._async_compile import active_mode
+
+    log = []
+    quick, slow = Submitting(0.01, log), Submitting(1.0, log)
+    ns = warm_helper([(slow, (torch.bfloat16,), {}), (quick, (torch.float32, 3), {})], threads=4)
+    with ns["_compiling_at_once"]():
+        assert active_mode.get() is not None
+        assert quick.launch(torch.float32, 3) == ("kernel", (id(quick), (torch.float32, 3), ()))
+        assert [k for what, k in log] == [(id(quick), (torch.float32, 3), ())]      # the slow one still compiling
+    assert active_mode.get() is None
+    assert len(log) == 2 and ns["_WARM"] == []
+
+
+def test_an_error_in_the_first_call_still_closes_the_compile_mode():
+    from triton.runtime._async_compile import active_mode
+
+    ns = warm_helper([(Submitting(), (torch.bfloat16,), {}), (Submitting(), (torch.float16,), {})], threads=2)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        with ns["_compiling_at_once"]():
+            raise ValueError("shape mismatch")
+    assert active_mode.get() is None
+
+
+def test_inside_the_callers_own_compile_mode_kernels_compile_on_first_launch():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from triton.runtime._async_compile import AsyncCompileMode, active_mode
+
+    log = []
+    ns = warm_helper([(FakeJit(log), (torch.bfloat16,), {}), (FakeJit(log), (torch.float16,), {})], threads=2)
+    with ThreadPoolExecutor(1) as pool, AsyncCompileMode(pool) as theirs:
+        with ns["_compiling_at_once"]():
+            assert active_mode.get() is theirs
+        assert active_mode.get() is theirs
+    assert log == []
+
+
 def test_generated_cuda_modules_warm_every_launch():
     """Generated for CUDA (text only, no GPU needed): one `_WARM` entry per launch, with the
     launch's literals and each tensor's dtype, and call() warms up before its first group."""
@@ -275,9 +347,11 @@ def test_generated_cuda_modules_warm_every_launch():
                 assert ast.unparse(w).startswith("torch.")    # a dtype
         assert {ast.literal_eval(k) for k in kwargs.keys} == {k.arg for k in launch.keywords}
     call = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "call")
-    warm_at = next(i for i, st in enumerate(call.body) if isinstance(st, ast.If) and "_warm_up" in ast.unparse(st))
+    warm_at = next(i for i, st in enumerate(call.body) if isinstance(st, ast.If) and "_WARM" in ast.unparse(st.test))
     first_launch = next(i for i, st in enumerate(call.body) if "_launch(" in ast.unparse(st))
     assert warm_at < first_launch
+    # the first call runs itself again with the compiles started, launching as they finish
+    assert ast.unparse(call.body[warm_at].body[0]) == "with _compiling_at_once():\n    return call(*inputs)"
 
 
 # ----------------------------------------------------------------------------- GPU: the real launchers
@@ -364,6 +438,48 @@ def test_gpu_warm_up_compiles_every_config_before_the_first_launch(tmp_path):
     assert configs >= 3 and after_warm_up >= configs and after_call == after_warm_up
     # the launcher stubs were built during the warm-up too: the call builds none
     assert stubs >= 1 and stubs_after_call == stubs
+
+
+FIRST_CALL_SCRIPT = """
+import sys, torch, minicomp
+import triton.compiler, triton.compiler.compiler as compiler
+compiles = []
+original = compiler.compile
+def counting(src, *args, **kwargs):
+    compiles.append(getattr(src, "name", "?"))
+    return original(src, *args, **kwargs)
+compiler.compile = triton.compiler.compile = counting
+fn = lambda x, w, b, y: torch.softmax(torch.nn.functional.gelu(x @ w + b), -1) * y
+g = torch.Generator(device="cuda").manual_seed(0)
+args = [torch.randn(*s, generator=g, device="cuda").to(torch.bfloat16) for s in ((300, 256), (256, 200), (200,), (300, 200))]
+args[1] = args[1] / 16
+compiled = minicomp.compile(fn)
+module = compiled.compile_for(*args).call.module
+configs = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in module._WARM)
+torch.testing.assert_close(compiled(*args), fn(*args), atol=2e-2, rtol=2e-2)
+torch.testing.assert_close(compiled(*args), fn(*args), atol=2e-2, rtol=2e-2)
+print("FIRST", configs, len(compiles), len(set(compiles)))
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_first_call_compiles_each_config_once_while_launching(tmp_path):
+    """The first call itself (no separate warm-up): its launches take the pool's compiles as
+    they finish, so every (kernel, config) compiles exactly once, and the answers are right."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), MINICOMP_CACHE_DIR=str(tmp_path / "mc"),
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    env.pop("MINICOMP_COMPILE_THREADS", None)
+    proc = subprocess.run([sys.executable, "-c", FIRST_CALL_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    configs, compiles, kernels = map(int, proc.stdout.split("FIRST")[1].split())
+    assert configs >= 3 and compiles == configs and kernels >= 2
 
 
 @pytest.mark.gpu

@@ -31,11 +31,11 @@ launch, and an autotuner compiles each of its configs as it first benchmarks it:
 another, 39 compiles for llama_block. A generated CUDA module therefore lists every launch
 in `_WARM` -- the kernel, its arguments with each tensor written as its dtype (what
 `JITFunction.warmup` takes: a dtype stands for an aligned tensor, which every tensor here
-is), and its keyword arguments -- and `call()` runs `_warm_up()` once, before its first
-group. That submits every (kernel, config) through Triton's own `AsyncCompileMode` to a
-pool of threads (Triton releases the GIL in its MLIR and LLVM passes and in ptxas, so the
-compiles overlap; 2.26 -> 1.31 s for four GEMM configs on this 2-core machine). The
-launches after it find every kernel compiled. Measured on the H200 with
+is), and its keyword arguments. The first `call()` runs itself again inside
+`_compiling_at_once()`, which submits every (kernel, config) through Triton's own
+`AsyncCompileMode` to a pool of threads (Triton releases the GIL in its MLIR and LLVM
+passes and in ptxas, so the compiles overlap; 2.26 -> 1.31 s for four GEMM configs on this
+2-core machine). Measured on the H200 with
 `benchmarks/first_call.py` (fresh process, empty caches): llama_block's first call went
 from 29.6 s to 18.6 s, gpt_block's from 18.6 s to 12.7 s; most of what was left was the
 autotuners timing each config, which `_tune_bench` (module.py) then cut.
@@ -44,6 +44,15 @@ Each compile's thread then also builds the kernel's launcher stub (`_launcher_st
 small C extension per kernel signature that Triton 3.6 compiles with gcc when it first
 loads a kernel, ~0.25 s each, which the first call otherwise paid one after another
 (1.4 s of llama_block's).
+
+The mode stays open while that first call runs: a launch of a kernel still compiling waits
+for that compile alone (Triton keys its pending compiles by cache key and hands the launch
+the same future), so the kernels before the attention run, and their autotuners time their
+configs on the GPU, while the Gluon attention kernel (~4.5 s to compile on the H200's host,
+the longest) is still compiling. Waiting for every compile first (`_warm_up()`, which
+`benchmarks/first_call.py` still calls to time the two apart) left the GPU idle for that
+time: `benchmarks/warm_up_timeline.py` showed llama_block's other 35 compiles done at
+3.1 s of a 4.85 s warm-up, then 0.81 s of autotuning after it.
 
 Warm-up only fills caches: a failed compile is dropped (the launch compiles it again and
 raises as before), `MINICOMP_COMPILE_THREADS=1` turns it off, and a Triton without
@@ -96,35 +105,63 @@ def _fast_launcher(kernel, compiled, grid, args, kwargs):
 
 
 WARM_HELPER = '''\
+class _compiling_at_once:
+    """While open, every (kernel, config) of `_WARM` compiles on a pool of threads, and a
+    launch waits for its own kernel's compile only: Triton's AsyncCompileMode hands a launch
+    of a kernel still compiling that compile's result (see minicomp/codegen/launch.py).
+    Closing waits for any compile left. Starts once per module; never raises on its own."""
+
+    def __enter__(self):
+        self.pool = self.mode = None
+        jobs, _WARM[:] = list(_WARM), []
+        try:
+            from concurrent.futures import ThreadPoolExecutor
+            from triton.runtime._async_compile import AsyncCompileMode
+        except ImportError:  # a Triton without asynchronous compilation: each kernel compiles on its first launch
+            return self
+        work = []
+        for kernel, args, kwargs in jobs:
+            configs = getattr(kernel, "configs", None)  # an autotuned kernel: warm its JIT function per config
+            for config in configs or [None]:
+                work.append((kernel.fn if configs else kernel, args, {**kwargs, **(config.all_kwargs() if config else {})}))
+        threads = min(len(work), _compile_threads())
+        if threads < 2:
+            return self
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="minicomp-compile")
+        try:
+            mode = AsyncCompileMode(self.pool, ignore_errors=True)
+            mode.__enter__()
+        except RuntimeError:  # the caller's own AsyncCompileMode is open: compile on first launch
+            self.pool.shutdown(wait=False)
+            self.pool = None
+            return self
+        self.mode = mode
+        stubs = _launcher_stubs()
+        for fn, args, kwargs in work:
+            try:
+                pending = fn.warmup(*args, grid=(1,), **kwargs)
+            except Exception:  # the launch compiles it again and reports what went wrong
+                continue
+            future = getattr(pending, "future", None)  # Triton's FutureKernel
+            if stubs is not None and future is not None:
+                # in the thread that compiled the kernel, once it has
+                future.add_done_callback(stubs)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self.mode is not None:
+                self.mode.__exit__(None, None, None)
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+        return False
+
+
 def _warm_up():
-    """Compile every (kernel, config) of `_WARM` at once on a pool of threads, before the
-    first call launches anything (see minicomp/codegen/launch.py). Runs once; never raises."""
-    jobs, _WARM[:] = list(_WARM), []
-    try:
-        from concurrent.futures import ThreadPoolExecutor
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:  # a Triton without asynchronous compilation: each kernel compiles on its first launch
-        return
-    work = []
-    for kernel, args, kwargs in jobs:
-        configs = getattr(kernel, "configs", None)  # an autotuned kernel: warm its JIT function per config
-        for config in configs or [None]:
-            work.append((kernel.fn if configs else kernel, args, {**kwargs, **(config.all_kwargs() if config else {})}))
-    threads = min(len(work), _compile_threads())
-    if threads < 2:
-        return
-    stubs = _launcher_stubs()
-    with ThreadPoolExecutor(threads, thread_name_prefix="minicomp-compile") as pool:
-        with AsyncCompileMode(pool, ignore_errors=True):
-            for fn, args, kwargs in work:
-                try:
-                    pending = fn.warmup(*args, grid=(1,), **kwargs)
-                except Exception:  # the launch compiles it again and reports what went wrong
-                    continue
-                future = getattr(pending, "future", None)  # Triton's FutureKernel
-                if stubs is not None and future is not None:
-                    # in the thread that compiled the kernel, once it has
-                    future.add_done_callback(stubs)
+    """Compile every (kernel, config) of `_WARM` at once and wait for all of them. Runs once."""
+    with _compiling_at_once():
+        pass
 
 
 def _launcher_stubs():

@@ -12,8 +12,8 @@ layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
 runs on the given or on seeded random inputs, and prints the output shapes.
 
 On CUDA the module also carries `_WARM`, every launch written with dtypes in place of
-tensors, which call() hands to `_warm_up()` once to compile all kernels and configs at once
-(codegen/launch.py); and its autotuners time configs through `_tune_bench` (5 + 20 ms each,
+tensors: the first call runs inside `_compiling_at_once()`, which compiles all kernels and
+configs at once while each launch waits for its own (codegen/launch.py); and its autotuners time configs through `_tune_bench` (5 + 20 ms each,
 see TUNE_BENCH_HELPER below).
 
 Invariants: kernel names are unique (group index suffix); `generate` never mutates the
@@ -47,7 +47,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher",
-                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_launcher_stubs", "_compile_threads", "_tune_bench")
+                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compiling_at_once", "_launcher_stubs", "_compile_threads", "_tune_bench")
 
 
 @dataclass
@@ -149,8 +149,9 @@ class ModuleWriter:
             self.scalars_used |= set(g.outputs)
             self._bind_constants(ctx0)
             if self.device_type == "cuda" and self.kernels:
-                with b.block("if _WARM:"):
-                    b.writeline("_warm_up()")
+                with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
+                    with b.block("with _compiling_at_once():"):
+                        b.writeline("return call(*inputs)")
             b.splice(self.body.getvalue().rstrip("\n"))
             b.writeline(f"return [{', '.join(ctx0.buf(o) for o in g.outputs)}]")
 
