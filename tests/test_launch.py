@@ -70,6 +70,29 @@ def test_first_launch_through_triton_then_the_compiled_launcher():
     assert k.log[1][1] == (4, 1, 1) and k.log[1][2] == (x, y, 8, 2, 4)
 
 
+class PendingKernel(FakeKernel):
+    """As Triton 3.9 launches inside AsyncCompileMode: the launch returns the FutureKernel."""
+
+    def __getitem__(self, grid):
+        launch = super().__getitem__(grid)
+
+        def pending(*args, **kwargs):
+            compiled = launch(*args, **kwargs)
+            return types.SimpleNamespace(result=lambda: compiled)
+        return pending
+
+
+def test_a_pending_compile_is_waited_for_and_its_kernel_kept():
+    """In a module's first call the compiled kernel behind the FutureKernel is what the later
+    launches call."""
+    ns, _ = helper()
+    k = PendingKernel()
+    x, y = torch.zeros(8, 4), torch.zeros(8, 4)
+    for _ in range(2):
+        ns["_launch"](k, grid, x, y, 8, BLOCK_C=4)
+    assert [e[0] for e in k.log] == ["triton", "fast"]
+
+
 def test_misaligned_tensors_and_another_device_go_through_triton():
     ns, current = helper()
     k = FakeKernel()

@@ -83,6 +83,8 @@ def _launch(kernel, grid, *args, **kwargs):
         except TypeError:  # this Triton's launcher takes its arguments otherwise: keep to Triton's path
             _FAST[kernel] = False
     compiled = kernel[grid](*args, **kwargs)
+    if hasattr(compiled, "result"):  # Triton 3.9 inside AsyncCompileMode (the first call) returns the pending compile
+        compiled = compiled.result()
     if fast is None and _aligned(args):
         _FAST[kernel] = _fast_launcher(kernel, compiled, grid, args, kwargs)
 
