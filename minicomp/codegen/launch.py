@@ -50,12 +50,13 @@ for that compile alone (Triton keys its pending compiles by cache key and hands 
 the same future), so the kernels before the attention run, and their autotuners time their
 configs on the GPU, while the Gluon attention kernel (~4.5 s to compile on the H200's host,
 the longest) is still compiling. Waiting for every compile first (`_warm_up()`, which
-`benchmarks/first_call.py` still calls to time the two apart) left the GPU idle for that
+`benchmarks/first_call.py --apart` calls to time the two apart) left the GPU idle for that
 time: `benchmarks/warm_up_timeline.py` showed llama_block's other 35 compiles done at
 3.1 s of a 4.85 s warm-up, then 0.81 s of autotuning after it.
 
-Warm-up only fills caches: a failed compile is dropped (the launch compiles it again and
-raises as before), `MINICOMP_COMPILE_THREADS=1` turns it off, and a Triton without
+The warm-up itself reports nothing: a compile that failed raises its error at that
+kernel's launch, as a launch that compiled it would (and an autotuner benchmarking that
+config handles it as it handles a compile of its own). `MINICOMP_COMPILE_THREADS=1` turns it off, and a Triton without
 `triton.runtime._async_compile` (a private module, present in 3.6 through 3.9) skips it.
 """
 

@@ -13,8 +13,8 @@ runs on the given or on seeded random inputs, and prints the output shapes.
 
 On CUDA the module also carries `_WARM`, every launch written with dtypes in place of
 tensors: the first call runs inside `_compiling_at_once()`, which compiles all kernels and
-configs at once while each launch waits for its own (codegen/launch.py); and its autotuners time configs through `_tune_bench` (5 + 20 ms each,
-see TUNE_BENCH_HELPER below).
+configs at once while each launch waits for its own (codegen/launch.py); and its
+autotuners time configs through `_tune_bench` (5 + 20 ms each, see TUNE_BENCH_HELPER below).
 
 Invariants: kernel names are unique (group index suffix); `generate` never mutates the
 graph, but records on each plan group why it fell back (`group.fallback`); on CUDA every
@@ -47,7 +47,8 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher",
-                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compiling_at_once", "_launcher_stubs", "_compile_threads", "_tune_bench")
+                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compiling_at_once",
+                "_launcher_stubs", "_compile_threads", "_tune_bench")
 
 
 @dataclass

@@ -10,20 +10,23 @@ launch reuses:
 - `ptxas --version` (a subprocess) and the hash of libdevice, part of the backend's and the
   options' hashes.
 
-The last two sit behind `functools.lru_cache`, which does not hold back concurrent callers
-of a missing key. The generated module's warm-up (`_warm_up`, codegen/launch.py) starts
-~40 compiles at once on a pool of threads, so each of the first ones computed them again:
-16 threads calling `triton_key()` at once took 2.96 s against 0.38 s for one call (this
-2-core development machine, Triton 3.6). And the driver object's C build ran on the main
-thread before the first compile was submitted.
+Triton computes each once and keeps it (`functools.lru_cache`), but the first compile pays
+for all of it. Under the generated module's warm-up (`_compiling_at_once`,
+codegen/launch.py) that was the main thread, before it submitted its first compile:
+`benchmarks/warm_up_timeline.py` on the H200's host showed the first submit 1.18 s after
+the warm-up began, and 0.01 s with this priming, the warm-up 5.89 -> 4.85 s (llama_block).
+(Racing threads would each compute a missing lru_cache entry again: 16 threads calling
+`triton_key()` at once took 2.96 s against 0.38 s for one, on this 2-core development
+machine; priming once avoids that too.)
 
 `prime_triton(device)` starts one daemon thread per process, at the start of the first
 CUDA compile, that builds all of it while capture and the passes run: the hashing, the
 subprocess and the C compiler release the GIL, and capture mostly runs Python. The
-imports happen on the calling thread first, so the two threads never import the same
-module at once. Nothing here changes a result: the thread only fills caches that Triton
-fills anyway, and a failure leaves them for Triton to fill as before.
-`MINICOMP_PRIME_TRITON=0` turns it off (for measuring).
+modules it uses are imported on the calling thread first. Nothing here changes a result:
+the thread only fills caches that Triton fills anyway, and a failure leaves them for Triton
+to fill as before. What it may cost: minicomp's own compile in a fresh process
+(`compile_seconds`) read 0.31-0.48 s for llama_block with it against 0.30 s at the commit
+before it, on that noisy host (not measured apart). `MINICOMP_PRIME_TRITON=0` turns it off.
 """
 
 from __future__ import annotations
