@@ -225,7 +225,7 @@ class RowKernel:
             diff = self.low.names.fresh(f"diff{node.id}")
             self._builder_for(frozenset({"cols"})).writeline(
                 f"{diff} = tl.where(mask, {term} - {center.code}, 0.0)")
-            term, masked = f"{diff} * {diff}", term
+            term = f"{diff} * {diff}"
         else:
             term = f"tl.where(mask, {term}, {neutral})"
         nan = NAN_ALL if dt.is_floating_point else ""
