@@ -11,7 +11,7 @@ from minicomp.runtime import prime
 @pytest.fixture
 def fresh(monkeypatch):
     """As in a process that has not primed yet, on an sm_90 device, whatever this machine has."""
-    monkeypatch.setattr(prime, "_thread", None)
+    monkeypatch.setattr(prime, "_started", False)
     monkeypatch.delenv("MINICOMP_PRIME_TRITON", raising=False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
 
@@ -34,7 +34,7 @@ def test_nothing_to_prime_on_cpu_or_when_turned_off(fresh, monkeypatch):
     assert prime.prime_triton(torch.device("cpu")) is None
     monkeypatch.setenv("MINICOMP_PRIME_TRITON", "0")
     assert prime.prime_triton(torch.device("cuda", 0)) is None
-    assert prime._thread is None          # turned off is not "done": a later call with it on primes
+    assert not prime._started          # turned off is not "done": a later call with it on primes
 
 
 def test_a_failing_step_is_swallowed(fresh, monkeypatch):

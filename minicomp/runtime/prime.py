@@ -37,25 +37,25 @@ import threading
 import torch
 
 _lock = threading.Lock()
-_thread: threading.Thread | None = None
+_started = False             # once per process, whether the thread started or Triton had no such pieces
 
 
 def prime_triton(device: torch.device) -> threading.Thread | None:
     """Start the priming thread for a CUDA `device` (once per process); returns it, or None
     when there is nothing to start."""
-    global _thread
+    global _started
     if device.type != "cuda" or os.environ.get("MINICOMP_PRIME_TRITON") == "0":
         return None
     with _lock:
-        if _thread is not None:
+        if _started:
             return None
+        _started = True
         try:
             from triton.backends.compiler import GPUTarget   # imports on the caller's thread
             from triton.compiler.compiler import make_backend
             from triton.runtime.cache import triton_key
             from triton.runtime.driver import driver
         except Exception:  # a Triton laid out otherwise: it fills its caches itself
-            _thread = threading.current_thread()   # do not try again
             return None
         major, minor = torch.cuda.get_device_capability(device)
         target = GPUTarget("cuda", major * 10 + minor, 32)
@@ -72,6 +72,6 @@ def prime_triton(device: torch.device) -> threading.Thread | None:
                 except Exception:                    # left for Triton to do, as without priming
                     pass
 
-        _thread = threading.Thread(target=prime, name="minicomp-prime-triton", daemon=True)
-        _thread.start()
-        return _thread
+        thread = threading.Thread(target=prime, name="minicomp-prime-triton", daemon=True)
+        thread.start()
+        return thread
