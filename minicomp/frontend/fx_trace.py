@@ -29,6 +29,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
 
 from minicomp.errors import MinicompError, SourceError
+from minicomp.frontend.fx_eager import eager_trace
+
+_log = logging.getLogger(__name__)
+# which tracer captured last: "eager" (fx_eager) or "fake" (make_fx); read by tests
+LAST_TRACER = [""]
 
 # --------------------------------------------------------------------------- traced stand-ins
 
@@ -106,6 +111,7 @@ def _sdpa_checked_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_g
 SDPA = _define_op("sdpa", _sdpa_impl, _sdpa_checked_fake)
 MATMUL = _define_op("matmul", _matmul_impl, _matmul_fake)
 LINEAR = _define_op("linear", _linear_impl, _linear_fake)
+_IMPLS = {SDPA: _sdpa_impl, MATMUL: _matmul_impl, LINEAR: _linear_impl}   # what the eager tracer runs
 
 
 def _sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -221,10 +227,20 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.Grap
         returned.append(pytree.tree_structure(out))
         return out
 
+    functional = torch.func.functionalize(positional, remove="mutations")
+    if os.environ.get("MINICOMP_CAPTURE", "eager") != "fake":
+        try:
+            with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept():
+                gm = eager_trace(functional, example_inputs, _IMPLS)
+            LAST_TRACER[0] = "eager"
+            return gm, returned[-1]
+        except Exception as e:  # declined, or the user's code failed: make_fx's errors are the clear ones
+            _log.debug("eager tracer declined %s (%s: %s); capturing with make_fx", describe(fn),
+                       type(e).__name__, e)
+    LAST_TRACER[0] = "fake"
     try:
         with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept(), _quiet_fake_tensor_log():
-            gm = make_fx(torch.func.functionalize(positional, remove="mutations"), tracing_mode="fake",
-                         _allow_non_fake_inputs=True)(*example_inputs)
+            gm = make_fx(functional, tracing_mode="fake", _allow_non_fake_inputs=True)(*example_inputs)
     except MinicompError:
         raise
     except Exception as e:  # anything the user's code raised while running on fake tensors

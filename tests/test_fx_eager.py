@@ -1,0 +1,177 @@
+"""The eager tracer (minicomp/frontend/fx_eager.py): the same IR as make_fx for the samples and
+workloads; declines (and make_fx captures) whatever would let a value decide the graph or
+write to the caller's tensors; a fresh process compiles a block without importing dynamo."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import tol
+
+from benchmarks.workloads import WORKLOADS
+from minicomp.errors import MinicompError
+from minicomp.frontend import fx_trace
+from minicomp.frontend.fx import capture
+from minicomp.ir.interpret import run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _canonical(graph) -> list[str]:
+    """The IR dump with node ids renumbered in order (the tracers number nodes differently)."""
+    lines = graph.dump().splitlines()
+    ids = {}
+    for line in lines:
+        m = re.match(r"\s*%(\d+) =", line)
+        if m:
+            ids[m.group(1)] = str(len(ids))
+    return [re.sub(r"%(\d+)", lambda m: "%" + ids.get(m.group(1), "?"), line) for line in lines]
+
+
+def both(fn, inputs, monkeypatch):
+    """(graph, tracer) from the default capture, then the graph make_fx captures."""
+    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
+    g = capture(fn, inputs)
+    tracer = fx_trace.LAST_TRACER[0]
+    monkeypatch.setenv("MINICOMP_CAPTURE", "fake")
+    g_fake = capture(fn, inputs)
+    assert fx_trace.LAST_TRACER[0] == "fake"
+    monkeypatch.delenv("MINICOMP_CAPTURE")
+    return g, tracer, g_fake
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_workloads_capture_to_the_same_ir_as_make_fx(name, dtype, monkeypatch):
+    built = WORKLOADS[name].build("cpu", dtype, True)
+    g, tracer, g_fake = both(built.fn, built.inputs, monkeypatch)
+    assert tracer == "eager"
+    assert _canonical(g) == _canonical(g_fake)
+
+
+class _Mixed(nn.Module):
+    """Odd shapes, broadcasting, in-place ops on intermediates, a buffer, views and a reshape."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(13, 7)
+        self.norm = nn.LayerNorm(7)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 7))
+
+    def forward(self, x, bias):
+        y = self.norm(self.proj(x)) * self.scale
+        y.add_(bias)                       # in place on an intermediate: functionalised
+        y[..., 0] = 0.0                    # a write through a view of an intermediate
+        z = y.transpose(-1, -2).reshape(x.shape[0], -1)
+        return F.softmax(z.float(), dim=-1).to(x.dtype), y.amax(dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_mixed_module_matches_make_fx_and_eager(dtype, monkeypatch):
+    model = _Mixed().to(dtype)
+    inputs = [torch.randn(3, 5, 13, dtype=dtype), torch.randn(5, 1, dtype=dtype)]
+    g, tracer, g_fake = both(model, inputs, monkeypatch)
+    assert tracer == "eager"
+    assert _canonical(g) == _canonical(g_fake)
+    with torch.no_grad():
+        want = model(*inputs)
+    for got, w in zip(run(g, inputs), want):
+        torch.testing.assert_close(got, w, **tol(dtype))
+
+
+def _item(x):
+    return x * x.sum().item()
+
+
+def _branch(x):
+    return x + 1 if x.sum() > 0 else x - 1
+
+
+def _tolist(x):
+    return x * len([v for v in x.tolist() if v > 0])
+
+
+def _nonzero(x):
+    return x[x > 0].sum() + x.sum()
+
+
+def _random(x):
+    return x + torch.rand_like(x)
+
+
+@pytest.mark.parametrize("fn", [_item, _branch, _tolist, _nonzero, _random])
+def test_value_dependence_and_randomness_are_left_to_make_fx(fn, monkeypatch):
+    x = torch.randn(4, 3)
+    before = x.clone()
+    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
+    try:
+        capture(fn, [x])
+    except MinicompError:
+        pass                        # make_fx's own answer (the data-dependent error) is kept
+    assert fx_trace.LAST_TRACER[0] == "fake"
+    assert torch.equal(x, before)
+
+
+def test_a_write_to_an_input_is_refused_before_it_happens(monkeypatch):
+    def fn(x):
+        x.mul_(2)
+        return x + 1
+
+    x = torch.randn(3, 5)
+    before = x.clone()
+    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
+    with pytest.raises(MinicompError, match="input"):
+        capture(fn, [x])
+    assert fx_trace.LAST_TRACER[0] == "fake"
+    assert torch.equal(x, before)
+
+
+def test_a_write_to_a_buffer_is_declined_and_the_buffer_kept():
+    model = nn.BatchNorm1d(6).train()          # training mode updates running stats in place
+    stats = model.running_mean.clone()
+    x = torch.randn(4, 6)
+    try:
+        capture(model, [x])
+    except MinicompError:
+        pass
+    assert fx_trace.LAST_TRACER[0] == "fake"
+    assert torch.equal(model.running_mean, stats)
+
+
+def test_a_user_error_comes_from_make_fx_with_the_user_line():
+    def fn(x, y):
+        return x @ y                 # 3x4 @ 5x2: a shape error in the user's code
+
+    with pytest.raises(MinicompError) as info:
+        capture(fn, [torch.randn(3, 4), torch.randn(5, 2)])
+    assert "test_fx_eager.py" in str(info.value)
+
+
+FRESH = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    import torch
+    import minicomp
+    from benchmarks.workloads import WORKLOADS
+    from minicomp.ir import graph
+    built = WORKLOADS["gpt_block"].build("cpu", torch.float32, True)
+    fn = minicomp.compile(built.fn)
+    fn.compile_for(*built.inputs)
+    heavy = sorted(m for m in ("torch._dynamo", "sympy", "torch._inductor") if m in sys.modules)
+    print("HEAVY", heavy, "META", dict(graph.META_INFERENCES))
+""")
+
+
+def test_a_fresh_process_compiles_a_block_without_importing_dynamo():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env.pop("MINICOMP_CAPTURE", None)
+    out = subprocess.run([sys.executable, "-c", FRESH.format(root=ROOT)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "HEAVY [] META {}" in out.stdout, out.stdout + out.stderr[-2000:]
