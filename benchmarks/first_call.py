@@ -13,7 +13,9 @@ child process with empty Triton and minicomp caches measures, in order:
 - `first_call_s`: the call itself: without `--apart`, as a user's first call runs, the
   compiles on the pool with each launch waiting for its own kernel; then the autotuning
   sweeps (benchmarking each config), loading the compiled kernels, and the launches;
-- `total_s`: the sum, which is what `benchmarks/run.py` reports as the first call.
+- `total_s`: the sum, which is what `benchmarks/run.py` reports as the first call;
+- `tracer`: which tracer captured (`eager`, or `fake` where the eager tracer declined or
+  `MINICOMP_CAPTURE=fake`), and `dynamo`: whether anything imported `torch._dynamo` by the end.
 
 `--profile` adds the child's top cProfile entries (by cumulative time) for its own compile
 and for the first call.
@@ -72,6 +74,9 @@ def child(name: str, profile: bool, apart: bool) -> None:
     if prof:
         print_profile(prof, "first call")
     rec["total_s"] = rec["import_s"] + rec["own_s"] + rec["warm_up_s"] + rec["first_call_s"]
+    from minicomp.frontend import fx_trace
+    rec["tracer"] = fx_trace.LAST_TRACER[0]
+    rec["dynamo"] = "yes" if "torch._dynamo" in sys.modules else "no"    # imported by anything so far
     del out
     print(MARKER + json.dumps(rec), flush=True)
     os._exit(0)
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.names[0], args.profile, args.apart)
         return 0
-    keys = ("kernels", "configs", "import_s", "own_s", "warm_up_s", "first_call_s", "total_s")
+    keys = ("kernels", "configs", "import_s", "own_s", "warm_up_s", "first_call_s", "total_s", "tracer", "dynamo")
     print(f"{'workload':<14} {'threads':>7} " + " ".join(f"{k:>12}" for k in keys))
     for name in args.names:
         for threads in (int(t) for t in args.threads.split(",")):
