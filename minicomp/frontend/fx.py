@@ -2,16 +2,23 @@
 
 How capture works, and why:
 
-- **make_fx with fake tensors** (`make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)`
-  under `torch.no_grad()`). It records aten-level ops, a closed and documented set, after
-  PyTorch's own Python decompositions, so `nn.LayerNorm`, `F.gelu`, `x.float()`, `masked_fill`
-  and friends all arrive in a handful of spellings, and every node carries `meta["val"]`, a
-  fake tensor with the exact shape and dtype aten computed. Fake tensors make capture cheap
-  (tens of ms for a block; no real compute) and device-neutral: example inputs on CUDA trace
-  the same way as CPU ones. Symbolic tracing (`torch.fx.symbolic_trace`) was rejected: it
-  records Python-level calls (an open set: every method and functional) without shapes.
-  torch.export was rejected as heavier and stricter (it refuses some inference-only code
-  that make_fx accepts) for no benefit here.
+- **An eager tracer first, make_fx with fake tensors where it declines.** Both record
+  aten-level ops, a closed and documented set, after PyTorch's own Python decompositions,
+  so `nn.LayerNorm`, `F.gelu`, `x.float()`, `masked_fill` and friends all arrive in a
+  handful of spellings, and every node carries `meta["val"]`, a tensor with the exact shape
+  and dtype aten computed. The eager tracer (`fx_eager.py`) runs the function once on its
+  real inputs under a recording dispatch mode. make_fx (`make_fx(fn, tracing_mode="fake",
+  _allow_non_fake_inputs=True)` under `torch.no_grad()`) runs it on fake tensors. They
+  record the same graph; `tests/test_fx_eager.py` compares the IR of both.
+  The eager tracer exists because fake tensors, make_fx and even meta tensors import
+  `torch._dynamo` and about 900 modules with it, 3-4 s of a fresh process's first compile
+  where bytecode caches are missing. It declines whatever would let a value decide the graph
+  or write to the caller's tensors, and make_fx then captures with its exact semantics and
+  errors. `MINICOMP_CAPTURE=fake` skips the eager tracer.
+  Symbolic tracing (`torch.fx.symbolic_trace`) was rejected: it records Python-level calls
+  (an open set: every method and functional) without shapes. torch.export was rejected as
+  heavier and stricter (it refuses some inference-only code that make_fx accepts) for no
+  benefit here.
 - **functionalize** (`torch.func.functionalize(..., remove="mutations")`) turns the user's
   in-place ops (`y.add_(1)`, `y[:, 0] = 0`) into pure ones. In-place ops that a
   decomposition emits below functionalization (rms_norm's `add_`) are lowered to their
@@ -19,7 +26,8 @@ How capture works, and why:
   is refused with a clear error, so no mutation ever reaches the IR.
 - **Interception before decomposition.** A `TorchFunctionMode` is active while tracing. It
   redirects three calls to minicomp's own traceable ops (`torch.library.custom_op`, with
-  fake implementations) so they stay whole: `F.scaled_dot_product_attention` (which otherwise
+  fake implementations; the eager tracer calls their Python implementations) so they stay
+  whole: `F.scaled_dot_product_attention` (which otherwise
   decomposes to a device-specific aten op, `_scaled_dot_product_flash_attention_for_cpu` on
   CPU and others on CUDA) becomes `minicomp::sdpa` -> `composites.attention`; `matmul`/`@`
   (which otherwise becomes expand/view/bmm/view) becomes `minicomp::matmul` -> one batched

@@ -47,7 +47,7 @@ class Unmapped(Exception):
 class Ctx:
     graph: Graph
     origin: str | None
-    val: Any          # what aten produced for this node under fake tensors (shape/dtype truth)
+    val: Any          # what aten produced for this node (a fake or meta tensor: shape/dtype truth)
 
     def add(self, op: str, *args: int | T, **attrs: Any) -> int:
         return self.graph.add(op, *(_id(a) for a in args), origin=self.origin, **attrs)
