@@ -160,18 +160,41 @@ FRESH = textwrap.dedent("""
     import minicomp
     from benchmarks.workloads import WORKLOADS
     from minicomp.ir import graph
-    built = WORKLOADS["gpt_block"].build("cpu", torch.float32, True)
+    built = WORKLOADS["gpt_block"].build({device!r}, {dtype}, True)
     fn = minicomp.compile(built.fn)
     fn.compile_for(*built.inputs)
+    if {device!r} == "cuda":                   # the first call too: codegen, compiles, launches
+        out = fn(*built.inputs)
+        torch.testing.assert_close(out, built.fn(*built.inputs), atol=2e-2, rtol=2e-2)
     heavy = sorted(m for m in ("torch._dynamo", "sympy", "torch._inductor") if m in sys.modules)
     print("HEAVY", heavy, "META", dict(graph.META_INFERENCES))
 """)
 
 
-def test_a_fresh_process_compiles_a_block_without_importing_dynamo():
-    env = dict(os.environ, TRITON_INTERPRET="1")
+def _fresh(device: str, dtype: str, tmp_path) -> None:
+    env = dict(os.environ, MINICOMP_CACHE_DIR=str(tmp_path / "minicomp"), TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
     env.pop("MINICOMP_CAPTURE", None)
-    out = subprocess.run([sys.executable, "-c", FRESH.format(root=ROOT)], capture_output=True, text=True,
-                         env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", FRESH.format(root=ROOT, device=device, dtype=dtype)],
+                         capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "HEAVY [] META {}" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_a_fresh_process_compiles_a_block_without_importing_dynamo(tmp_path):
+    _fresh("cpu", "torch.float32", tmp_path)
+
+
+@pytest.mark.gpu
+def test_a_fresh_process_runs_a_block_on_cuda_without_importing_dynamo(tmp_path):
+    _fresh("cuda", "torch.bfloat16", tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_workloads_on_cuda_capture_to_the_same_ir_as_make_fx(name, monkeypatch):
+    built = WORKLOADS[name].build("cuda", torch.bfloat16, True)
+    g, tracer, g_fake = both(built.fn, built.inputs, monkeypatch)
+    assert tracer == "eager"
+    assert _canonical(g) == _canonical(g_fake)

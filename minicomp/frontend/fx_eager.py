@@ -31,6 +31,9 @@ So the tracer declines (raises `Declined`) before any of these happen:
 - an in-place write to an input, a weight or any tensor the function did not make;
 - a result it cannot describe.
 
+Any other failure while running (the user's own error, a missing kernel, running out of
+memory on a forward whose intermediates do not fit) is treated the same way.
+
 `fx_trace.trace` then captures with make_fx as before. That path is slower to start, but it
 has fake tensors' exact semantics and the existing errors for each of these cases. So this
 tracer either records the graph make_fx would record, or it declines; it never guesses.
