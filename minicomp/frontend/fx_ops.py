@@ -16,7 +16,7 @@ A handler returns:
   dropout in training...): the frontend then emits an opaque node for the whole call.
 
 Invariant: the frontend checks every handler result against the shape and dtype aten
-produced (`Ctx.val`, the fake tensor); a mismatch also falls back to opaque, so a handler
+produced (`Ctx.val`, a fake or meta tensor); a mismatch also falls back to opaque, so a handler
 bug costs speed, never correctness.
 """
 
