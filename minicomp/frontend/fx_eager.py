@@ -41,6 +41,7 @@ tracer either records the graph make_fx would record, or it declines; it never g
 
 from __future__ import annotations
 
+import collections
 import operator
 from typing import Any, Callable, Sequence
 
@@ -55,6 +56,11 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 class Declined(Exception):
     """The eager tracer will not capture this function; capture falls back to make_fx."""
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """A dense tensor (or Parameter) the tracer can stand in for with a meta twin."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
@@ -93,7 +99,7 @@ class _Recorder(TorchDispatchMode):
         self.graph, self.root, self.direct = graph, root, direct
         self.made: WeakIdKeyDictionary = WeakIdKeyDictionary()   # tensor the function made -> its node
         self.fixed: dict[int, tuple[fx.Node, torch.Tensor]] = {}  # id(input or constant) -> node, tensor
-        self.counts: dict[str, int] = {}
+        self.counts: collections.Counter = collections.Counter()
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -114,11 +120,11 @@ class _Recorder(TorchDispatchMode):
         if written:
             raise Declined("an in-place write to an input, a weight or a tensor made outside the function")
         if id(t) not in self.fixed:
-            if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
+            if not _plain(t):
                 raise Declined(f"a {type(t).__name__} ({t.layout}) operand")
             kind = "param" if isinstance(t, torch.nn.Parameter) else "tensor"
-            name = f"_{kind}_constant{self.counts.get(kind, 0)}"     # make_fx's names
-            self.counts[kind] = self.counts.get(kind, 0) + 1
+            name = f"_{kind}_constant{self.counts[kind]}"     # make_fx's names
+            self.counts[kind] += 1
             setattr(self.root, name, t)
             node = self.graph.get_attr(name)
             node.meta["val"] = _meta_like(t)
@@ -178,7 +184,7 @@ def eager_trace(fn: Callable, example_inputs: Sequence[torch.Tensor],
     graph, root = fx.Graph(), torch.nn.Module()
     recorder = _Recorder(graph, root, direct or {})
     for i, t in enumerate(example_inputs):
-        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
+        if not _plain(t):
             raise Declined(f"input {i} is a {type(t).__name__} ({t.layout})")
         recorder.placeholder(t, f"arg{i}_1")
     with _NoValueReads(), recorder:
