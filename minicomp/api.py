@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import torch
 
-from minicomp.errors import GuardError, MinicompError
+from minicomp.errors import CompileError, GuardError, MinicompError
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
+from minicomp.target import Target
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Options:
     print_after_all: bool = False
     dump_dir: str | None = None
     time_passes: bool = False
+    verify_target: str | None = None         # "cuda:90": also compile every kernel for that GPU (None: $MINICOMP_VERIFY_TARGET)
 
 
 @dataclass
@@ -44,6 +46,44 @@ class Compiled:
     call: Callable[..., list[torch.Tensor]]
     pass_records: list = field(default_factory=list)
     compile_seconds: float = 0.0  # capture to loaded module, excluding Triton's JIT (lazy, at first launch)
+    forced: dict[int, str] = field(default_factory=dict)  # group id -> why it runs through PyTorch after all
+
+
+def run_compiled(compiled: Compiled, tensors: Sequence[torch.Tensor]) -> tuple[Compiled, list[torch.Tensor]]:
+    """Run `compiled` on `tensors`; when Triton's compiler rejects one of its kernels on this
+    device (found at the kernel's first launch on a GPU), generate the module again with that
+    kernel's group run through PyTorch, say so once, and run that: the answer is eager's, never
+    a Triton traceback. Returns the Compiled that ran (the same one unless a kernel failed).
+
+    Rerunning the whole call is safe: kernels only write buffers the call allocated."""
+    while True:
+        module = getattr(compiled.call, "module", None)
+        failure = getattr(module, "KernelCompileError", None)
+        try:
+            return compiled, compiled.call(*tensors)
+        except Exception as exc:
+            if failure is None or not isinstance(exc, failure) or exc.kernel not in compiled.generated.kernel_groups:
+                raise
+            compiled = _without_kernel(compiled, exc.kernel, exc.cause)
+
+
+def _without_kernel(compiled: Compiled, kernel: str, cause: str) -> Compiled:
+    """`compiled` generated again with `kernel`'s group run through PyTorch."""
+    import warnings
+
+    from minicomp.codegen import generate
+    from minicomp.runtime import load
+
+    gen = compiled.generated
+    gid = gen.kernel_groups[kernel]
+    first = cause.strip().splitlines()[0] if cause.strip() else "(no message)"
+    reason = f"kernel {kernel} was rejected by Triton's compiler on {compiled.call.device}: {first}"
+    warnings.warn(f"minicomp: {compiled.graph.name}: group {gid} runs through PyTorch: {reason}", stacklevel=3)
+    forced = {**compiled.forced, gid: reason}
+    target = replace(gen.target, verify_arch=None)   # the check already ran on this plan
+    generated = generate(compiled.graph, compiled.plan, target, forced_fallbacks=forced)
+    call = load(generated, compiled.call.device)
+    return replace(compiled, generated=generated, call=call, forced=forced)
 
 
 def set_input_layouts(graph: Graph, inputs: Sequence[torch.Tensor]) -> None:
@@ -81,7 +121,8 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     # the unfused baseline is the user's program as written (before attention matching)
     plan = plan_graph(graph, options.machine, baseline=captured)
     device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    generated = generate(graph, plan, device.type)
+    target = Target.for_device(device.type, verify_target=options.verify_target)
+    generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
     call = load(generated, device)
     return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)
 
@@ -173,7 +214,9 @@ class CompiledFunction:
             outs = run(*args)
         else:
             compiled, tensors, key = self._compiled(args)
-            outs = compiled.call(*tensors)
+            ran, outs = run_compiled(compiled, tensors)
+            if ran is not compiled:          # a kernel failed to compile: keep the version that ran
+                self._cache[key] = self._last = compiled = ran
             spec = self._out_spec.get(key)
             module = getattr(compiled.call, "module", None)
             if fast is not None and module is not None:

@@ -28,3 +28,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# The GPU-true check: every module a test generates also has its kernels compiled by Triton's
+# own compiler for sm_90, on this machine without a GPU (minicomp/codegen/target_check.py).
+# MINICOMP_VERIFY_TARGET=off turns it off for a run.
+os.environ.setdefault("MINICOMP_VERIFY_TARGET", "cuda:90")
+
+
+def pytest_terminal_summary(terminalreporter):
+    from minicomp.codegen import target_check
+    s = target_check.stats()
+    if s["configs"]:
+        terminalreporter.write_line(
+            f"GPU-true check ({os.environ.get('MINICOMP_VERIFY_TARGET')}): {s['kernels']} distinct kernels, "
+            f"{s['configs']} (kernel, config) compiles, {s['seconds']:.1f} s waiting for Triton's compiler")

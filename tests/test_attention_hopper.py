@@ -25,16 +25,16 @@ from minicomp.codegen.epilogue import Operand
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
 from minicomp.runtime import load
+from minicomp.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+SM90 = Target("cuda", (9, 0))          # codegen as for an sm_90 device, whatever this machine has
 
 
 @pytest.fixture
-def on_hopper(monkeypatch):
-    """Codegen as on an sm_90 device, whatever this machine has."""
-    monkeypatch.setattr(attention_hopper, "device_capability", lambda: (9, 0))
-    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
+def on_hopper():
+    """Tests that generate the Gluon kernel (with the SM90 target) need a Triton that has it."""
     if not attention_hopper.gluon_hopper_available():
         pytest.skip("this Triton has no Gluon for Hopper")
 
@@ -50,19 +50,19 @@ def launch_kwargs(source: str, kernel: str) -> dict:
 
 def reason(g: Graph, capability=(9, 0)) -> str | None:
     _, group = one_group(g, "cpu")
-    ctx = KernelCtx(g, group, 0, "cuda")
+    ctx = KernelCtx(g, group, 0, SM90)
     return attention_hopper.why_not(ctx, Spec(ctx), capability)
 
 
 def test_contiguous_and_transposed_layouts_get_the_kernel(on_hopper):
-    gen, _ = one_group(attention_graph(4, 32, 32, 1024, 1024, 128, dtype=torch.bfloat16, causal=True), "cuda")
+    gen, _ = one_group(attention_graph(4, 32, 32, 1024, 1024, 128, dtype=torch.bfloat16, causal=True), SM90)
     assert gen.kernel_names == ["mc_attn_hopper_attention_0"]
     assert gen.source.count("def attn_fwd_hopper(") == 1 and "@triton.autotune" not in gen.source
     kw = launch_kwargs(gen.source, "mc_attn_hopper_attention_0")
     assert kw["CAUSAL"] is True and kw["G"] == 1 and kw["H"] == 32
     assert (kw["Q_SB"], kw["Q_SH"], kw["Q_SS"], kw["Q_ROWS"]) == (32 * 1024 * 128, 1024 * 128, 128, 4 * 32 * 1024)
     # [B, S, H, D] seen through a transpose, 4 query heads per KV head: rows are (b, s), heads are columns
-    gen, _ = one_group(attention_graph(2, 8, 2, 384, 384, 64, dtype=torch.float16, causal=True, bshd=True), "cuda")
+    gen, _ = one_group(attention_graph(2, 8, 2, 384, 384, 64, dtype=torch.float16, causal=True, bshd=True), SM90)
     kw = launch_kwargs(gen.source, "mc_attn_hopper_attention_0")
     assert (kw["Q_SB"], kw["Q_SH"], kw["Q_SS"], kw["Q_ROWS"]) == (384 * 8 * 64, 64, 8 * 64, 2 * 384)
     assert (kw["K_SB"], kw["K_SH"], kw["K_SS"], kw["G"]) == (384 * 2 * 64, 64, 2 * 64, 4)
@@ -79,8 +79,7 @@ def test_contiguous_and_transposed_layouts_get_the_kernel(on_hopper):
      "a mask tensor"),
     (lambda: attention_graph(1, 4, 4, 256, 256, 64, dtype=torch.float16, scale=-0.5), "not positive"),
 ])
-def test_what_the_kernel_leaves_to_the_block_language_kernel(monkeypatch, build, why):
-    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
+def test_what_the_kernel_leaves_to_the_block_language_kernel(build, why):
     got = reason(build())
     assert got is not None and why in got
     assert "9.0" in reason(attention_graph(1, 4, 4, 256, 256, 64, dtype=torch.bfloat16), capability=(8, 0))
@@ -92,7 +91,7 @@ def test_an_epilogue_or_a_cast_keeps_the_block_language_kernel(on_hopper):
     q, k, v = (g.add_input(n, (1, 2, 256, 64), torch.bfloat16) for n in "qkv")
     a = C.attention(g, q, k, v, is_causal=True)
     g.set_outputs([g.add("mul", a, g.constant(2.0))])
-    gen, _ = one_group(g, "cuda")
+    gen, _ = one_group(g, SM90)
     assert gen.kernel_names == ["mc_attn_attention_mul_0"]
     assert "# not on the Hopper kernel (attention_hopper.py): a fused epilogue or another output" in gen.source
     g = Graph("attn_cast")
@@ -102,9 +101,9 @@ def test_an_epilogue_or_a_cast_keeps_the_block_language_kernel(on_hopper):
     assert "cast inside the group" in reason(g)
 
 
-def test_the_switch_turns_the_kernel_off(on_hopper, monkeypatch):
-    monkeypatch.setenv(attention_hopper.ENV_VAR, "0")
-    gen, _ = one_group(attention_graph(1, 4, 4, 256, 256, 64, dtype=torch.bfloat16, causal=True), "cuda")
+def test_the_switch_turns_the_kernel_off(on_hopper):
+    off = Target.for_device("cuda", {attention_hopper.ENV_VAR: "0"}).for_check(90)
+    gen, _ = one_group(attention_graph(1, 4, 4, 256, 256, 64, dtype=torch.bfloat16, causal=True), off)
     assert gen.kernel_names == ["mc_attn_attention_0"] and "MINICOMP_HOPPER_ATTENTION=0" in gen.source
 
 
@@ -150,7 +149,7 @@ def test_the_module_kernel_compiles_for_sm90_with_its_mmas_in_flight(on_hopper, 
     import json
     import re
 
-    gen, _ = one_group(attention_graph(2, 8, 2, 512, 512, 128, dtype=dtype, causal=causal, bshd=bshd), "cuda")
+    gen, _ = one_group(attention_graph(2, 8, 2, 512, 512, 128, dtype=dtype, causal=causal, bshd=bshd), SM90)
     path = gen.write(tmp_path)
     consts = launch_kwargs(gen.source, "mc_attn_hopper_attention_0")
     consts.pop("num_warps")
@@ -183,10 +182,9 @@ def test_the_module_kernel_compiles_for_sm90_with_its_mmas_in_flight(on_hopper, 
     (4, 32, 8, 1024, 1024, 64, torch.bfloat16, True, True),   # 1024 tiles: several per program
     (2, 16, 16, 2048, 1024, 128, torch.float16, False, False),  # 512 tiles, not causal
 ])
-def test_gpu_hopper_kernel_matches_sdpa(monkeypatch, b, hq, hkv, sq, sk, d, dtype, causal, bshd):
-    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
+def test_gpu_hopper_kernel_matches_sdpa(b, hq, hkv, sq, sk, d, dtype, causal, bshd):
     g = attention_graph(b, hq, hkv, sq, sk, d, dtype=dtype, causal=causal, bshd=bshd)
-    gen, _ = one_group(g, "cuda")
+    gen, _ = one_group(g, Target.for_device("cuda", {}))
     assert gen.kernel_names == ["mc_attn_hopper_attention_0"], gen.source[:2000]
     q, k, v = inputs_for(g, "cuda")
     (out,) = load(gen, "cuda")(q, k, v)
@@ -195,12 +193,11 @@ def test_gpu_hopper_kernel_matches_sdpa(monkeypatch, b, hq, hkv, sq, sk, d, dtyp
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
-def test_gpu_hopper_kernel_one_batch_dim_and_a_second_call(monkeypatch):
-    monkeypatch.delenv(attention_hopper.ENV_VAR, raising=False)
+def test_gpu_hopper_kernel_one_batch_dim_and_a_second_call():
     g = Graph("attn3d")
     q, k, v = (g.add_input(n, (6, 256, 64), torch.bfloat16) for n in "qkv")
     g.set_outputs([C.attention(g, q, k, v, is_causal=True)])
-    gen, _ = one_group(g, "cuda")
+    gen, _ = one_group(g, Target.for_device("cuda", {}))
     assert gen.kernel_names == ["mc_attn_hopper_attention_0"]
     fn = load(gen, "cuda")
     for seed in (1, 2):   # the second call goes through the compiled launcher
@@ -221,7 +218,7 @@ def test_the_gluon_kernel_is_first_in_the_warm_up_pool(on_hopper):
     from minicomp.passes.fusion import plan_graph
     plan = plan_graph(g)
     from minicomp.codegen import generate
-    gen = generate(g, plan, "cuda")
+    gen = generate(g, plan, SM90)
     assert len(gen.kernel_names) >= 2 and any("attn_hopper" in n for n in gen.kernel_names)
     warm = gen.source.split("_WARM = [", 1)[1].split("\n]", 1)[0].strip().splitlines()
     assert len(warm) >= 2 and warm[0].startswith("(mc_attn_hopper")

@@ -30,8 +30,8 @@ def one_group(g: Graph, device_type: str = "cpu"):
     return generate(g, Plan(g.name, [group]), device_type), group
 
 
-def run_gemm(g: Graph, inputs, device: str = "cpu", expect_kernel: bool = True):
-    gen, group = one_group(g, "cuda" if str(device).startswith("cuda") else "cpu")
+def run_gemm(g: Graph, inputs, device: str = "cpu", expect_kernel: bool = True, target=None):
+    gen, group = one_group(g, target or ("cuda" if str(device).startswith("cuda") else "cpu"))
     if expect_kernel:
         assert not gen.fallbacks, gen.fallbacks
         assert any(name.startswith("mc_gemm") for name in gen.kernel_names)
@@ -309,10 +309,11 @@ def test_matrix_vector_falls_back():
 
 
 @pytest.fixture
-def tma_on_cpu(monkeypatch):
-    """Emit the persistent TMA kernel for the CPU too: Triton's interpreter runs tensor descriptors."""
-    from minicomp.codegen import gemm
-    monkeypatch.setattr(gemm, "TMA_ON_CPU", True)
+def tma_on_cpu():
+    """A target that emits the persistent TMA kernel for the CPU too: Triton's interpreter runs
+    tensor descriptors."""
+    from minicomp.target import Target
+    return Target("cpu", tma_on_cpu=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -334,7 +335,7 @@ def test_tma_form_matches_eager(layout, dtype, tma_on_cpu):
     x = randn(*((k, m) if a_t else (m, k)), dtype=dtype)
     w = randn(*((n, k) if b_t else (k, n)), dtype=dtype)
     bb, rr = randn(n, dtype=dtype), randn(m, n, dtype=dtype)
-    (out,), gen, _ = run_gemm(g, [x, w, bb, rr])
+    (out,), gen, _ = run_gemm(g, [x, w, bb, rr], target=tma_on_cpu)
     xm, wm = (x.t() if a_t else x).float(), (w.t() if b_t else w).float()
     ref = (F.gelu(xm @ wm + bb.float(), approximate="tanh") + rr.float()).to(dtype)
     torch.testing.assert_close(out, ref, **tol(dtype))
@@ -354,7 +355,7 @@ def test_tma_form_small_and_single_row_problems(m, k, n, tma_on_cpu):
     b = g.add_input("b", (k, n), dtype)
     g.set_outputs([g.add("matmul", a, b)])
     x, y = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
-    (out,), gen, _ = run_gemm(g, [x, y])
+    (out,), gen, _ = run_gemm(g, [x, y], target=tma_on_cpu)
     torch.testing.assert_close(out, (x.float() @ y.float()).to(dtype), **tol(dtype))
     assert ("make_tensor_descriptor" in gen.source) == (m > 1)
 
@@ -371,7 +372,7 @@ def test_tma_form_dual_gemm_and_misaligned_operand(tma_on_cpu):
     xv = randn(3 * 7 * 24 + 1, dtype=dtype)[1:].reshape(3, 7, 24)     # 2 bytes past an aligned start
     assert xv.data_ptr() % 16 != 0
     a, b = randn(40, 24, dtype=dtype), randn(40, 24, dtype=dtype)
-    (out,), gen, _ = run_gemm(g, [xv, a, b])
+    (out,), gen, _ = run_gemm(g, [xv, a, b], target=tma_on_cpu)
     ref = (F.silu(xv.float() @ a.float().t()) * (xv.float() @ b.float().t())).to(dtype)
     torch.testing.assert_close(out, ref, **tol(dtype))
     assert gen.source.count("tl.make_tensor_descriptor(") == 3 and "_align16(buf0)" in gen.source
@@ -389,7 +390,7 @@ def test_pointer_form_where_a_descriptor_cannot_read(why, tma_on_cpu):
     g.set_outputs([g.add("matmul", av, bv)])
     x = randn(2, 9, k, dtype=dtype)
     y = randn(*((2, k, 16) if why == "batched B" else (k, 16)), dtype=dtype)
-    (out,), gen, _ = run_gemm(g, [x, y])
+    (out,), gen, _ = run_gemm(g, [x, y], target=tma_on_cpu)
     ref = x.float() @ y.float()
     torch.testing.assert_close(out.float(), ref, **tol(out.dtype))
     assert "make_tensor_descriptor" not in gen.source

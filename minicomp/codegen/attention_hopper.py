@@ -41,7 +41,6 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import os
 from pathlib import Path
 
 import torch
@@ -49,19 +48,13 @@ import torch
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.common import Kernel, KernelCtx, kernel_name
 from minicomp.codegen.epilogue import LOG2E, Operand
+from minicomp.target import HOPPER_ATTENTION_ENV
 
-ENV_VAR = "MINICOMP_HOPPER_ATTENTION"
+ENV_VAR = HOPPER_ATTENTION_ENV
 KERNEL_FILE = Path(__file__).with_name("attention_hopper_kernel.py")
 ROWS_PER_PROGRAM = 128      # two consumer warpgroups of 64 query rows
 KEYS_PER_BLOCK = 128
 STAGES = 2
-
-
-def device_capability() -> tuple[int, int] | None:
-    """The current CUDA device's compute capability, or None without CUDA."""
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.get_device_capability()
 
 
 @functools.cache
@@ -124,12 +117,12 @@ def tma_view(op: Operand, zs: tuple[str, str], row: str, col: str, groups: int, 
 
 def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> str | None:
     """None when the group runs on the Hopper kernel, else why it does not. `capability`
-    defaults to the current CUDA device's."""
+    defaults to the target's."""
     if ctx.device_type != "cuda":
         return "not a CUDA module"
-    if os.environ.get(ENV_VAR, "") == "0":
+    if ctx.target.hopper_attention == "0":
         return f"{ENV_VAR}=0"
-    capability = capability if capability is not None else device_capability()
+    capability = capability if capability is not None else ctx.target.capability
     if capability != (9, 0):
         return f"compute capability {capability}, not 9.0"
     if not gluon_hopper_available():

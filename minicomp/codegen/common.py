@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from minicomp.ir.graph import Graph, contiguous_strides
 from minicomp.passes.plan import Group
+from minicomp.target import Target
 
 
 class Unsupported(Exception):
@@ -37,7 +38,16 @@ class KernelCtx:
     graph: Graph
     group: Group
     index: int           # position of the group in the plan (unique kernel names)
-    device_type: str     # "cuda" or "cpu" (cpu = Triton interpreter: no autotune sweep, no bf16 tl.dot)
+    target: Target       # what the kernels are for (a device type string means `Target(that)`)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.target, str):
+            self.target = Target(self.target)
+
+    @property
+    def device_type(self) -> str:
+        """"cuda" or "cpu" (cpu = Triton interpreter: no autotune sweep, no bf16 tl.dot)."""
+        return self.target.device_type
 
     def buf(self, nid: int) -> str:
         """Variable name of node nid's tensor in call()."""

@@ -76,7 +76,6 @@ TMA_CONFIGS = [
 ]
 # 128x256 output tiles at least this many (two waves on 132 SMs): only the largest configs are tried
 BIG_TILES = 264
-TMA_ON_CPU = False      # tests switch this on to run the TMA form under Triton's interpreter
 CPU_PROGRAMS = 3        # the TMA form's persistent grid under the interpreter (a program walks several tiles)
 GROUP_M = 8
 LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "rm", "rn",
@@ -201,7 +200,7 @@ def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str) -> TmaOperand 
 
 def tma_form(ctx: KernelCtx, spec: GemmSpec) -> tuple[TmaOperand, list[TmaOperand]] | None:
     """The operands as TMA descriptors, when the persistent TMA kernel applies (module docstring)."""
-    if (ctx.device_type != "cuda" and not TMA_ON_CPU) or spec.batch or needs_int64(ctx):
+    if (ctx.device_type != "cuda" and not ctx.target.tma_on_cpu) or spec.batch or needs_int64(ctx):
         return None
     a = _tma_operand(ctx, spec.a, "am", "ak")
     bs = [_tma_operand(ctx, b, "bk", "bn") for b in spec.bs]

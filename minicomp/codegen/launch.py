@@ -83,11 +83,36 @@ def _launch(kernel, grid, *args, **kwargs):
             return
         except TypeError:  # this Triton's launcher takes its arguments otherwise: keep to Triton's path
             _FAST[kernel] = False
-    compiled = kernel[grid](*args, **kwargs)
-    if hasattr(compiled, "result"):  # Triton 3.9 inside AsyncCompileMode (the first call) returns the pending compile
-        compiled = compiled.result()
+    try:
+        compiled = kernel[grid](*args, **kwargs)
+        if hasattr(compiled, "result"):  # Triton 3.9 inside AsyncCompileMode (the first call) returns the pending compile
+            compiled = compiled.result()
+    except Exception as exc:
+        if not fast and _in_triton_compiler(exc):
+            name = next((k for k, v in globals().items() if v is kernel), getattr(kernel, "__name__", "?"))
+            raise KernelCompileError(name, exc) from exc
+        raise
     if fast is None and _aligned(args):
         _FAST[kernel] = _fast_launcher(kernel, compiled, grid, args, kwargs)
+
+
+class KernelCompileError(RuntimeError):
+    """Triton's compiler rejected kernel `kernel` of this module on this device: minicomp runs
+    its group through PyTorch instead (api.py); run on its own, the module stops here."""
+
+    def __init__(self, kernel, cause):
+        self.kernel = kernel
+        self.cause = f"{type(cause).__name__}: {str(cause).strip()}"
+        super().__init__(f"Triton's compiler rejected kernel {kernel}: {self.cause}")
+
+
+def _in_triton_compiler(exc):
+    """Whether `exc` was raised while Triton compiled a kernel (its frontend, MLIR passes or
+    ptxas, or a resource check of the result), not by a launch of a compiled kernel."""
+    import traceback
+    if type(exc).__name__ in ("CompilationError", "OutOfResources", "PTXASError", "CompileTimeAssertionFailure"):
+        return True
+    return any("/triton/compiler/" in f.filename.replace(os.sep, "/") for f in traceback.extract_tb(exc.__traceback__))
 
 
 def _fast_launcher(kernel, compiled, grid, args, kwargs):

@@ -133,7 +133,10 @@ class Lowering:
         else:
             addr = f"{ptr} + {self.render(off)}"
             mask = self.full_mask(s, cond)
-            text = f"tl.load({addr}, mask={mask}, other={zero_literal(node.dtype)})"
+            # every index in range (no symbol of the offset needs a bound here): an unmasked load,
+            # since Triton's compiler refuses `other=` without `mask=` (its interpreter does not)
+            text = (f"tl.load({addr}, mask={mask}, other={zero_literal(node.dtype)})" if mask
+                    else f"tl.load({addr})")
         if compute_tl(node.dtype) != storage_tl(node.dtype):
             text += f".to({compute_tl(node.dtype)})"
         base = ident(node.attrs["name"]) if node.op == "input" else f"ld{node.id}"
@@ -155,6 +158,12 @@ class Lowering:
         if op == "arange":
             i = idx.to_dims()[0]
             s = ix.syms(i)
+            if i.is_const():
+                # one element (or a broadcast index fixed at one position): a literal, since
+                # Triton's compiler has no `.to` on a Python int (the interpreter does not mind)
+                value = a["start"] + a["step"] * i.const
+                value = float(value) if node.dtype.is_floating_point else int(value)
+                return Val(py_literal(value, node.dtype), node.dtype, frozenset(), literal=True, value=value)
             if node.dtype.is_floating_point:
                 text = f"{py_literal(a['start'], node.dtype)} + {py_literal(a['step'], node.dtype)} * ({self.render(i)}).to({compute_tl(node.dtype)})"
             else:

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import attention, fallback, gemm, pointwise, reduction
+from minicomp.codegen import attention, fallback, gemm, pointwise, reduction, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import LAUNCH_HELPER, WARM_HELPER, via_launch_helper, warm_entries
@@ -40,6 +40,7 @@ from minicomp.errors import CompileError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
 from minicomp.passes.plan import Group, Plan
+from minicomp.target import Target
 
 _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
     "pointwise": pointwise.emit, "reduction": reduction.emit, "gemm": gemm.emit, "attention": attention.emit,
@@ -48,7 +49,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher",
                 "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compiling_at_once",
-                "_launcher_stubs", "_compile_threads", "_tune_bench")
+                "_launcher_stubs", "_compile_threads", "_tune_bench", "KernelCompileError", "_in_triton_compiler")
 
 
 @dataclass
@@ -60,6 +61,8 @@ class GeneratedModule:
     graph_name: str = "main"
     device_type: str = "cpu"
     fallbacks: dict[int, str] = field(default_factory=dict)   # group id -> why it runs through PyTorch
+    kernel_groups: dict[str, int] = field(default_factory=dict)  # kernel name -> the plan group it computes
+    target: Target | None = None                 # what the kernels were written for
     input_specs: list[tuple[str, tuple[int, ...], torch.dtype]] = field(default_factory=list)  # name, shape, dtype
 
     def write(self, directory: str | os.PathLike, name: str | None = None) -> Path:
@@ -101,8 +104,11 @@ def _group_order(graph: Graph, plan: Plan) -> list[Group]:
 
 
 class ModuleWriter:
-    def __init__(self, graph: Graph, plan: Plan, device_type: str):
-        self.graph, self.plan, self.device_type = graph, plan, device_type
+    def __init__(self, graph: Graph, plan: Plan, target: Target, forced: dict[int, str] | None = None):
+        self.graph, self.plan, self.target = graph, plan, target
+        self.device_type = target.device_type
+        self.forced = dict(forced or {})       # group id -> why it must run through PyTorch (a kernel that failed to compile)
+        self.kernel_groups: dict[str, int] = {}
         self.kernels: list[Kernel] = []
         self.constants: list[torch.Tensor] = []
         self.const_slot: dict[int, int] = {}
@@ -142,7 +148,7 @@ class ModuleWriter:
                 b.writeline(f"device = {arg_names[0]}.device")
             else:
                 b.writeline("device = torch.device(DEVICE_TYPE)")
-            ctx0 = KernelCtx(g, Group(-1, "opaque", [], [], []), -1, self.device_type)
+            ctx0 = KernelCtx(g, Group(-1, "opaque", [], [], []), -1, self.target)
             for nid, name in zip(g.inputs, arg_names):
                 b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
             for index, group in enumerate(_group_order(g, self.plan)):
@@ -181,7 +187,7 @@ class ModuleWriter:
 
     def _write_group(self, group: Group, index: int) -> None:
         g, b = self.graph, self.body
-        ctx = KernelCtx(g, group, index, self.device_type)
+        ctx = KernelCtx(g, group, index, self.target)
         b.writeline("")
         if all(0 in g.node(o).shape for o in group.outputs):
             # a zero-size dimension: the outputs hold no element, so there is nothing to launch
@@ -197,6 +203,8 @@ class ModuleWriter:
             return
         emit, reason = _emitter(group.kind)
         kernel = None
+        if group.id in self.forced:
+            emit, reason = None, self.forced[group.id]
         if emit is not None:
             try:
                 kernel = emit(ctx)
@@ -214,6 +222,7 @@ class ModuleWriter:
             return
         group.fallback = None
         self.kernels.append(kernel)
+        self.kernel_groups[kernel.name] = group.id
         self.summary.append(f"group {group.id:<3} {what:<24} -> {kernel.name}")
         for o in group.outputs:
             n = g.node(o)
@@ -414,14 +423,32 @@ def _sm_count(device):
     return torch.cuda.get_device_properties(device).multi_processor_count'''
 
 
-def generate(graph: Graph, plan: Plan, device_type: str) -> GeneratedModule:
-    """The readable Triton module for `graph` as `plan` groups it, for "cuda" or "cpu" (interpreter)."""
-    if device_type not in ("cuda", "cpu"):
-        raise CompileError(f"unknown device type {device_type!r} (expected 'cuda' or 'cpu')")
-    w = ModuleWriter(graph, plan, device_type)
+def generate(graph: Graph, plan: Plan, target: Target | str,
+             forced_fallbacks: dict[int, str] | None = None) -> GeneratedModule:
+    """The readable Triton module for `graph` as `plan` groups it, for `target` (a device type
+    string "cuda" or "cpu" means `Target.for_device(that)`: this machine's device and the
+    environment's switches). When the target asks for the GPU-true check (`verify_arch`),
+    every kernel is also compiled for that GPU (codegen/target_check.py).
+    `forced_fallbacks` (group id -> reason) runs those groups through PyTorch: the runtime's
+    answer to a kernel that Triton's compiler rejected."""
+    if isinstance(target, str):
+        if target not in ("cuda", "cpu"):
+            raise CompileError(f"unknown device type {target!r} (expected 'cuda' or 'cpu')")
+        target = Target.for_device(target)
+    w = ModuleWriter(graph, plan, target, forced_fallbacks)
     source = w.source()
-    return GeneratedModule(source=source, constants=w.constants, opaque=w.opaque,
+    generated = GeneratedModule(source=source, constants=w.constants, opaque=w.opaque,
                            kernel_names=[k.name for k in w.kernels], graph_name=graph.name,
-                           device_type=device_type, fallbacks=w.fallbacks,
+                           device_type=target.device_type, fallbacks=w.fallbacks,
+                           kernel_groups=w.kernel_groups, target=target,
                            input_specs=[(graph.node(i).attrs["name"], graph.node(i).shape, graph.node(i).dtype)
                                         for i in graph.inputs])
+    if target.verify_arch is not None and w.kernels:
+        check = generated
+        if target.arch != target.verify_arch or target.device_type != "cuda":
+            fallbacks = {g.id: g.fallback for g in plan.groups}
+            check = generate(graph, plan, target.for_check(target.verify_arch), forced_fallbacks)
+            for g in plan.groups:         # the plan records this module's fallbacks, not the check's
+                g.fallback = fallbacks[g.id]
+        target_check.verify(graph, plan, target.verify_arch, check)
+    return generated

@@ -1,0 +1,165 @@
+"""The GPU-true check: every kernel of a generated module, compiled for a real GPU target.
+
+Triton's CPU interpreter executes a kernel's Python and skips the checks of Triton's frontend
+and code generator, so a kernel can pass every CPU test and still be rejected on the GPU
+(`other` given without `mask`, `.to` on a Python int). `check_kernels(generated, arch)`
+compiles each (kernel, autotuning config) of a module generated for `cuda` through Triton's
+own compiler for `sm_<arch>`, on a machine with or without a GPU, and returns one
+`KernelVerdict` per kernel. `verify(graph, plan, target, generated)` is what `generate` runs
+when the target asks for the check (`Target.verify_arch`): it generates the module again for
+a CUDA device of that capability (a CPU module's kernels differ) and raises CompileError
+naming the first kernel Triton rejects, its plan group, the user's lines and Triton's message.
+
+The compiles run in a worker process (`target_worker.py`) started once per process and kept:
+it runs without the interpreter, which this process may have on. Verdicts are memoised by
+the module's text, and Triton's disk cache serves kernels the worker compiled before, so a
+test suite that generates the same kernel many times compiles it once.
+
+A kernel fails when any config fails for a reason other than a resource limit (a bug in the
+text), or when every config exceeds the device's resources (an autotuner skips configs
+that do, so one fitting config is enough).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from minicomp.errors import CompileError
+from minicomp.ir.graph import Graph
+
+WORKER = Path(__file__).with_name("target_worker.py")
+_MEMO_SIZE = 2048
+
+
+@dataclass(frozen=True)
+class KernelVerdict:
+    kernel: str
+    configs: int                 # how many (kernel, config) pairs were compiled
+    error: str | None            # None: it compiles for the target
+    config: str = ""             # the config that failed (when one did)
+
+
+class _Worker:
+    """One long-lived worker process, used by one caller at a time."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+        self.memo: OrderedDict[str, list[dict]] = OrderedDict()
+        self.compiled = 0            # (kernel, config) pairs sent to Triton's compiler
+        self.kernels: set[str] = set()  # distinct kernel texts among them (name-independent hash)
+        self.seconds = 0.0           # spent waiting for the worker
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        env["TRITON_INTERPRET"] = "0"
+        env.pop("PYTHONSTARTUP", None)
+        return subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=env, bufsize=1)
+
+    def results(self, source: str, arch: int) -> list[dict]:
+        key = hashlib.sha256(f"{arch}\0{source}".encode()).hexdigest()
+        with self.lock:
+            if key in self.memo:
+                self.memo.move_to_end(key)
+                return self.memo[key]
+            for attempt in (0, 1):   # a worker that died (killed, out of memory) is started again once
+                started = time.perf_counter()
+                if self.proc is None or self.proc.poll() is not None:
+                    self.proc = self._start()
+                try:
+                    self.proc.stdin.write(json.dumps({"source": source, "arch": arch}) + "\n")
+                    self.proc.stdin.flush()
+                    line = self.proc.stdout.readline()
+                except (BrokenPipeError, OSError):
+                    line = ""
+                self.seconds += time.perf_counter() - started
+                if line:
+                    break
+                self.proc = None
+            if not line:
+                raise CompileError(f"the GPU-true check's worker ({WORKER.name}) stopped without an answer")
+            reply = json.loads(line)
+            if "failure" in reply:
+                raise CompileError("the generated module could not be loaded for the GPU-true check "
+                                   f"(a minicomp bug):\n{reply['failure']}")
+            results = reply["results"]
+            self.compiled += len(results)
+            self.kernels.update(e["digest"] for e in results)
+            self.memo[key] = results
+            if len(self.memo) > _MEMO_SIZE:
+                self.memo.popitem(last=False)
+            return results
+
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self.proc = None
+
+
+_worker = _Worker()
+atexit.register(_worker.close)
+
+
+def stats() -> dict:
+    """What this process has had compiled for a target so far: (kernel, config) pairs, distinct
+    kernel texts, and seconds spent waiting for the worker."""
+    return {"configs": _worker.compiled, "kernels": len(_worker.kernels), "seconds": _worker.seconds}
+
+
+def check_kernels(source: str, kernel_names: list[str], arch: int) -> list[KernelVerdict]:
+    """One verdict per kernel of a CUDA module's `source` (module text with its `_WARM` list)."""
+    by_kernel: dict[str, list[dict]] = {name: [] for name in kernel_names}
+    for entry in _worker.results(source, arch):
+        by_kernel.setdefault(entry["kernel"], []).append(entry)
+    return [verdict_of(name, by_kernel[name]) for name in kernel_names]
+
+
+def verdict_of(kernel: str, entries: list[dict]) -> KernelVerdict:
+    """The verdict on one kernel from the worker's entries for its configs: it fails when a
+    config fails for a reason other than a resource limit, or when every config does."""
+    if not entries:
+        return KernelVerdict(kernel, 0, "no launch of it could be compiled ahead (not in _WARM)")
+    bad = next((e for e in entries if e["error"] and not e["resources"]), None)
+    if bad is None and all(e["error"] for e in entries):
+        bad = entries[0]
+    return KernelVerdict(kernel, len(entries), bad["error"] if bad else None, bad["config"] if bad else "")
+
+
+def group_sources(graph: Graph, group) -> str:
+    """The user's lines a plan group computes ("model.py:12, model.py:14"), or ""."""
+    seen = dict.fromkeys(graph.node(n).origin for n in group.nodes if graph.node(n).origin)
+    return ", ".join(seen)
+
+
+def verify(graph: Graph, plan, arch: int, generated) -> None:
+    """Raise CompileError unless every kernel of `generated` (a module for `cuda:<arch>`)
+    compiles for that target."""
+    if not generated.kernel_names:
+        return
+    groups = {g.id: g for g in plan.groups}
+    for verdict in check_kernels(generated.source, generated.kernel_names, arch):
+        if verdict.error is None:
+            continue
+        group = groups[generated.kernel_groups[verdict.kernel]]
+        what = f"group {group.id}, {group.kind}" + (f" {group.name}" if group.name else "")
+        where = group_sources(graph, group)
+        config = f" (config {verdict.config})" if verdict.config else ""
+        raise CompileError(f"{graph.name}: kernel {verdict.kernel} ({what}"
+                           + (f"; computes {where}" if where else "") + ") is rejected by Triton's compiler "
+                           f"for cuda:{arch}{config}:\n{verdict.error}")

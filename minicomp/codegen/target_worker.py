@@ -1,0 +1,159 @@
+"""The GPU-true check's worker: compiles a generated CUDA module's kernels for a GPU target.
+
+Run as a script (`python target_worker.py`) by `target_check.py`, never imported by minicomp:
+it must run without Triton's interpreter, and a process that imported minicomp on a machine
+without CUDA has the interpreter on (it decides when `triton.language` is first imported).
+It imports only torch and triton.
+
+Protocol: one JSON object per line on stdin, `{"source": <module text>, "arch": 90}`; one
+JSON object per line on stdout, `{"results": [...]}` with an entry per (kernel, config):
+`{"kernel", "config", "error", "resources", "shared"}`. `error` is None or Triton's message;
+`resources` says the failure was a resource limit (an autotuner skips such a config).
+
+How a kernel is compiled: the module's `_WARM` list holds every launch with its tensors
+written as dtypes, which is what `JITFunction.warmup` takes. A stub driver answers Triton's
+questions about the current device with the target, so `warmup` binds and specialises the
+arguments exactly as a launch would, then compiles through Triton's own stages down to a
+cubin (ptxas included). Triton's disk cache makes a kernel seen before cost milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import linecache
+import os
+import sys
+import traceback
+import types
+
+os.environ["TRITON_INTERPRET"] = "0"
+
+# Most shared memory one program may use, by compute capability (CUDA's documented limits).
+MAX_SHARED = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
+
+
+class StubDriver:
+    """What `JITFunction.run(warmup=True)` asks of the active driver, answered for `target`."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_device(self):
+        return 0
+
+    def set_current_device(self, device):
+        pass
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+def _is_resource_error(exc: BaseException) -> bool:
+    """A limit of the device (shared memory, registers), not a fault of the kernel's text."""
+    name, text = type(exc).__name__, str(exc).lower()
+    return name == "OutOfResources" or (name == "PTXASError" and ("shared" in text or "registers" in text))
+
+
+def _config_text(kwargs: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in kwargs.items())
+
+
+def check_module(source: str, arch: int, counter: list[int]) -> list[dict]:
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    driver.set_active(StubDriver(GPUTarget("cuda", arch, 32)))
+    counter[0] += 1
+    filename = f"<minicomp-target-check-{counter[0]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    module = types.ModuleType(f"minicomp_target_check_{counter[0]}")
+    module.__file__ = filename
+    exec(compile(source, filename, "exec"), module.__dict__)
+    names = {id(value): name for name, value in vars(module).items()}  # a library kernel is bound under the group's name
+    work = []
+    for kernel, args, kwargs in getattr(module, "_WARM", []):
+        configs = getattr(kernel, "configs", None)
+        fn = kernel.fn if configs else kernel
+        name = names.get(id(kernel), fn.__name__)
+        text = inspect.getsource(fn.fn).replace(fn.__name__, "KERNEL", 1)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        for config in configs or [None]:
+            full = {**kwargs, **(config.all_kwargs() if config else {})}
+            entry = {"kernel": name, "config": _config_text(full), "error": None, "resources": False,
+                     "shared": None, "digest": digest}
+            work.append((entry, fn, args, full))
+    for entry, compiled in _compile_all(work):
+        if isinstance(compiled, BaseException):
+            entry["error"] = _message(compiled)
+            entry["resources"] = _is_resource_error(compiled)
+            continue
+        shared = getattr(getattr(compiled, "metadata", None), "shared", None)
+        entry["shared"] = shared
+        limit = MAX_SHARED.get(arch)
+        if shared is not None and limit is not None and shared > limit:
+            entry["error"] = f"OutOfResources: needs {shared} bytes of shared memory, sm_{arch} has {limit}"
+            entry["resources"] = True
+    return [entry for entry, *_ in work]
+
+
+def _compile_all(work: list) -> list:
+    """(entry, compiled kernel or the exception its compile raised) for each item of `work`.
+    Compiles run on a pool of threads through Triton's AsyncCompileMode where this Triton has
+    it (its MLIR and LLVM passes and ptxas release the GIL), else one after another."""
+    def one(fn, args, kwargs):
+        try:
+            return fn.warmup(*args, grid=(1,), **kwargs)
+        except Exception as exc:  # Triton's rejection is the result we report
+            return exc
+
+    threads = min(len(work), os.cpu_count() or 1)
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:
+        threads = 1
+    if threads < 2:
+        return [(entry, one(fn, args, kwargs)) for entry, fn, args, kwargs in work]
+    out = []
+    with ThreadPoolExecutor(threads) as pool, AsyncCompileMode(pool, ignore_errors=True):
+        pending = [(entry, one(fn, args, kwargs)) for entry, fn, args, kwargs in work]
+        for entry, p in pending:
+            if hasattr(p, "result") and not isinstance(p, BaseException):
+                try:
+                    p = p.result()
+                except Exception as exc:  # the compile in the pool failed
+                    p = exc
+                if p is None:          # a second wait on a compile that failed before
+                    p = RuntimeError("compile failed (reported for another config with the same key)")
+            out.append((entry, p))
+    return out
+
+
+def main() -> None:
+    counter = [0]
+    out = sys.stdout
+    sys.stdout = sys.stderr          # nothing Triton prints may corrupt the protocol
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            reply = {"results": check_module(request["source"], int(request["arch"]), counter)}
+        except Exception:            # the module itself failed: report it whole
+            reply = {"failure": traceback.format_exc(limit=8)}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

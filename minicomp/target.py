@@ -1,0 +1,84 @@
+"""What a module is generated for: the `Target` record, read once at the boundary.
+
+Codegen writes different kernels for a CUDA device than for Triton's CPU interpreter
+(autotuning sweeps, bf16 `tl.dot`, TMA descriptors, the Hopper attention kernel), and the
+choice depends on the device's compute capability and a few switches. All of that is one
+frozen record, built by `api.py`/`cli.py` (`Target.for_device`, `Target.for_check`) and passed
+down; no stage below reads the environment or asks the driver.
+
+`parse_verify_target("cuda:90")` reads the GPU-true check's target (`MINICOMP_VERIFY_TARGET`,
+`minicomp.compile(..., verify_target=...)`, `--verify-target`): after generating a module,
+every kernel is also compiled by Triton's own compiler for that GPU, with no GPU present.
+
+Invariants: this module imports nothing of minicomp but its errors, so every stage may read it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+
+from minicomp.errors import MinicompError
+
+HOPPER_ATTENTION_ENV = "MINICOMP_HOPPER_ATTENTION"   # "0": never the Gluon kernel; "1": on every length it fits
+VERIFY_TARGET_ENV = "MINICOMP_VERIFY_TARGET"
+KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
+
+
+@dataclass(frozen=True)
+class Target:
+    device_type: str                               # "cuda" or "cpu" (Triton's interpreter)
+    capability: tuple[int, int] | None = None      # CUDA compute capability codegen writes for
+    hopper_attention: str = ""                     # MINICOMP_HOPPER_ATTENTION: "", "0" or "1"
+    tma_on_cpu: bool = False                       # tests: write the TMA GEMM form for the interpreter too
+    verify_arch: int | None = None                 # the GPU-true check: also compile every kernel for sm_<this>
+
+    def __post_init__(self) -> None:
+        if self.device_type not in ("cuda", "cpu"):
+            raise MinicompError(f"unknown device type {self.device_type!r} (expected 'cuda' or 'cpu')")
+
+    @property
+    def interpret(self) -> bool:
+        """Kernels of this target run under Triton's CPU interpreter."""
+        return self.device_type == "cpu"
+
+    @property
+    def arch(self) -> int | None:
+        """The capability as Triton's GPUTarget number (9.0 -> 90), None on the CPU."""
+        return None if self.capability is None else self.capability[0] * 10 + self.capability[1]
+
+    def describe(self) -> str:
+        return f"cuda:{self.arch}" if self.device_type == "cuda" and self.arch else self.device_type
+
+    @staticmethod
+    def for_device(device_type: str, environ: dict | None = None, verify_target: str | None = None) -> "Target":
+        """The target of kernels that will run on this machine's `device_type` ("cuda": the
+        current device's capability), with the switches of `environ` (default: the process's
+        environment). `verify_target` ("cuda:90") overrides $MINICOMP_VERIFY_TARGET."""
+        env = os.environ if environ is None else environ
+        capability = None
+        if device_type == "cuda":
+            import torch
+            if torch.cuda.is_available():
+                capability = tuple(torch.cuda.get_device_capability())
+        arch = parse_verify_target(verify_target if verify_target is not None else env.get(VERIFY_TARGET_ENV))
+        return Target(device_type, capability, hopper_attention=env.get(HOPPER_ATTENTION_ENV, ""),
+                      verify_arch=arch)
+
+    def for_check(self, arch: int) -> "Target":
+        """This target's switches, for a CUDA device of capability `arch` (what the GPU-true
+        check generates and compiles; it checks nothing further itself)."""
+        return replace(self, device_type="cuda", capability=(arch // 10, arch % 10), tma_on_cpu=False,
+                       verify_arch=None)
+
+
+def parse_verify_target(text: str | None) -> int | None:
+    """`"cuda:90"` -> 90; None or "" -> None (no check). Anything else is a clear error."""
+    if text is None or text.strip() in ("", "0", "off", "none"):
+        return None
+    m = re.fullmatch(r"\s*(?:cuda:)?(?:sm_?)?(\d{2,3})\s*", text)
+    if m is None or int(m.group(1)) not in KNOWN_ARCHS:
+        raise MinicompError(f"verify target {text!r}: expected cuda:NN with NN one of "
+                            f"{', '.join(map(str, KNOWN_ARCHS))} (e.g. cuda:90 for Hopper, cuda:80 for Ampere)")
+    return int(m.group(1))
