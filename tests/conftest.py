@@ -9,6 +9,10 @@ if not torch.cuda.is_available():
     # Read by Triton when kernels are defined: must be set before any generated module loads.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Where tests that allow it put their tensors: MINICOMP_TEST_DEVICE=cuda runs them on the GPU
+# (the property tests and the samples; see GPU.md's recipe), CPU (Triton's interpreter) otherwise.
+TEST_DEVICE = os.environ.get("MINICOMP_TEST_DEVICE", "cpu")
+
 # Tolerances by dtype for comparing compiled results with eager PyTorch.
 TOLERANCES = {
     torch.float32: dict(atol=1e-4, rtol=1e-4),

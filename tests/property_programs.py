@@ -429,6 +429,8 @@ def program(inputs: list[tuple[tuple[int, ...], torch.dtype]], steps: list[tuple
 
 
 def make_inputs(p: Program, seed: int) -> list[torch.Tensor]:
+    """The program's inputs (seeded), on conftest's TEST_DEVICE, each with its drawn layout."""
+    from conftest import TEST_DEVICE
     gen = torch.Generator().manual_seed(seed)
     out = []
     for v, how in zip(p.inputs, p.layouts):
@@ -438,7 +440,7 @@ def make_inputs(p: Program, seed: int) -> list[torch.Tensor]:
             t = torch.rand(v.shape, generator=gen) < 0.5
         else:
             t = torch.randint(-5, 6, v.shape, generator=gen).to(v.dtype)
-        out.append(_laid_out(t, how))
+        out.append(_laid_out(t.to(TEST_DEVICE), how))
     return out
 
 
@@ -447,7 +449,7 @@ def _laid_out(t: torch.Tensor, how: str) -> torch.Tensor:
     if how == "transposed" and t.dim() >= 2:
         return t.transpose(-1, -2).contiguous().transpose(-1, -2)
     if how == "strided" and t.dim() >= 1:
-        wide = torch.zeros(t.shape[:-1] + (2 * t.shape[-1],), dtype=t.dtype)
+        wide = torch.zeros(t.shape[:-1] + (2 * t.shape[-1],), dtype=t.dtype, device=t.device)
         wide[..., ::2] = t
         return wide[..., ::2]
     return t

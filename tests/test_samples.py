@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tol
+from conftest import TEST_DEVICE, tol
 
 from minicomp.frontend.fx import capture, opaque_nodes
 from minicomp.frontend.loader import import_file, load_model_file
@@ -47,8 +47,8 @@ def test_sample_build_other_size_bf16(name):
     module = import_file(SAMPLES / f"{name}.py")
     sizes = {k: v for k, v in dict(batch=1, seq=7, width=48, heads=3, kv_heads=1, hidden=40, rows=5, cols=33,
                                    head_dim=24).items() if k in inspect.signature(module.build).parameters}
-    fn, inputs = module.build(dtype=torch.bfloat16, **sizes)
-    assert all(t.dtype == torch.bfloat16 for t in inputs)
+    fn, inputs = module.build(dtype=torch.bfloat16, device=TEST_DEVICE, **sizes)
+    assert all(t.dtype == torch.bfloat16 and t.device.type == TEST_DEVICE for t in inputs)
     _check(fn, inputs)
 
 
