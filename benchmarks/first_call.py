@@ -8,7 +8,7 @@ child process with empty Triton and minicomp caches measures, in order:
 
 - `import_s`: importing minicomp (torch and triton are imported before the clock starts);
 - `own_s`: capture to loaded module (minicomp's own compile, no Triton);
-- `warm_up_s`: with `--apart` only, the generated module's `_warm_up()`: every (kernel,
+- `warm_up_s`: with `--apart` only, `launcher.warm_up(module._WARM)`: every (kernel,
   config) compiled on a pool of threads before the call (0 with one thread);
 - `first_call_s`: the call itself: without `--apart`, as a user's first call runs, the
   compiles on the pool with each launch waiting for its own kernel; then the autotuning
@@ -63,8 +63,8 @@ def child(name: str, profile: bool, apart: bool) -> None:
     rec["kernels"] = len(getattr(module, "_WARM", []))
     rec["configs"] = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in getattr(module, "_WARM", []))
     t0 = time.perf_counter()
-    if apart and hasattr(module, "_warm_up"):
-        module._warm_up()
+    if apart and hasattr(module, "_WARM"):
+        module._rt.warm_up(module._WARM)
     rec["warm_up_s"] = time.perf_counter() - t0
     prof = start_profile() if profile else None
     t0 = time.perf_counter()

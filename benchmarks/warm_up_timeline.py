@@ -2,11 +2,11 @@
 
     python benchmarks/warm_up_timeline.py [--apart] [NAME]     (default llama_block; needs CUDA)
 
-The first call (`_compiling_at_once`, codegen/launch.py) submits every (kernel, config) to a
+The first call (`CompilingAtOnce`, runtime/launcher.py) submits every (kernel, config) to a
 pool of threads and launches each kernel once its compile is done. This prints, relative to
 the call's start: when the main thread finished submitting, each compile's start and end on
 its thread, and the sum of the compiles' own times against the wall time (the ratio is how
-many ran at once, on average). `--apart` compiles everything first (`_warm_up()`) and times
+many ran at once, on average). `--apart` compiles everything first (`launcher.warm_up(_WARM)`) and times
 the call after it separately, as before the launches overlapped the compiles.
 """
 
@@ -62,7 +62,7 @@ def child(name: str, apart: bool) -> None:
     own = time.perf_counter() - t
     start = time.perf_counter()
     if apart:
-        module._warm_up()
+        module._rt.warm_up(module._WARM)
     warmed = time.perf_counter()
     fn(*built.inputs)
     torch.cuda.synchronize()

@@ -56,13 +56,13 @@ def run_compiled(compiled: Compiled, tensors: Sequence[torch.Tensor]) -> tuple[C
     a Triton traceback. Returns the Compiled that ran (the same one unless a kernel failed).
 
     Rerunning the whole call is safe: kernels only write buffers the call allocated."""
+    from minicomp.runtime.launcher import KernelCompileError
+
     while True:
-        module = getattr(compiled.call, "module", None)
-        failure = getattr(module, "KernelCompileError", None)
         try:
             return compiled, compiled.call(*tensors)
-        except Exception as exc:
-            if failure is None or not isinstance(exc, failure) or exc.kernel not in compiled.generated.kernel_groups:
+        except KernelCompileError as exc:
+            if exc.kernel not in compiled.generated.kernel_groups:
                 raise
             compiled = _without_kernel(compiled, exc.kernel, exc.cause)
 

@@ -24,7 +24,6 @@ from typing import Any, Callable, Sequence
 from minicomp.ir.graph import Graph
 from minicomp.ir.printer import to_dot
 from minicomp.passes.plan import Plan
-from minicomp.runtime.progress import kernel_groups
 
 
 
@@ -109,7 +108,7 @@ def bench(compiled, inputs: Sequence[Any]) -> BenchResult:
 
     run = lambda: compiled.call(*inputs)   # noqa: E731
     result = BenchResult(total_us=triton.testing.do_bench(run) * 1000.0)
-    groups = kernel_groups(compiled.generated.source)
+    groups = compiled.generated.kernel_groups
     try:
         for name, us in _profile_kernels(run, list(groups)).items():
             result.group_us[groups[name]] = result.group_us.get(groups[name], 0.0) + us

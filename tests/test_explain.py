@@ -133,7 +133,7 @@ def test_fallback_notes_name_opaque_nodes_and_fallen_back_groups():
 
 def test_kernel_groups_map_kernel_names_to_plan_groups():
     f = _compiled()
-    mapping = progress.kernel_groups(f.source)
+    mapping = f._need().generated.kernel_groups
     assert set(mapping) == set(f._need().generated.kernel_names)
     tags = {"reduction": "red", "gemm": "gemm", "pointwise": "pw", "attention": "attn"}
     for name, gid in mapping.items():
@@ -226,6 +226,5 @@ def test_watch_autotuning_finds_the_autotuned_kernels_of_a_module():
     module = types.ModuleType("fake_generated")
     module.mc_pw_add_0 = mc_pw_add_0
     module.not_a_kernel = 3
-    source = "#   group 0   pointwise add            -> mc_pw_add_0\n"
-    assert progress.watch_autotuning(module, source) == ["mc_pw_add_0"]
+    assert progress.watch_autotuning(module, {"mc_pw_add_0": 0}) == ["mc_pw_add_0"]
     assert progress.watch(object(), progress.SweepProgress("x")) is False     # no hooks: left alone

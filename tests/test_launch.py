@@ -1,9 +1,11 @@
-"""The generated CUDA modules' launch helper (codegen/launch.py), driven by stand-in kernels.
+"""Launches in generated CUDA modules: the runtime's `Launcher` and `CompilingAtOnce`
+(minicomp/runtime/launcher.py), driven by stand-in kernels, and the `Launch` records codegen
+writes as call() lines and `_WARM` entries (codegen/launch.py).
 
-The helper is module text meant for CUDA; here it runs against fakes that record which path
-each launch took, so its rules (Triton's path first, the compiled launcher after, Triton's path
-again for misaligned tensors, another device, or a launcher that refuses the arguments) are
-checked on a machine without a GPU. `pytest -m gpu` runs the real thing through every GPU test.
+The runtime is meant for CUDA; here it runs against fakes that record which path each launch
+took, so its rules (Triton's path first, the compiled launcher after, Triton's path again for
+misaligned tensors, another device, or a launcher that refuses the arguments) are checked on a
+machine without a GPU. `pytest -m gpu` runs the real thing through every GPU test.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import pytest
 
 import torch
 
-from minicomp.codegen.launch import LAUNCH_HELPER, WARM_HELPER, via_launch_helper, warm_entries
+from minicomp.codegen.common import Blocks, Buf, Grid, Launch
+from minicomp.codegen.launch import grid_text, launch_lines, warm_entry
+from minicomp.runtime import launcher
 
 
 class FakeCompiled:
@@ -47,12 +51,10 @@ class FakeKernel:
 
 
 def helper(device=0):
+    """A Launcher as a module binds it (`_launch`), its state (`_FAST`), and the current device."""
     current = {"device": device}
-    fake_torch = types.SimpleNamespace(Tensor=torch.Tensor,
-                                       cuda=types.SimpleNamespace(current_device=lambda: current["device"]))
-    ns = {"torch": fake_torch}
-    exec(compile(LAUNCH_HELPER, "<launch helper>", "exec"), ns)
-    return ns, current
+    launch = launcher.Launcher({}, current_device=lambda: current["device"])
+    return {"_launch": launch, "_FAST": launch.fast}, current
 
 
 def grid(meta):
@@ -136,30 +138,61 @@ def test_untuned_kernels_and_literal_grids():
     assert k.log[1] == ("fast", (3, 2, 1), (x, y, 8, 1, 4))
 
 
-def test_launch_lines_are_rewritten_and_nothing_else():
-    lines = ["grid = lambda meta: (triton.cdiv(64, meta['BLOCK_R']),)",
-             "mc_red_x_0[grid](buf0, buf5, 64, 4096, BLOCK_C=4096)",
-             '    mc_attn_a_1[lambda meta: (triton.cdiv(77, meta["BLOCK_M"]), 6)](buf0, buf1, SQ=77, SK=77)',
-             "other[grid](buf0)", "# mc_red_x_0[grid](not a launch)"]
-    out = via_launch_helper(lines, "mc_red_x_0")
-    assert out == [lines[0], "_launch(mc_red_x_0, grid, buf0, buf5, 64, 4096, BLOCK_C=4096)"] + lines[2:]
-    out = via_launch_helper(lines, "mc_attn_a_1")
-    assert out[2] == ('    _launch(mc_attn_a_1, lambda meta: (triton.cdiv(77, meta["BLOCK_M"]), 6), buf0, buf1, '
-                      'SQ=77, SK=77)')
+class CompilationError(Exception):
+    """Named as Triton's frontend error is: what the launcher recognises as a compile failure."""
+
+
+class RejectedKernel(FakeKernel):
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            raise CompilationError("at 3:4: `other` cannot be provided without `mask`")
+        return launch
+
+
+def test_a_kernel_triton_rejects_raises_a_kernel_compile_error_naming_it():
+    k = RejectedKernel()
+    launch = launcher.Launcher({"mc_pw_add_0": k}, current_device=lambda: 0)
+    with pytest.raises(launcher.KernelCompileError) as err:
+        launch(k, grid, torch.zeros(8), torch.zeros(8), 8, BLOCK_C=4)
+    assert err.value.kernel == "mc_pw_add_0" and "without `mask`" in err.value.cause
+    # an error of the launch itself (not of Triton's compiler) is left as it is
+    broken = FakeKernel()
+    broken.__getitem__ = None
+    with pytest.raises(TypeError):
+        launcher.Launcher({}, current_device=lambda: 0)(object(), grid, torch.zeros(8))
+
+
+def test_launch_records_are_written_as_call_lines():
+    name = {0: "buf0", 5: "buf5"}.get
+    tuned = Launch(Grid.of(Blocks(64, "BLOCK_R")), (Buf(0), Buf(5), 64, 4096), (("BLOCK_C", 4096),))
+    assert launch_lines("mc_red_x_0", tuned, name, cuda=True) == [
+        "_launch(mc_red_x_0, lambda meta: (triton.cdiv(64, meta['BLOCK_R']),), buf0, buf5, 64, 4096, BLOCK_C=4096)"]
+    fixed = Launch(Grid.of(3, 6), (Buf(0), 0.5, float("-inf")), (("BLOCK_M", 32),))
+    assert launch_lines("mc_attn_a_1", fixed, name, cuda=False) == [
+        "mc_attn_a_1[(3, 6)](buf0, 0.5, -float('inf'), BLOCK_M=32)"]
+    tma = Launch(Grid.of((Blocks(100, "BLOCK_M"), Blocks(72, "BLOCK_N")), persistent=True),
+                 (Buf(0, align16=True), Buf(5)), (("M", 100),), tma=True)
+    assert launch_lines("mc_gemm_2", tma, name, cuda=True) == [
+        "_tma_ready()",
+        "_launch(mc_gemm_2, lambda meta: (min(_sm_count(device), triton.cdiv(100, meta['BLOCK_M']) * "
+        "triton.cdiv(72, meta['BLOCK_N'])),), _align16(buf0), buf5, M=100)"]
+
+
+def test_grids_evaluate_as_their_text_does():
+    grid = Grid.of((Blocks(100, "BLOCK_M"), Blocks(72, "BLOCK_N"), 3), 7)
+    meta = {"BLOCK_M": 32, "BLOCK_N": 16}
+    assert grid.evaluate(meta) == eval(grid_text(grid), {"triton": __import__("triton")})(meta) == (4 * 5 * 3, 7)
+    assert grid_text(Grid.of(12)) == "(12,)" and not Grid.of(12).needs_meta()
 
 
 # ----------------------------------------------------------------------------- warm-up: compiling at once
 
 def test_warm_entries_write_tensors_as_dtypes_and_keep_literals():
-    dtypes = {"buf0": "torch.bfloat16", "buf5": "torch.float32"}
-    lines = ["grid = lambda meta: (triton.cdiv(64, meta['BLOCK_R']),)",
-             "mc_red_x_0[grid](buf0, _align16(buf5), 64, -3, 0.5, BLOCK_C=4096)",
-             "mc_red_x_0[grid](buf0, buf5.view(4, 16), 64)",      # an expression it cannot type: skipped
-             "mc_red_x_0[grid](buf0, buf9)",                       # a name it does not know: skipped
-             "other[grid](buf0)"]
-    assert warm_entries(lines, "mc_red_x_0", dtypes.get) == [
-        "(mc_red_x_0, (torch.bfloat16, torch.float32, 64, -3, 0.5), {'BLOCK_C': 4096}),"]
-    assert warm_entries(["mc_a_1[(1,)](buf0)"], "mc_a_1", dtypes.get) == ["(mc_a_1, (torch.bfloat16,), {}),"]
+    dtypes = {0: "torch.bfloat16", 5: "torch.float32"}.get
+    launch = Launch(Grid.of(Blocks(64, "BLOCK_R")), (Buf(0), Buf(5, align16=True), 64, -3, 0.5), (("BLOCK_C", 4096),))
+    assert warm_entry("mc_red_x_0", launch, dtypes) == \
+        "(mc_red_x_0, (torch.bfloat16, torch.float32, 64, -3, 0.5), {'BLOCK_C': 4096}),"
+    assert warm_entry("mc_a_1", Launch(Grid.of(1), (Buf(0),)), dtypes) == "(mc_a_1, (torch.bfloat16,), {}),"
 
 
 class FakeJit:
@@ -179,9 +212,11 @@ class FakeTuned:
 
 
 def warm_helper(jobs, threads):
-    ns = {"os": types.SimpleNamespace(environ={"MINICOMP_COMPILE_THREADS": str(threads)})}
-    exec(compile(WARM_HELPER, "<warm helper>", "exec"), ns)
-    ns["_WARM"] = list(jobs)
+    """A module's view of the runtime's warm-up: its `_WARM` list, `_warm_up()` and
+    `_compiling_at_once()` (what `call()` opens on its first run), with a private environment."""
+    ns = {"os": types.SimpleNamespace(environ={"MINICOMP_COMPILE_THREADS": str(threads)}), "_WARM": list(jobs)}
+    ns["_warm_up"] = lambda: launcher.warm_up(ns["_WARM"], environ=ns["os"].environ)
+    ns["_compiling_at_once"] = lambda: launcher.CompilingAtOnce(ns["_WARM"], environ=ns["os"].environ)
     return ns
 
 
@@ -374,7 +409,7 @@ def test_generated_cuda_modules_warm_every_launch():
     first_launch = next(i for i, st in enumerate(call.body) if "_launch(" in ast.unparse(st))
     assert warm_at < first_launch
     # the first call runs itself again with the compiles started, launching as they finish
-    assert ast.unparse(call.body[warm_at].body[0]) == "with _compiling_at_once():\n    return call(*inputs)"
+    assert ast.unparse(call.body[warm_at].body[0]) == "with _rt.CompilingAtOnce(_WARM):\n    return call(*inputs)"
 
 
 # ----------------------------------------------------------------------------- GPU: the real launchers
@@ -432,7 +467,7 @@ args[1] = args[1] / 16   # logits of order 1: a rounding flip in bf16 moves the 
 compiled = minicomp.compile(fn)
 module = compiled.compile_for(*args).call.module
 configs = sum(len(getattr(k, "configs", None) or [None]) for k, _, _ in module._WARM)
-module._warm_up()
+module._rt.warm_up(module._WARM)
 count = lambda pattern: len(list(Path(sys.argv[1]).rglob(pattern)))
 cubins, stubs = count("*.cubin"), count("__triton_launcher*.so")
 torch.testing.assert_close(compiled(*args), fn(*args), atol=2e-2, rtol=2e-2)
@@ -442,7 +477,7 @@ print("WARM", configs, cubins, count("*.cubin"), stubs, count("__triton_launcher
 
 @pytest.mark.gpu
 def test_gpu_warm_up_compiles_every_config_before_the_first_launch(tmp_path):
-    """In a fresh process with an empty Triton cache: `_warm_up()` leaves one compiled kernel per
+    """In a fresh process with an empty Triton cache: `warm_up(_WARM)` leaves one compiled kernel per
     (kernel, config) and the launcher stubs on disk, the first call then compiles nothing new,
     and its answer is right."""
     import os
@@ -507,13 +542,10 @@ def test_gpu_first_call_compiles_each_config_once_while_launching(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_kernels_are_given_aligned_tensors_only():
-    """`_as_layout` (every input and fallback output of a generated module passes through it)
+    """`as_layout` (every input and fallback output of a generated module passes through it)
     copies a CUDA tensor that starts off 16-byte alignment, keeping its strides, and passes an
     aligned one through untouched."""
-    from minicomp.codegen.module import HELPERS
-
-    ns = {"torch": torch, "DEVICE_TYPE": "cuda"}
-    exec(compile(HELPERS, "<helpers>", "exec"), ns)
+    ns = {"_as_layout": launcher.as_layout}
     base = torch.arange(3 * 40 + 1, dtype=torch.bfloat16, device="cuda")
     off = base[1:].view(3, 40)
     assert off.data_ptr() % 16 != 0

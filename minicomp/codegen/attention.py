@@ -52,7 +52,7 @@ import torch
 from minicomp.codegen import attention_hopper
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.epilogue import (LOG2E, Operand, TileLowering, cast_operand, dot_precision, fold_operand,
                                        split_offset)
 from minicomp.codegen.gemm import DOT_DTYPES, needs_int64
@@ -318,12 +318,11 @@ def emit(ctx: KernelCtx) -> Kernel:
             src.writeline(f"# not on the Hopper kernel (attention_hopper.py): {hopper_reason}")
         src.splice(body.getvalue())
 
-    args = ", ".join(ctx.buf(p.nid) for p in pointers)
-    sizes = f"SQ={spec.sq}, SK={spec.sk}"
+    args = tuple(Buf(p.nid) for p in pointers)
+    sizes = (("SQ", spec.sq), ("SK", spec.sk))
     if cuda:
-        grid = f"lambda meta: (triton.cdiv({spec.sq}, meta[\"BLOCK_M\"]), {nbh})"
-        launch = [f"{name}[{grid}]({args}, {sizes})"]
+        launch = Launch(Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh), args, sizes)
     else:
         bm, bn, _, _ = cfgs[0]
-        launch = [f"{name}[({-(-spec.sq // bm)}, {nbh})]({args}, {sizes}, BLOCK_M={bm}, BLOCK_N={bn})"]
-    return Kernel(name, src.getvalue(), launch)
+        launch = Launch(Grid.of(-(-spec.sq // bm), nbh), args, sizes + (("BLOCK_M", bm), ("BLOCK_N", bn)))
+    return Kernel(name, src.getvalue(), [launch])

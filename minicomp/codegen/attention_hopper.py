@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from minicomp.codegen import indexing as ix
-from minicomp.codegen.common import Kernel, KernelCtx, kernel_name
+from minicomp.codegen.common import Buf, Grid, Kernel, KernelCtx, Launch, kernel_name
 from minicomp.codegen.epilogue import LOG2E, Operand
 from minicomp.target import HOPPER_ATTENTION_ENV
 
@@ -174,10 +174,9 @@ def emit(ctx: KernelCtx, spec) -> tuple[Kernel | None, str]:
     what = ("causal " if spec.causal else "") + f"attention on Hopper (Gluon, warp-specialised): softmax(q @ k^T * " \
         f"{spec.scale:.6g}) @ v over {nbh} batch x head(s), Sq={spec.sq}, Sk={spec.sk}, D={spec.d}"
     source = f"# {what}\n{name} = gluon.jit(attn_fwd_hopper)\n"
-    bufs = ", ".join(ctx.buf(op.leaf) for op in (spec.q, spec.k, spec.v)) + f", {ctx.buf(spec.node.id)}"
-    kwargs = ", ".join(f"{k}={v!r}" for k, v in consts.items())
+    bufs = tuple(Buf(op.leaf) for op in (spec.q, spec.k, spec.v)) + (Buf(spec.node.id),)
     tiles = spec.sq // ROWS_PER_PROGRAM * nbh
-    grid = f"lambda meta: (min(_sm_count(device), {tiles}),)"    # persistent: at most a program per SM
-    launch = ["_tma_ready()",
-              f"{name}[{grid}]({bufs}, {spec.scale * LOG2E!r}, {kwargs}, num_warps=4)"]
-    return Kernel(name, source, launch, shared=kernel_text()), ""
+    # persistent: at most a program per SM
+    launch = Launch(Grid.of(tiles, persistent=True), bufs + (spec.scale * LOG2E,),
+                    tuple(consts.items()) + (("num_warps", 4),), tma=True)
+    return Kernel(name, source, [launch], shared=kernel_text()), ""

@@ -6,15 +6,17 @@ Invariants:
   module wrapper then runs the group through PyTorch and records `group.fallback = str(e)`;
 - `Kernel.source` is top-level module text (one or more `@triton.jit` functions, optionally
   autotuned), after any `Kernel.shared` text (a library kernel several groups bind, written
-  once per module); `Kernel.launch` are lines of `call()` that refer to tensors only as
-  `ctx.buf(nid)` (`buf{nid}`), which the wrapper binds (inputs, constants) or allocates
-  (every group output, with `ctx.strides(nid)`) before the launch lines run;
+  once per module); `Kernel.launches` are `Launch` records: the grid, the arguments (tensors
+  as `Buf(nid)`, which the wrapper binds or allocates with `ctx.strides(nid)` before launching;
+  numbers as themselves) and the keyword arguments. The wrapper writes them as `call()` lines
+  and as the first call's `_WARM` entries; nothing reads generated text back;
 - shapes and strides are concrete: a compiled module is specialised on them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Union
 
 from minicomp.ir.graph import Graph, contiguous_strides
 from minicomp.passes.plan import Group
@@ -25,12 +27,67 @@ class Unsupported(Exception):
     """An emitter cannot generate this group; the wrapper falls back to PyTorch for it."""
 
 
+@dataclass(frozen=True)
+class Buf:
+    """A tensor argument of a launch: node `nid`'s tensor in call()."""
+    nid: int
+    align16: bool = False   # copied to a 16-byte aligned address first if it is not (TMA descriptors)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """ceil(n / BLOCK): how many blocks of the autotuned (or given) size `block` cover `n`."""
+    n: int
+    block: str
+
+
+Factor = Union[int, Blocks]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A launch grid: each dimension a product of factors; `persistent` caps the first
+    dimension at the device's SM count (a program per SM walks several tiles)."""
+    dims: tuple[tuple[Factor, ...], ...]
+    persistent: bool = False
+
+    @staticmethod
+    def of(*dims: "Factor | tuple[Factor, ...]", persistent: bool = False) -> "Grid":
+        return Grid(tuple(d if isinstance(d, tuple) else (d,) for d in dims), persistent)
+
+    def needs_meta(self) -> bool:
+        return any(isinstance(f, Blocks) for d in self.dims for f in d)
+
+    def evaluate(self, meta: dict) -> tuple[int, ...]:
+        """The grid for block sizes `meta` (the persistent cap aside)."""
+        out = []
+        for d in self.dims:
+            v = 1
+            for f in d:
+                v *= -(-f.n // meta[f.block]) if isinstance(f, Blocks) else f
+            out.append(v)
+        return tuple(out)
+
+
+Arg = Union[Buf, int, float, bool]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a kernel, as data: `kernel[grid](*args, **kwargs)`."""
+    grid: Grid
+    args: tuple[Arg, ...]
+    kwargs: tuple[tuple[str, Union[int, float, bool]], ...] = ()
+    tma: bool = False        # builds TMA descriptors: Triton's allocator must be installed first
+
+
 @dataclass
 class Kernel:
     name: str            # "mc_gemm_bias_gelu_3": says what it holds
     source: str          # top-level text: one or more @triton.jit (optionally @triton.autotune) functions
-    launch: list[str]    # Python lines for call() that launch it; tensors referred to as ctx.buf(nid)
+    launches: list[Launch] = field(default_factory=list)   # what call() launches; none: nothing to compute
     shared: str = ""     # module text this kernel's source needs (a library kernel), written once per module
+    note: str = ""       # why there is no launch ("nothing to compute (0 elements)")
 
 
 @dataclass

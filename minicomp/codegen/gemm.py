@@ -50,7 +50,7 @@ import torch
 
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.epilogue import (Operand, TileLowering, cast_operand, dot_precision, fold_operand,
                                        split_offset)
 from minicomp.codegen.tlexpr import Val
@@ -422,29 +422,16 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.splice(body.getvalue())
 
     tma_leaves = {spec.a.leaf} | {b.leaf for b in spec.bs} if tma else set()
-    args = ", ".join(f"_align16({ctx.buf(p.nid)})" if p.nid in tma_leaves else ctx.buf(p.nid) for p in pointers)
-    sizes = f"M={spec.m}, N={spec.n}, K={spec.k}"
-    if tma:
-        tiles = "triton.cdiv({m}, meta[\"BLOCK_M\"]) * triton.cdiv({n}, meta[\"BLOCK_N\"])".format(m=spec.m, n=spec.n)
-        if cuda:
-            launch = ["_tma_ready()",
-                      f"grid = lambda meta: (min(_sm_count(device), {tiles}),)",
-                      f"{name}[grid]({args}, {sizes})"]
-        else:
-            bm, bn, bk, _, _ = cfgs[0]
-            programs = min(CPU_PROGRAMS, -(-spec.m // bm) * -(-spec.n // bn))
-            launch = ["_tma_ready()",
-                      f"{name}[({programs},)]({args}, {sizes}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, "
-                      f"GROUP_M={GROUP_M})"]
-        return Kernel(name, src.getvalue(), launch)
+    args = tuple(Buf(p.nid, align16=p.nid in tma_leaves) for p in pointers)
+    sizes = (("M", spec.m), ("N", spec.n), ("K", spec.k))
     if cuda:
-        batch = f" * {nbatch}" if nbatch > 1 else ""
-        grid = (f"lambda meta: (triton.cdiv({spec.m}, meta[\"BLOCK_M\"]) * "
-                f"triton.cdiv({spec.n}, meta[\"BLOCK_N\"]){batch},)")
-        launch = [f"{name}[{grid}]({args}, {sizes})"]
-    else:
-        bm, bn, bk, _, _ = cfgs[0]
-        programs = -(-spec.m // bm) * -(-spec.n // bn) * nbatch
-        launch = [f"{name}[({programs},)]({args}, {sizes}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, "
-                  f"GROUP_M={GROUP_M})"]
-    return Kernel(name, src.getvalue(), launch)
+        tiles = (Blocks(spec.m, "BLOCK_M"), Blocks(spec.n, "BLOCK_N"))
+        if tma:
+            return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles, persistent=True), args, sizes, tma=True)])
+        return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles + ((nbatch,) if nbatch > 1 else ())), args, sizes)])
+    bm, bn, bk, _, _ = cfgs[0]
+    blocks = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", GROUP_M))
+    tiles = -(-spec.m // bm) * -(-spec.n // bn)
+    if tma:
+        return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)])
+    return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles * nbatch), args, sizes + blocks)])

@@ -11,14 +11,17 @@ layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
 (`python mod.py [inputs.pt [outputs.pt]]`) it reads `constants.pt` beside itself,
 runs on the given or on seeded random inputs, and prints the output shapes.
 
-On CUDA the module also carries `_WARM`, every launch written with dtypes in place of
-tensors: the first call runs inside `_compiling_at_once()`, which compiles all kernels and
-configs at once while each launch waits for its own (codegen/launch.py); and its
-autotuners time configs through `_tune_bench` (5 + 20 ms each, see TUNE_BENCH_HELPER below).
+The machinery around the kernels is imported, not written into each module: launches, the
+first call's compiles and the input checks from `minicomp.runtime.launcher` (`_rt`), the
+Triton helpers kernels call from `minicomp.runtime.kernel_lib`. On CUDA the module carries
+`_WARM`, every launch written with dtypes in place of tensors (codegen/launch.py): the first
+call runs inside `_rt.CompilingAtOnce(_WARM)`, which compiles all kernels and configs at once
+while each launch waits for its own.
 
 Invariants: kernel names are unique (group index suffix); `generate` never mutates the
 graph, but records on each plan group why it fell back (`group.fallback`); on CUDA every
-tensor a kernel is given starts 16-byte aligned (`_as_layout`, the loader's `_aligned`).
+tensor a kernel is given starts 16-byte aligned (`_as_layout`, the loader's `_aligned`);
+codegen writes launches from `Launch` records and reads no generated text back.
 """
 
 from __future__ import annotations
@@ -33,9 +36,8 @@ import torch
 from minicomp.codegen import attention, fallback, gemm, pointwise, reduction, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
-from minicomp.codegen.launch import LAUNCH_HELPER, WARM_HELPER, via_launch_helper, warm_entries
+from minicomp.codegen.launch import launch_lines, warm_entry
 from minicomp.codegen.lowering import ident
-from minicomp.codegen.tlexpr import NAN_REDUCE_HELPERS, ROUND_BF16_HELPER
 from minicomp.errors import CompileError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
@@ -47,9 +49,8 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 }
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
-                "OPAQUE", "DEVICE_TYPE", "_as_layout", "_check", "_launch", "_FAST", "_aligned", "_fast_launcher",
-                "_align16", "_tma_ready", "_tma_scratch", "_sm_count", "_WARM", "_warm_up", "_compiling_at_once",
-                "_launcher_stubs", "_compile_threads", "_tune_bench", "KernelCompileError", "_in_triton_compiler")
+                "OPAQUE", "DEVICE_TYPE", "_rt", "_as_layout", "_launch", "_align16", "_tma_ready", "_sm_count",
+                "_WARM", "_tune_bench", "_round_bf16", "_max_nan", "_min_nan")
 
 
 @dataclass
@@ -144,7 +145,7 @@ class ModuleWriter:
                 b.writeline(f"{', '.join(arg_names)}{',' if len(arg_names) == 1 else ''} = inputs")
                 for nid, name in zip(g.inputs, arg_names):
                     n = g.node(nid)
-                    b.writeline(f"_check({name}, {n.attrs['name']!r}, {tuple(n.shape)!r}, {n.dtype})")
+                    b.writeline(f"_rt.check_input({name}, {n.attrs['name']!r}, {tuple(n.shape)!r}, {n.dtype}, DEVICE_TYPE)")
                 b.writeline(f"device = {arg_names[0]}.device")
             else:
                 b.writeline("device = torch.device(DEVICE_TYPE)")
@@ -157,7 +158,7 @@ class ModuleWriter:
             self._bind_constants(ctx0)
             if self.device_type == "cuda" and self.kernels:
                 with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
-                    with b.block("with _compiling_at_once():"):
+                    with b.block("with _rt.CompilingAtOnce(_WARM):"):
                         b.writeline("return call(*inputs)")
             b.splice(self.body.getvalue().rstrip("\n"))
             b.writeline(f"return [{', '.join(ctx0.buf(o) for o in g.outputs)}]")
@@ -228,9 +229,13 @@ class ModuleWriter:
             n = g.node(o)
             b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
                         f"dtype={n.dtype}, device=device)")
-        if self.device_type == "cuda":
-            b.writelines(via_launch_helper(kernel.launch, kernel.name))
-            entries = warm_entries(kernel.launch, kernel.name, self._dtype_of_buf)
+        cuda = self.device_type == "cuda"
+        if not kernel.launches:
+            b.writeline(f"# {kernel.name}: {kernel.note or 'nothing to launch'}")
+        for launch in kernel.launches:
+            b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda))
+        if cuda:
+            entries = [warm_entry(kernel.name, launch, lambda nid: str(g.node(nid).dtype)) for launch in kernel.launches]
             if kernel.shared:
                 # a library kernel (the Gluon attention kernel) compiles longest (4.3 s on the H200's
                 # host, against 2-3 s for a block-language kernel): first into the warm-up pool, so
@@ -238,15 +243,6 @@ class ModuleWriter:
                 self.warm[:0] = entries
             else:
                 self.warm += entries
-        else:
-            b.writelines(kernel.launch)
-
-    def _dtype_of_buf(self, name: str) -> str | None:
-        """The dtype text of call()'s tensor `name` ("buf7" -> "torch.bfloat16"), else None."""
-        nid = name[3:]
-        if not (name.startswith("buf") and nid.isdigit() and int(nid) in self.graph):
-            return None
-        return str(self.graph.node(int(nid)).dtype)
 
     # ------------------------------------------------------------------ whole module
     def source(self) -> str:
@@ -271,20 +267,16 @@ class ModuleWriter:
             out.writeline('os.environ.setdefault("TRITON_INTERPRET", "1")')
         out.writeline("")
         out.writelines(["import torch", "import triton", "import triton.language as tl", ""])
+        out.writeline("# minicomp's runtime (minicomp/runtime/launcher.py): launches, the first call's compiles, checks")
+        out.writeline("from minicomp.runtime import launcher as _rt")
+        out.writeline("from minicomp.runtime.kernel_lib import _max_nan, _min_nan, _round_bf16")
+        out.writeline("")
         out.writeline("CONSTANTS = []  # tensor constants: set by minicomp's loader, or read from constants.pt")
         out.writeline(f"OPAQUE = []  # {len(self.opaque)} PyTorch callable(s) for opaque nodes, set by minicomp's loader")
-        if any("do_bench=_tune_bench" in k.source for k in self.kernels):
-            out.writeline("")
-            out.writeline("")
-            out.splice(TUNE_BENCH_HELPER)
-        if any("_round_bf16(" in k.source for k in self.kernels):
-            out.writeline("")
-            out.writeline("")
-            out.splice(ROUND_BF16_HELPER)
-        if any("_max_nan" in k.source or "_min_nan" in k.source for k in self.kernels):
-            out.writeline("")
-            out.writeline("")
-            out.splice(NAN_REDUCE_HELPERS)
+        out.writeline("_as_layout, _align16, _tma_ready, _sm_count = _rt.as_layout, _rt.align16, _rt.tma_ready, "
+                      "_rt.sm_count")
+        if self.device_type == "cuda" and self.kernels:
+            out.writeline("_launch, _tune_bench = _rt.Launcher(globals()), _rt.tune_bench")
         for shared in dict.fromkeys(k.shared for k in self.kernels if k.shared):
             out.writeline("")
             out.writeline("")
@@ -293,16 +285,7 @@ class ModuleWriter:
             out.writeline("")
             out.writeline("")
             out.splice(k.source.rstrip("\n"))
-        out.writeline("")
-        out.writeline("")
-        out.splice(HELPERS)
         if self.device_type == "cuda" and self.kernels:
-            out.writeline("")
-            out.writeline("")
-            out.splice(LAUNCH_HELPER)
-            out.writeline("")
-            out.writeline("")
-            out.splice(WARM_HELPER)
             out.writeline("")
             out.writeline("")
             out.writeline("# what the first call compiles at once, before launching anything: (kernel, arguments")
@@ -310,10 +293,6 @@ class ModuleWriter:
             with out.block("_WARM = ["):
                 out.writelines(self.warm)
             out.writeline("]")
-        if any("_tma_ready()" in line for k in self.kernels for line in k.launch):
-            out.writeline("")
-            out.writeline("")
-            out.splice(TMA_HELPERS)
         out.writeline("")
         out.writeline("")
         out.splice(self.call.getvalue().rstrip("\n"))
@@ -357,70 +336,6 @@ def _random_text(n: Node) -> str:
     if n.dtype == torch.bool:
         return f"(torch.rand({shape!r}, generator=_gen) > 0.5)"
     return f"torch.randint(-8, 8, {shape!r}, generator=_gen).to({n.dtype})"
-
-
-HELPERS = '''\
-def _check(t, name, shape, dtype):
-    """Raise TypeError unless `t` is a tensor of `shape` and `dtype` on this module's device type."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"input {name!r} must be a tensor, got {type(t).__name__}")
-    if tuple(t.shape) != shape or t.dtype != dtype:
-        raise TypeError(f"input {name!r} must be {dtype} of shape {list(shape)}, got {t.dtype} of shape {list(t.shape)}")
-    if t.device.type != DEVICE_TYPE:
-        raise TypeError(f"input {name!r} is on {t.device}, but this module was generated for {DEVICE_TYPE}")
-
-
-def _as_layout(t, strides):
-    """`t` itself when its strides are `strides` (size-1 dimensions aside) and, on CUDA, it starts
-    16-byte aligned; else a copy laid out so. On CUDA no kernel sees a misaligned tensor: each
-    compiles one specialisation (the one `_warm_up` compiled), and PyTorch lines do not get
-    one either (PyTorch 2.11's cuDNN attention answers wrongly for a query 2 bytes off
-    alignment; its flash attention faults)."""
-    if all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides)) and (
-            t.device.type != "cuda" or t.data_ptr() % 16 == 0):
-        return t
-    out = torch.empty_strided(tuple(t.shape), strides, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out'''
-
-
-# Before the autotuned kernels that name it. Triton's default times every config for 25 ms of
-# warm-up and 100 ms of repetitions: 37 configs made 6.4 of llama_block's 6.7 s first call
-# once the compiles were done at once (benchmarks/first_call.py --profile on the H200).
-# 5 + 20 ms still gives 10+ timed runs of the slowest kernel here (SwiGLU, 1.6 ms) and
-# hundreds of a memory-bound one; configs that win differ by more than the medians' spread.
-TUNE_BENCH_HELPER = '''\
-def _tune_bench(kernel_call, quantiles):
-    """How the autotuners here time one config (see minicomp/codegen/module.py)."""
-    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)'''
-
-
-TMA_HELPERS = '''\
-def _align16(t):
-    """`t`, or a copy with the same strides at a 16-byte aligned address: TMA descriptors need one."""
-    if t.data_ptr() % 16 == 0:
-        return t
-    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
-
-
-def _tma_scratch(size, alignment, stream):
-    return torch.empty(size, dtype=torch.int8, device=DEVICE_TYPE)
-
-
-def _tma_ready():
-    """Kernels that build TMA descriptors take scratch memory from Triton's allocator: install one
-    unless the program has set its own."""
-    try:
-        from triton.runtime import _allocation
-        if _allocation._allocator.get() is not _allocation._NULL_ALLOCATOR:
-            return
-    except (ImportError, AttributeError):  # another Triton layout: install ours
-        pass
-    triton.set_allocator(_tma_scratch)
-
-
-def _sm_count(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count'''
 
 
 def generate(graph: Graph, plan: Plan, target: Target | str,

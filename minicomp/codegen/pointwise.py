@@ -28,7 +28,7 @@ import math
 
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.lowering import Lowering
 from minicomp.ir.dtypes import type_str
 
@@ -186,33 +186,26 @@ def emit(ctx: KernelCtx) -> Kernel:
             src.writeline("mask = offs < n_elements")
         src.splice(body.getvalue())
 
-    bufs = [ctx.buf(n) for n in reads] + [ctx.buf(n) for n in group.outputs]
+    bufs = tuple(Buf(n) for n in reads) + tuple(Buf(n) for n in group.outputs)
     if numel == 0:
-        launch = [f"# {name}: nothing to compute (0 elements)"]
-    elif tiles:
+        return Kernel(name, src.getvalue(), [], note="nothing to compute (0 elements)")
+    if tiles:
         n_cols = shape[-1]
         n_rows = numel // n_cols
-        args = ", ".join(bufs + [str(n_rows), str(n_cols)])
         one_axis = tiles[2] == "broadcast"
-        if ctx.device_type == "cuda" and one_axis:
-            launch = [f"grid = lambda meta: (triton.cdiv({n_rows}, meta['BLOCK_R']) * "
-                      f"triton.cdiv({n_cols}, meta['BLOCK_C']),)",
-                      f"{name}[grid]({args})"]
-        elif ctx.device_type == "cuda":
-            launch = [f"grid = lambda meta: (triton.cdiv({n_rows}, meta['BLOCK_R']), "
-                      f"triton.cdiv({n_cols}, meta['BLOCK_C']))",
-                      f"{name}[grid]({args})"]
+        args = bufs + (n_rows, n_cols)
+        if ctx.device_type == "cuda":
+            rows, cols = Blocks(n_rows, "BLOCK_R"), Blocks(n_cols, "BLOCK_C")
+            grid = Grid.of((rows, cols)) if one_axis else Grid.of(rows, cols)
+            launch = Launch(grid, args)
         else:
             br, bc = min(next_pow2(n_rows), 64), min(next_pow2(n_cols), 64)
-            grid = (f"({-(-n_rows // br) * -(-n_cols // bc)},)" if one_axis
-                    else f"({-(-n_rows // br)}, {-(-n_cols // bc)})")
-            launch = [f"{name}[{grid}]({args}, BLOCK_R={br}, BLOCK_C={bc})"]
+            rows, cols = -(-n_rows // br), -(-n_cols // bc)
+            grid = Grid.of(rows * cols) if one_axis else Grid.of(rows, cols)
+            launch = Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc)))
     elif ctx.device_type == "cuda":
-        args = ", ".join(bufs + [str(numel)])
-        launch = [f"grid = lambda meta: (triton.cdiv({numel}, meta['BLOCK']),)",
-                  f"{name}[grid]({args})"]
+        launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,))
     else:
         block = min(CPU_BLOCK, next_pow2(numel))
-        args = ", ".join(bufs + [str(numel)])
-        launch = [f"{name}[({-(-numel // block)},)]({args}, BLOCK={block})"]
-    return Kernel(name, src.getvalue(), launch)
+        launch = Launch(Grid.of(-(-numel // block)), bufs + (numel,), (("BLOCK", block),))
+    return Kernel(name, src.getvalue(), [launch])

@@ -31,7 +31,7 @@ import torch
 
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Kernel, KernelCtx, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
 from minicomp.codegen.tlexpr import NAN_ALL, Val, compute_tl, convert
@@ -387,17 +387,13 @@ def emit(ctx: KernelCtx) -> Kernel:
             src.writeline("mask = row_mask & col_mask")
         src.splice(k.main.getvalue())
 
-    args = ", ".join([ctx.buf(n) for n in reads] + [ctx.buf(n) for n in group.outputs]
-                     + [str(dom.n_rows), str(dom.n_cols)])
+    args = tuple(Buf(n) for n in reads) + tuple(Buf(n) for n in group.outputs) + (dom.n_rows, dom.n_cols)
     if dom.n_rows == 0:
-        launch = [f"# {name}: nothing to compute (0 rows)"]
-    elif ctx.device_type == "cuda":
-        launch = [f"grid = lambda meta: (triton.cdiv({dom.n_rows}, meta['BLOCK_R']),)"]
-        if single:
-            launch.append(f"{name}[grid]({args}, BLOCK_C={next_pow2(dom.n_cols)})")
-        else:
-            launch.append(f"{name}[grid]({args})")
+        return Kernel(name, src.getvalue(), [], note="nothing to compute (0 rows)")
+    if ctx.device_type == "cuda":
+        kwargs = (("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()
+        launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, kwargs)
     else:
         br, bc = _block_sizes(dom, form, ctx.device_type)
-        launch = [f"{name}[({-(-dom.n_rows // br)},)]({args}, BLOCK_R={br}, BLOCK_C={bc})"]
-    return Kernel(name, src.getvalue(), launch)
+        launch = Launch(Grid.of(-(-dom.n_rows // br)), args, (("BLOCK_R", br), ("BLOCK_C", bc)))
+    return Kernel(name, src.getvalue(), [launch])

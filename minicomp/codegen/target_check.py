@@ -63,6 +63,9 @@ class _Worker:
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ)
         env["TRITON_INTERPRET"] = "0"
+        # generated modules import minicomp's runtime: the worker finds this same minicomp first
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
         env.pop("PYTHONSTARTUP", None)
         return subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, env=env, bufsize=1)

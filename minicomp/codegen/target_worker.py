@@ -3,7 +3,8 @@
 Run as a script (`python target_worker.py`) by `target_check.py`, never imported by minicomp:
 it must run without Triton's interpreter, and a process that imported minicomp on a machine
 without CUDA has the interpreter on (it decides when `triton.language` is first imported).
-It imports only torch and triton.
+It sets TRITON_INTERPRET=0 before anything imports triton; the modules it loads import
+minicomp's runtime, which leaves an explicit setting alone.
 
 Protocol: one JSON object per line on stdin, `{"source": <module text>, "arch": 90}`; one
 JSON object per line on stdout, `{"results": [...]}` with an entry per (kernel, config):

@@ -82,5 +82,5 @@ def load(generated, device: str | torch.device, cache: ModuleCache | None = None
     module.CONSTANTS[:] = [_aligned(c.to(device)) for c in generated.constants]
     module.OPAQUE[:] = list(generated.opaque)
     if not interpret:
-        watch_autotuning(module, generated.source)   # a long autotuning sweep prints its progress
+        watch_autotuning(module, generated.kernel_groups)   # a long autotuning sweep prints its progress
     return CompiledCall(module, key, path, generated, device)

@@ -2,8 +2,8 @@
 
 On CUDA the GEMM, pointwise and row kernels carry `@triton.autotune`: their first launch
 for a new key benchmarks every config, which can take seconds with nothing on screen.
-`watch_autotuning(module, source)` wraps each `Autotuner` object in a loaded generated
-module (the kernels are module globals) so that a sweep still running after
+`watch_autotuning(module, groups)` wraps each `Autotuner` object in a loaded generated
+module (the kernels are module globals; `groups` maps kernel names to plan groups) so that a sweep still running after
 `THRESHOLD_S` prints, on stderr, one line per config benchmarked from then on:
 
     minicomp: autotuning mc_gemm_bias_gelu_3 (group 3): config 5/12, 1.4 s
@@ -16,20 +16,12 @@ have one config), so nothing prints there.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 import types
 from typing import Any, Callable, TextIO
 
 THRESHOLD_S = 1.0
-# the generated module's header lists `#   group 3   gemm bias_gelu  -> mc_gemm_bias_gelu_3`
-_HEADER_GROUP = re.compile(r"^#\s+group (\d+)\s+.*->\s+(mc_\w+)\s*$", re.MULTILINE)
-
-
-def kernel_groups(source: str) -> dict[str, int]:
-    """Kernel name -> plan group id, read from a generated module's header."""
-    return {m.group(2): int(m.group(1)) for m in _HEADER_GROUP.finditer(source)}
 
 
 class SweepProgress:
@@ -78,13 +70,15 @@ def watch(tuner: Any, progress: SweepProgress) -> bool:
     return True
 
 
-def watch_autotuning(module: types.ModuleType, source: str = "", out: TextIO | None = None) -> list[str]:
-    """Watch every autotuned kernel of a loaded generated module; returns the kernel names watched."""
+def watch_autotuning(module: types.ModuleType, groups: dict[str, int] | None = None,
+                     out: TextIO | None = None) -> list[str]:
+    """Watch every autotuned kernel of a loaded generated module; returns the kernel names watched.
+    `groups` (kernel name -> plan group id, `GeneratedModule.kernel_groups`) labels the lines."""
     try:
         from triton.runtime.autotuner import Autotuner
     except ImportError:   # a Triton without the autotuner module: nothing to watch
         return []
-    groups = kernel_groups(source)
+    groups = groups or {}
     watched = []
     for name, obj in list(vars(module).items()):
         if isinstance(obj, Autotuner):

@@ -1,0 +1,291 @@
+"""What generated modules import to run: launches, the first call's compiles, input checks.
+
+Generated modules hold their kernels and a `call()`; the machinery around them is this
+ordinary module (tested like any code, `tests/test_launch.py`), bound in each module as
+`_launch = Launcher(globals())`, `_check = check_input`, ... (codegen/module.py).
+
+**Launches** (`Launcher`). A launch through Triton (`kernel[grid](*args)`) binds every
+argument, computes specialisation keys, looks the kernel up in its cache and, for autotuned
+kernels, builds a tuning key: tens of microseconds of Python, longer than a memory-bound
+kernel over 128 MiB takes on an H200 (~70 us). So the first launch of each kernel goes
+through Triton (autotuning, JIT compilation, caches) and returns the compiled kernel, whose
+own launcher (`compiled[grid](*all_args)`) is then kept with the arguments that never change
+in the module (sizes, block sizes, the autotuned config) and the grid evaluated once. Later
+launches call it directly. What keeps this exact:
+- every integer argument of a generated kernel is a literal of its module, and the
+  autotuner's key is made of them, so the config and the compiled specialisation cannot
+  change between calls; pointer alignment can (Triton specialises on 16-byte alignment), so a
+  call with a misaligned tensor goes through Triton again (modules copy misaligned inputs to
+  aligned memory first, `as_layout`, so this is a net);
+- the launch is on the current CUDA device, as Triton's own is; another current device goes
+  through Triton;
+- a Triton whose compiled-kernel launcher takes its arguments otherwise raises TypeError
+  before launching; the module then keeps to Triton's path for that kernel.
+A kernel Triton's compiler rejects (found at its first launch) raises `KernelCompileError`
+naming it; `minicomp.api.run_compiled` then runs that group through PyTorch instead.
+
+**The first call compiles everything at once** (`CompilingAtOnce`). Triton compiles a kernel
+on its first launch, and an autotuner each config as it first times it: one after another,
+39 compiles for llama_block. A module lists every launch in `_WARM` (the kernel, its
+arguments with each tensor as its dtype, which `JITFunction.warmup` takes, and keyword
+arguments), and its first `call()` runs itself again inside `CompilingAtOnce(_WARM)`, which
+submits every (kernel, config) through Triton's own `AsyncCompileMode` to a pool of threads
+(Triton releases the GIL in its MLIR and LLVM passes and in ptxas). The mode stays open while
+that call runs: a launch of a kernel still compiling waits for that compile alone, so the
+kernels before the attention run while the Gluon attention kernel (the longest) compiles.
+Each compile's thread also builds the kernel's launcher stub (`launcher_stubs`, a C extension
+Triton 3.6 otherwise builds with gcc at the kernel's first load, ~0.25 s each). The warm-up
+reports nothing: a failed compile raises at that kernel's launch. Measurements behind these
+choices are in BENCHMARKS.md. `MINICOMP_COMPILE_THREADS=1` turns it off; a Triton without
+`triton.runtime._async_compile` (private; 3.6 through 3.9 have it) skips it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import traceback
+from typing import Any, Callable
+
+import torch
+
+
+class KernelCompileError(RuntimeError):
+    """Triton's compiler rejected kernel `kernel` of a generated module on this device."""
+
+    def __init__(self, kernel: str, cause: BaseException | str):
+        self.kernel = kernel
+        self.cause = cause if isinstance(cause, str) else f"{type(cause).__name__}: {str(cause).strip()}"
+        super().__init__(f"Triton's compiler rejected kernel {kernel}: {self.cause}")
+
+
+def in_triton_compiler(exc: BaseException) -> bool:
+    """Whether `exc` was raised while Triton compiled a kernel (its frontend, MLIR passes or
+    ptxas, or a resource check of the result), not by a launch of a compiled kernel."""
+    if type(exc).__name__ in ("CompilationError", "OutOfResources", "PTXASError", "CompileTimeAssertionFailure"):
+        return True
+    return any("/triton/compiler/" in f.filename.replace(os.sep, "/") for f in traceback.extract_tb(exc.__traceback__))
+
+
+def _aligned(args: tuple) -> bool:
+    return all(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
+
+
+class Launcher:
+    """`launch(kernel, grid, *args, **kwargs)`: through Triton the first time, then straight
+    through the compiled kernel's own launcher. One per generated module (`namespace` is its
+    globals, to name a kernel in errors)."""
+
+    def __init__(self, namespace: dict | None = None, current_device: Callable[[], int] | None = None):
+        self.namespace = namespace if namespace is not None else {}
+        self.current_device = current_device or torch.cuda.current_device
+        # kernel -> (launcher, arguments after the positional ones, device), or False: Triton's path
+        self.fast: dict[Any, Any] = {}
+
+    def __call__(self, kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
+        fast = self.fast.get(kernel)
+        if fast and fast[2] == self.current_device() and _aligned(args):
+            try:
+                fast[0](*args, *fast[1])
+                return
+            except TypeError:  # this Triton's launcher takes its arguments otherwise: keep to Triton's path
+                self.fast[kernel] = False
+        try:
+            compiled = kernel[grid](*args, **kwargs)
+            if hasattr(compiled, "result"):  # Triton 3.9 inside AsyncCompileMode returns the pending compile
+                compiled = compiled.result()
+        except Exception as exc:
+            if not fast and in_triton_compiler(exc):
+                raise KernelCompileError(self.name_of(kernel), exc) from exc
+            raise
+        if fast is None and _aligned(args):
+            self.fast[kernel] = self.fast_launcher(kernel, compiled, grid, args, kwargs)
+
+    def name_of(self, kernel: Any) -> str:
+        return next((k for k, v in self.namespace.items() if v is kernel), getattr(kernel, "__name__", "?"))
+
+    def fast_launcher(self, kernel: Any, compiled: Any, grid: Any, args: tuple, kwargs: dict):
+        """The compiled kernel's launcher for `grid`, with every argument after the positional ones."""
+        try:
+            named = dict(kwargs)
+            config = getattr(kernel, "best_config", None)  # an autotuned kernel's chosen config
+            if config is not None:
+                named.update(config.kwargs)
+            names = list(kernel.arg_names)
+            tail = [named[n] for n in names[len(args):]]
+            if callable(grid):
+                grid = grid({**dict(zip(names, args)), **named})
+            grid = tuple(grid) + (1,) * (3 - len(grid))
+            return compiled[grid], tail, self.current_device()
+        except Exception:  # anything unexpected: Triton's path, as before
+            return False
+
+
+class CompilingAtOnce:
+    """While open, every (kernel, config) of `warm` compiles on a pool of threads, and a launch
+    waits for its own kernel's compile only (Triton's AsyncCompileMode hands a launch of a kernel
+    still compiling that compile's result). Closing waits for any compile left. `warm` is
+    emptied on entry, so a module starts it once; it never raises on its own."""
+
+    def __init__(self, warm: list, threads: int | None = None, environ: dict | None = None):
+        self.warm, self.threads = warm, threads
+        self.environ = os.environ if environ is None else environ
+
+    def __enter__(self) -> "CompilingAtOnce":
+        self.pool = self.mode = None
+        jobs, self.warm[:] = list(self.warm), []
+        try:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from triton.runtime._async_compile import AsyncCompileMode
+        except ImportError:  # a Triton without asynchronous compilation: each kernel compiles on its first launch
+            return self
+        work = []
+        for kernel, args, kwargs in jobs:
+            configs = getattr(kernel, "configs", None)  # an autotuned kernel: warm its JIT function per config
+            for config in configs or [None]:
+                work.append((kernel.fn if configs else kernel, args,
+                             {**kwargs, **(config.all_kwargs() if config else {})}))
+        threads = min(len(work), self.threads if self.threads is not None else compile_threads(self.environ))
+        if threads < 2:
+            return self
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="minicomp-compile")
+        try:
+            mode = AsyncCompileMode(self.pool, ignore_errors=True)
+            mode.__enter__()
+        except RuntimeError:  # the caller's own AsyncCompileMode is open: compile on first launch
+            self.pool.shutdown(wait=False)
+            self.pool = None
+            return self
+        self.mode = mode
+        stubs = launcher_stubs(self.environ)
+        for fn, args, kwargs in work:
+            try:
+                pending = fn.warmup(*args, grid=(1,), **kwargs)
+            except Exception:  # the launch compiles it again and reports what went wrong
+                continue
+            future = getattr(pending, "future", None)  # Triton's FutureKernel
+            if stubs is not None and future is not None:
+                future.add_done_callback(stubs)      # in the thread that compiled the kernel, once it has
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        try:
+            if self.mode is not None:
+                self.mode.__exit__(None, None, None)
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+        return False
+
+
+def warm_up(warm: list, threads: int | None = None, environ: dict | None = None) -> None:
+    """Compile every (kernel, config) of `warm` at once and wait for all of them."""
+    with CompilingAtOnce(warm, threads, environ):
+        pass
+
+
+def launcher_stubs(environ: dict | None = None) -> Callable | None:
+    """A callback for a compile's future that builds the compiled kernel's launcher stub (a C
+    extension Triton compiles the first time it loads a kernel of a new signature), leaving it
+    in Triton's cache for that load to find; one build per signature. None where Triton's driver
+    has no launcher class, or MINICOMP_WARM_LAUNCHERS=0."""
+    env = os.environ if environ is None else environ
+    if env.get("MINICOMP_WARM_LAUNCHERS") == "0":
+        return None
+    try:
+        from triton.runtime.driver import driver
+        launcher_cls = driver.active.launcher_cls
+    except Exception:
+        return None
+    built, lock = set(), threading.Lock()
+
+    def build(future: Any) -> None:
+        try:
+            compiled = future.result()
+            src = compiled.src
+            key = repr((sorted(src.signature.items(), key=repr), sorted(getattr(src, "constants", {}).items(), key=repr),
+                        getattr(compiled.metadata, "tensordesc_meta", None)))
+            with lock:
+                if key in built:
+                    return
+                built.add(key)
+            launcher_cls(src, compiled.metadata)
+        except Exception:  # the first launch builds it, and reports what went wrong
+            pass
+    return build
+
+
+def compile_threads(environ: dict | None = None) -> int:
+    """MINICOMP_COMPILE_THREADS, else the CPUs this process may use, at most 16."""
+    env = os.environ if environ is None else environ
+    try:
+        return int(env["MINICOMP_COMPILE_THREADS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return min(16, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity on this OS
+        return min(16, os.cpu_count() or 1)
+
+
+def tune_bench(kernel_call: Callable, quantiles: Any):
+    """How generated autotuners time one config. Triton's default times each for 25 ms of
+    warm-up and 100 ms of repetitions: 37 configs made 6.4 of llama_block's 6.7 s first call.
+    5 + 20 ms still gives 10+ timed runs of the slowest kernel here (SwiGLU, 1.6 ms) and
+    hundreds of a memory-bound one; configs that win differ by more than the medians' spread."""
+    import triton
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
+
+
+# ----------------------------------------------------------------------------- call()'s helpers
+
+def check_input(t: Any, name: str, shape: tuple, dtype: torch.dtype, device_type: str) -> None:
+    """Raise TypeError unless `t` is a tensor of `shape` and `dtype` on `device_type`."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"input {name!r} must be a tensor, got {type(t).__name__}")
+    if tuple(t.shape) != shape or t.dtype != dtype:
+        raise TypeError(f"input {name!r} must be {dtype} of shape {list(shape)}, got {t.dtype} of shape {list(t.shape)}")
+    if t.device.type != device_type:
+        raise TypeError(f"input {name!r} is on {t.device}, but this module was generated for {device_type}")
+
+
+def as_layout(t: torch.Tensor, strides: tuple) -> torch.Tensor:
+    """`t` itself when its strides are `strides` (size-1 dimensions aside) and, on CUDA, it starts
+    16-byte aligned; else a copy laid out so. On CUDA no kernel sees a misaligned tensor: each
+    compiles one specialisation (the one the warm-up compiled), and PyTorch lines do not get one
+    either (PyTorch 2.11's cuDNN attention answers wrongly for a query 2 bytes off alignment)."""
+    if all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides)) and (
+            t.device.type != "cuda" or t.data_ptr() % 16 == 0):
+        return t
+    out = torch.empty_strided(tuple(t.shape), strides, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def align16(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a copy with the same strides at a 16-byte aligned address: TMA descriptors need one."""
+    if t.data_ptr() % 16 == 0:
+        return t
+    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _tma_scratch(size: int, alignment: int, stream: Any) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def tma_ready() -> None:
+    """Kernels that build TMA descriptors take scratch memory from Triton's allocator: install one
+    unless the program has set its own."""
+    import triton
+    try:
+        from triton.runtime import _allocation
+        if _allocation._allocator.get() is not _allocation._NULL_ALLOCATOR:
+            return
+    except (ImportError, AttributeError):  # another Triton layout: install ours
+        pass
+    triton.set_allocator(_tma_scratch)
+
+
+def sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
