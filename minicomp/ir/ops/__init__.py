@@ -110,6 +110,14 @@ class OpDef:
 REGISTRY: dict[str, OpDef] = {}
 ATEN: dict[str, str] = {}          # aten overload name -> the op or composite it lowers to
 
+# Overloads that lower, but whose group runs through PyTorch today, and why. docs/ops.md shows
+# it; tests/test_aten_lowerings.py checks that each really falls back (and that no other does).
+RUNS_IN_PYTORCH: dict[str, str] = {
+    "dot.default": "the GEMM emitter takes matrices, not a 1-D operand",
+    "mv.default": "the GEMM emitter takes matrices, not a 1-D operand",
+    "addmv.default": "the GEMM emitter takes matrices, not a 1-D operand",
+}
+
 
 def claim_aten(names: Sequence[str], owner: str) -> None:
     """Record that `names` lower to `owner`; each name is claimed once in the whole table."""
@@ -162,4 +170,4 @@ from minicomp.ir.ops import leaves, arith, unary, select, reductions, views, lin
 from minicomp.ir.ops.composite import COMPOSITES, Composite  # noqa: E402
 
 __all__ = ["ATEN", "COMPOSITES", "Composite", "EMITTERS", "KINDS", "OPERANDS", "OpDef", "REGISTRY",
-           "Unsupported", "flops", "get", "register"]
+           "RUNS_IN_PYTORCH", "Unsupported", "flops", "get", "register"]

@@ -38,7 +38,7 @@ def composite(c: Composite) -> Composite:
 composite(Composite(
     "identity", "none", (),
     ("positive.default", "clone.default", "contiguous.default", "alias.default", "detach.default",
-     "lift_fresh_copy.default", "lift_fresh.default", "_conj.default", "resolve_conj.default",
+     "lift_fresh_copy.default", "lift_fresh.default", "resolve_conj.default",
      "resolve_neg.default", "dropout.default", "native_dropout.default"),
     "the operand itself; dropout only when not training (in training it stays a PyTorch call)"))
 composite(Composite("softmax", "reduction", ("amax", "sub", "exp", "sum", "div"),

@@ -85,7 +85,7 @@ register(OpDef("full", "pointwise", _full_ref, arity=0, flops_per_element=0, att
                pytorch="torch.full({shape}, {value}, dtype={dtype}, device=device)",
                aten=("full.default", "new_full.default", "full_like.default", "ones.default", "ones_like.default",
                      "new_ones.default", "zeros.default", "zeros_like.default", "new_zeros.default",
-                     "fill.Scalar", "fill.Tensor")))
+                     "fill.Scalar")))
 register(OpDef("arange", "pointwise", _arange_ref, arity=0, flops_per_element=0,
                attrs=("start", "end", "step", "dtype"), indexed=True, emitter="index",
                pytorch="torch.arange({start}, {end}, {step}, dtype={dtype}, device=device)",

@@ -131,9 +131,9 @@ view("reshape", _reshape_ref, attrs=("shape",), shape=_reshape_rule, pytorch="{0
            "view_as.default"))
 view("permute", _permute_ref, attrs=("dims",), shape=_permute_rule, pytorch="{0}.permute({dims})",
      aten=("permute.default", "transpose.int", "t.default", "numpy_T.default"))
-# repeat and repeat_interleave are an expand between two reshapes
+# repeat and repeat_interleave are an expand between two reshapes; fill.Tensor expands its value
 view("expand", _expand_ref, attrs=("shape",), shape=_expand_rule, pytorch="{0}.expand({shape})",
-     aten=("expand.default", "repeat.default", "repeat_interleave.self_int"))
+     aten=("expand.default", "repeat.default", "repeat_interleave.self_int", "fill.Tensor"))
 # select, unbind and split are slices (then a reshape that drops the axis, for select/unbind)
 view("slice", _slice_ref, attrs=("dim", "start", "end", "step"), shape=_slice_rule, pytorch=_slice_text,
      aten=("slice.Tensor", "narrow.default", "select.int", "unbind.int", "split.Tensor",
