@@ -33,6 +33,15 @@ def _tanh(x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]) -> str
     return f"tl.where(tl.abs({v}) < 0.2, {series}, 1.0 - 2.0 / (tl.exp(2.0 * {v}) + 1.0))"
 
 
+def sqrt_text(v: str, dtype: torch.dtype) -> str:
+    # tl.sqrt_rn (correctly rounded) takes fp32 only; fp64's tl.sqrt is correctly rounded already
+    return f"tl.sqrt({v})" if dtype == torch.float64 else f"tl.sqrt_rn({v})"
+
+
+def _sqrt(x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]) -> str:
+    return sqrt_text(x[0], dtype)
+
+
 def _relu(x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]) -> str:
     return f"tl.maximum({x[0]}, {zero_literal(dtype)}{nan_arg(dtype)})"
 
@@ -41,7 +50,7 @@ unary("neg", torch.neg, "-{0}")
 unary("abs", torch.abs, "tl.abs({0})")
 unary("exp", torch.exp, "tl.exp({0})")
 unary("log", torch.log, "tl.log({0})")
-unary("sqrt", torch.sqrt, "tl.sqrt_rn({0})")
+unary("sqrt", torch.sqrt, _sqrt)
 unary("rsqrt", torch.rsqrt, "tl.rsqrt({0})")
 unary("sin", torch.sin, "tl.sin({0})")
 unary("cos", torch.cos, "tl.cos({0})")
@@ -96,7 +105,7 @@ def _pow(x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]) -> str:
         prod = " * ".join([v] * n)
         return f"1.0 / ({prod})" if e < 0 else prod
     if e == 0.5:
-        return f"tl.sqrt_rn({v})"
+        return sqrt_text(v, dtype)
     if e == int(e):
         # odd/even integer powers keep the sign rule of a real power of a negative base
         mag = f"tl.exp2({e!r} * tl.log2(tl.abs({v})))"
