@@ -1,13 +1,14 @@
 """One example call for every aten overload the op table lowers (`tests/test_aten_lowerings.py`).
 
-`EXAMPLES[name]()` returns `(args, kwargs)` for the overload the table spells `name`
-(`ops.ATEN`). Shapes are odd on purpose (5 x 7, 3 x 1 x 7), operands broadcast where the op
+`example(name)` returns `(args, kwargs)` for the overload the table spells `name`
+(`ops.ATEN`), with values seeded by the name (the same whichever tests run). Shapes are odd on purpose (5 x 7, 3 x 1 x 7), operands broadcast where the op
 allows it, a few inputs are transposed views (non-contiguous), and the example is chosen so
 that the claimed op really appears (a clamp with bounds, a cast to another dtype).
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Callable
 
 import torch
@@ -220,3 +221,9 @@ EXAMPLES: dict[str, Example] = {
     "linear.default": lambda: call(r(3, 5, 12), r(10, 12), r(10)),
     "minicomp::linear.default": lambda: call(r(5, 12), r(10, 12), None),
 }
+
+
+def example(name: str) -> tuple[tuple, dict]:
+    """The example call of `name`, its random values seeded by the name."""
+    _gen.manual_seed(zlib.crc32(name.encode()))
+    return EXAMPLES[name]()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from aten_examples import EXAMPLES
+from aten_examples import EXAMPLES, example
 from conftest import tol
 
 from minicomp.api import compile_graph
@@ -51,7 +51,7 @@ def _bind(target: Any, args: tuple, kwargs: dict) -> list:
 def _lower(name: str):
     """(graph, inputs, wanted outputs) for the example of `name`, lowered by its handler."""
     target = fx_ops.resolve(name)
-    args, kwargs = EXAMPLES[name]()
+    args, kwargs = example(name)
     with torch.no_grad():
         want = target(*args, **kwargs)
     g = Graph(name.replace(".", "_").replace(":", "_"))
@@ -119,7 +119,7 @@ def _spy(monkeypatch, target) -> list:
 @pytest.mark.parametrize("name", LOWERED, ids=lambda n: str(fx_ops.resolve(n)))
 def test_capture_reaches_the_handler(name, monkeypatch):
     target = fx_ops.resolve(name)
-    args, kwargs = EXAMPLES[name]()
+    args, kwargs = example(name)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if any(isinstance(a, list) and any(isinstance(x, torch.Tensor) for x in a) for a in args) or any(
             isinstance(v, torch.Tensor) for v in kwargs.values()):

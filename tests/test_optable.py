@@ -119,33 +119,39 @@ def test_triton_form_matches_eager(op, dtype):
 
 # --------------------------------------------------------------------------- one entry is a whole op
 
-NEW = "sinh_for_test"     # not a real minicomp op: registered by this test, removed after it
+NEW = "hardshrink_for_test"     # not a minicomp op: registered by this test, removed after it
+
+
+def _hardshrink(x, *, lambd):
+    return torch.nn.functional.hardshrink(x, lambd)
 
 
 @pytest.fixture
 def new_op(monkeypatch):
     """A pointwise op added the way a contributor adds one: one OpDef, nothing else."""
-    assert "sinh.default" not in ops.ATEN, "sinh is lowered now: pick another overload for this test"
-    ops.register(ops.OpDef(NEW, "pointwise", torch.sinh, shape=SAME_FLOAT, flops_per_element=3,
-                           triton="0.5 * (tl.exp({0}) - tl.exp(-{0}))", pytorch="torch.sinh({0})",
-                           aten=("sinh.default",)))
+    assert "hardshrink.default" not in ops.ATEN, "hardshrink is lowered now: pick another overload here"
+    ops.register(ops.OpDef(NEW, "pointwise", _hardshrink, attrs=("lambd",), shape=SAME_FLOAT,
+                           triton="tl.where(tl.abs({0}) > {lambd}, {0}, 0.0)",
+                           pytorch="torch.nn.functional.hardshrink({0}, {lambd})", aten=("hardshrink.default",)))
     monkeypatch.setattr(fx_ops, "LOWERINGS", fx_ops.build_lowerings())
     yield ops.get(NEW)
     del ops.REGISTRY[NEW]
-    del ops.ATEN["sinh.default"]
+    del ops.ATEN["hardshrink.default"]
 
 
-def test_adding_a_pointwise_op_is_one_entry(new_op):
-    x = torch.randn(6, 9).t()        # non-contiguous
-    g = capture(lambda x: torch.sinh(x) * 2, [x])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_adding_a_pointwise_op_is_one_entry(new_op, dtype):
+    x = torch.randn(6, 9, generator=torch.Generator().manual_seed(0)).to(dtype).t()   # non-contiguous
+    fn = lambda x: torch.nn.functional.hardshrink(x, 0.3) * 2  # noqa: E731
+    g = capture(fn, [x])
     assert not opaque_nodes(g) and NEW in {n.op for n in g.nodes()}, g.dump()
     compiled = compile_graph(g, [x])
     assert compiled.plan.kinds() == ["pointwise"] and not compiled.generated.fallbacks
-    assert "tl.exp(" in compiled.generated.source
-    torch.testing.assert_close(compiled.call(x)[0], torch.sinh(x) * 2, **tol(torch.float32))
+    assert "tl.abs(" in compiled.generated.source and " > 0.3," in compiled.generated.source
+    torch.testing.assert_close(compiled.call(x)[0], fn(x), **tol(dtype))
     node = g.node(next(n.id for n in g.nodes() if n.op == NEW))
-    assert torch_text(node, ["buf0"], lambda _n: 0) == "torch.sinh(buf0)"
-    assert "| `aten.sinh.default` | `sinh_for_test` | pointwise | yes |" in ops_doc.render()
+    assert torch_text(node, ["buf0"], lambda _n: 0) == "torch.nn.functional.hardshrink(buf0, 0.3)"
+    assert "| `aten.hardshrink.default` | `hardshrink_for_test` | pointwise | yes |" in ops_doc.render()
 
 
 # --------------------------------------------------------------------------- layering

@@ -20,7 +20,8 @@ An entry holds what every stage needs to know about its op:
 Layering: the IR imports nothing above it, so an op's forms are text over texts. A Triton
 form is `form(x, dtype, attrs) -> str`: `x` are operand texts codegen already converted
 (to the node's compute type for `operands="result"`), `dtype` the node's dtype, `attrs` its
-attributes. A string form is a template over `{0}`, `{1}`... The dtype and literal spellings
+attributes. A string form is a template over `{0}`, `{1}`... and numeric attributes by name
+(`{negative_slope}`, a literal of the compute type). The dtype and literal spellings
 the forms need are in `text.py`, which codegen re-exports. A form raises `Unsupported` for
 operands it has no exact text for (the group then runs through PyTorch).
 
@@ -40,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 import torch
 
 from minicomp.ir.ops.rules import Rule
-from minicomp.ir.ops.text import Unsupported, py_value
+from minicomp.ir.ops.text import Unsupported, py_literal, py_value
 
 KINDS = ("input", "constant", "pointwise", "reduction", "view", "gemm", "attention", "opaque")
 
@@ -93,7 +94,9 @@ class OpDef:
         if self.triton is None:
             raise Unsupported(f"op {self.name!r} has no Triton form ({EMITTERS[self.emitter]} writes it)")
         if isinstance(self.triton, str):
-            return self.triton.format(*x)
+            # numeric attributes are literals of the compute type: "{0} * {negative_slope}"
+            shown = {k: py_literal(v, dtype) for k, v in attrs.items() if type(v) in (bool, int, float)}
+            return self.triton.format(*x, **shown)
         return self.triton(x, dtype, attrs)
 
     def torch_text(self, x: Sequence[str], attrs: Mapping[str, Any], shape: tuple[int, ...]) -> str | None:
