@@ -17,13 +17,19 @@ An entry holds what every stage needs to know about its op:
 - `pytorch`, the PyTorch text of the op, for groups that run without a kernel;
 - `flops_per_element`, the ledger's count.
 
-Layering: the IR imports nothing above it, so an op's forms are text over texts. A Triton
-form is `form(x, dtype, attrs) -> str`: `x` are operand texts codegen already converted
-(to the node's compute type for `operands="result"`), `dtype` the node's dtype, `attrs` its
-attributes. A string form is a template over `{0}`, `{1}`... and numeric attributes by name
-(`{negative_slope}`, a literal of the compute type). The dtype and literal spellings
-the forms need are in `text.py`, which codegen re-exports. A form raises `Unsupported` for
-operands it has no exact text for (the group then runs through PyTorch).
+Layering, and the choice it forces: the IR imports nothing above it, yet an op's Triton
+text is written here. So the forms are text over texts. Codegen keeps its value records
+(`codegen/tlexpr.py`: literal or tensor, rounded or not) and converts each operand as the
+entry's `operands` says; a Triton form `form(x, dtype, attrs) -> str` only combines the
+converted texts `x`, knowing the node's `dtype` and attributes. A string form is a template
+over `{0}`, `{1}`... and numeric attributes by name (`{negative_slope}`, a literal of the
+compute type). The few spellings forms need (Triton dtypes, literals, the NaN flag) and
+`Unsupported`, which a form raises for operands it has no exact text for (the group then
+runs through PyTorch), moved down into `text.py`; codegen re-exports them. Moving codegen's
+value records into the IR instead would have put kernel bookkeeping at the bottom.
+
+`ATEN` maps every aten overload name the table claims to its op or composite (each is
+claimed once); `RUNS_IN_PYTORCH` lists the ones whose group has no kernel yet, and why.
 
 Families, registered in this order (the DSL lists its builtins in it): leaves.py (input,
 constant, opaque), arith.py (binary ops), unary.py (math and activations), select.py (where,
