@@ -19,12 +19,9 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from minicomp.ir.graph import Graph, contiguous_strides
+from minicomp.ir.ops.text import Unsupported  # noqa: F401  (op forms raise it too: it lives in the IR)
 from minicomp.passes.plan import Group
 from minicomp.target import Target
-
-
-class Unsupported(Exception):
-    """An emitter cannot generate this group; the wrapper falls back to PyTorch for it."""
 
 
 @dataclass(frozen=True)

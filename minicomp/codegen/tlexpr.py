@@ -6,13 +6,16 @@ for f64, and the storage type for integers and bool. Operands are converted to t
 type the op computes in (PyTorch's promotion result, which inference already put on
 the node), so `int / int` divides in fp32 and comparisons compare in the promoted type.
 
+What an op computes is the op table's (`minicomp/ir/ops`): `op_text` converts the operand
+values as the op's entry asks (`OpDef.operands`) and hands the texts to its Triton form.
+Only `cast` is written here, since rounding depends on how a value is held (`Val.exact`).
+
 `Val.literal` marks a Python literal (a scalar constant or `full`): it broadcasts by
 itself in binary ops but must become a tensor (`tl.full`) before a `tl.*` call or a store.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -20,43 +23,11 @@ import torch
 from minicomp.codegen.common import Unsupported
 from minicomp.ir import ops
 from minicomp.ir.graph import Node
+# the dtype and literal spellings are the op table's; emitters import them from here
+from minicomp.ir.ops.text import NAN_ALL, compute_tl, py_literal, storage_tl, zero_literal
 
-_TL = {
-    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
-    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
-    torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
-}
-
-
-def storage_tl(dtype: torch.dtype) -> str:
-    try:
-        return _TL[dtype]
-    except KeyError:
-        raise Unsupported(f"dtype {dtype} has no Triton type") from None
-
-
-def compute_tl(dtype: torch.dtype) -> str:
-    if dtype in (torch.float16, torch.bfloat16, torch.float32):
-        return "tl.float32"
-    return storage_tl(dtype)
-
-
-def py_literal(value, dtype: torch.dtype) -> str:
-    """A Python literal of `value` as a value of `dtype` (inf/nan spelt so Triton parses them)."""
-    if dtype == torch.bool:
-        return "True" if bool(value) else "False"
-    if dtype.is_floating_point:
-        v = float(value)
-        if math.isnan(v):
-            return "float('nan')"
-        if math.isinf(v):
-            return "float('inf')" if v > 0 else "-float('inf')"
-        return repr(v)
-    return str(int(value))
-
-
-def zero_literal(dtype: torch.dtype) -> str:
-    return py_literal(0, dtype)
+__all__ = ["NAN_ALL", "Val", "cast_text", "compute_tl", "convert",
+           "op_text", "py_literal", "round_to", "storage_tl", "store_text", "tensor_of", "zero_literal"]
 
 
 @dataclass(frozen=True)
@@ -87,17 +58,8 @@ def tensor_of(v: Val, dtype: torch.dtype) -> str:
     return convert(v, dtype)
 
 
-# Triton's interpreter truncates fp32 -> bf16 (the GPU rounds to nearest even), so CPU
-# kernels round through this helper, which the module defines when a kernel uses it.
-ROUND_BF16_HELPER = '''\
-@triton.jit
-def _round_bf16(x):
-    # fp32 -> nearest-even bf16 value, kept in fp32 (the interpreter's own cast truncates)
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True)'''
-
-
+# Triton's interpreter truncates fp32 -> bf16 (the GPU rounds to nearest even), so CPU kernels
+# round through `_round_bf16` (minicomp/runtime/kernel_lib.py, imported by every module).
 def round_to(code: str, dtype: torch.dtype, cpu: bool) -> str:
     """Round an fp32 value to a half type and widen again, as an explicit cast does in eager."""
     if dtype == torch.bfloat16 and cpu:
@@ -116,83 +78,32 @@ def store_text(code: str, dtype: torch.dtype, cpu: bool, exact: bool = False) ->
     return f"{code}.to({storage_tl(dtype)})"
 
 
-# tl.max / tl.min combine with maxnum/minnum, which drop NaN; torch.amax/amin propagate it.
-# Row kernels reduce floats through these instead (the module defines them when used).
-NAN_REDUCE_HELPERS = '''\
-@triton.jit
-def _max_nan(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def _min_nan(a, b):
-    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)'''
-# NaN in, NaN out, as torch.maximum/minimum/clamp/relu do (Triton's default drops NaN).
-NAN_ALL = ", propagate_nan=tl.PropagateNan.ALL"
-
-ARITH = ("add", "sub", "mul", "div", "maximum", "minimum")
-FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "sigmoid", "silu")
+def _operand_texts(how: str, args: list[Val], dtype: torch.dtype) -> list[str]:
+    """The operand texts an op's Triton form takes, converted as its entry says (`ops.OPERANDS`)."""
+    if how == "bool":
+        return [tensor_of(v, torch.bool) for v in args]
+    if how == "own":
+        return [tensor_of(v, v.dtype) for v in args]
+    if how == "cond":
+        return [tensor_of(args[0], torch.bool)] + [convert(v, dtype) for v in args[1:]]
+    if how == "promoted":
+        dtype = args[0].dtype
+        for v in args[1:]:
+            dtype = torch.promote_types(dtype, v.dtype)
+    texts = [convert(v, dtype) for v in args]
+    if args and all(v.literal for v in args):
+        texts[0] = tensor_of(args[0], dtype)   # one literal must be a tensor for the result to be one
+    return texts
 
 
 def op_text(node: Node, args: list[Val], cpu: bool) -> str:
     """Triton text computing `node` from its operand values (in its compute type)."""
-    op, dt, a = node.op, node.dtype, node.attrs
-    d = ops.get(op)
-    if op in ARITH:
-        if dt == torch.bool:
-            raise Unsupported(f"{op} on bool tensors")
-        x, y = (convert(v, dt) for v in args)
-        if all(v.literal for v in args):
-            x = tensor_of(args[0], dt)
-        if op in ("maximum", "minimum") and dt.is_floating_point:
-            return f"tl.{op}({x}, {y}{NAN_ALL})"
-        return d.triton.format(x, y)
-    if op in ops.COMPARISONS:
-        common = torch.promote_types(args[0].dtype, args[1].dtype)
-        x, y = (convert(v, common) for v in args)
-        if all(v.literal for v in args):
-            x = tensor_of(args[0], common)
-        return d.triton.format(x, y)
-    if op in ("logical_and", "logical_or"):
-        x, y = (tensor_of(v, torch.bool) for v in args)
-        return d.triton.format(x, y)
-    if op == "logical_not":
-        return f"{tensor_of(args[0], args[0].dtype)} == 0"
-    if op in FLOAT_UNARY:
-        return d.triton.format(tensor_of(args[0], dt))
-    x = tensor_of(args[0], dt) if args else ""
-    if op == "neg":
-        return f"-{x}"
-    if op == "abs":
-        return f"tl.abs({x})"
-    if op == "relu":
-        return f"tl.maximum({x}, {zero_literal(dt)}{NAN_ALL if dt.is_floating_point else ''})"
-    if op == "tanh":
-        # 1 - 2 / (e^{2x} + 1): saturates to +-1 without overflow trouble; portable across Triton versions.
-        # Near 0 it cancels (tanh(1e-7) came out 2e-7): below 0.2 the odd series to x^7 is within an ulp.
-        sq = f"({x} * {x})"
-        series = f"{x} * (1.0 + {sq} * (-0.3333333333333333 + {sq} * (0.13333333333333333 + {sq} * -0.05396825396825397)))"
-        return f"tl.where(tl.abs({x}) < 0.2, {series}, 1.0 - 2.0 / (tl.exp(2.0 * {x}) + 1.0))"
-    if op == "gelu":
-        if a["approximate"] == "tanh":
-            inner = f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})"
-            return f"0.5 * {x} * (2.0 - 2.0 / (tl.exp(2.0 * ({inner})) + 1.0))"
-        return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
-    if op == "pow":
-        return _pow_text(x, float(a["exponent"]))
-    if op == "clamp":
-        out, nan = x, NAN_ALL if dt.is_floating_point else ""
-        if a["min"] is not None:
-            out = f"tl.maximum({out}, {py_literal(a['min'], dt)}{nan})"
-        if a["max"] is not None:
-            out = f"tl.minimum({out}, {py_literal(a['max'], dt)}{nan})"
-        return out
-    if op == "where":
-        c = tensor_of(args[0], torch.bool)
-        return f"tl.where({c}, {convert(args[1], dt)}, {convert(args[2], dt)})"
-    if op == "cast":
-        return cast_text(args[0], dt, cpu)
-    raise Unsupported(f"no Triton form for op {op!r} ({node.describe()})")
+    d = ops.get(node.op)
+    if d.emitter == "cast":
+        return cast_text(args[0], node.dtype, cpu)
+    if d.triton is None:
+        raise Unsupported(f"no Triton form for op {node.op!r} ({node.describe()})")
+    return d.triton_text(_operand_texts(d.operands, args, node.dtype), node.dtype, node.attrs)
 
 
 def cast_text(v: Val, dtype: torch.dtype, cpu: bool) -> str:
@@ -209,20 +120,3 @@ def cast_text(v: Val, dtype: torch.dtype, cpu: bool) -> str:
     if dtype in (torch.float16, torch.bfloat16) and v.dtype != dtype:
         text = round_to(text, dtype, cpu)
     return text
-
-
-def _pow_text(x: str, e: float) -> str:
-    if e == int(e) and abs(e) <= 4:
-        n = int(abs(e))
-        if n == 0:
-            return f"tl.full([1], 1.0, tl.float32) + 0.0 * {x}"
-        prod = " * ".join([x] * n)
-        return f"1.0 / ({prod})" if e < 0 else prod
-    if e == 0.5:
-        return f"tl.sqrt_rn({x})"
-    if e == int(e):
-        # odd/even integer powers keep the sign rule of a real power of a negative base
-        mag = f"tl.exp2({e!r} * tl.log2(tl.abs({x})))"
-        return mag if int(e) % 2 == 0 else f"tl.where({x} < 0, -{mag}, {mag})"
-    # x^e = 2^(e*log2 x): NaN for x < 0, 0 or inf for x == 0, as torch.pow
-    return f"tl.exp2({e!r} * tl.log2({x}))"

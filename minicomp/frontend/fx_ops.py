@@ -1,14 +1,18 @@
 """The aten -> minicomp lowering table used by the torch.fx frontend (`fx.py`).
 
-This file holds the table's machinery and the pointwise, cast and reduction lowerings;
-`fx_ops_shapes.py` adds composites, views, GEMMs and generators to the same table.
+Which aten overloads lower, and to what, is the op table's (`minicomp/ir/ops`: `OpDef.aten`
+and the composites' `aten`, collected in `ops.ATEN`). This file builds `LOWERINGS` from it:
+- a name claimed by an op lowers generically (`direct`): the call's first `arity` arguments
+  become the operands (a Python scalar becomes a 0-d constant, PyTorch's promotion) and the
+  schema arguments named like the op's attributes become its attributes;
+- a name with a handler (`@lowers`: pointwise and casts here, `fx_ops_reductions.py`,
+  `fx_ops_shapes.py` for composites, views, GEMMs and generators) lowers through it: alpha
+  arguments, rounding modes, axes, views, composites. `lowers` refuses a name the table does
+  not claim, so every lowered aten op is listed in `docs/ops.md`.
 
-`LOWERINGS` maps an aten `OpOverload` (or one of minicomp's own tracing ops,
-`minicomp::sdpa|matmul|linear`, see fx.py) to a handler. A handler receives a `Ctx` and the
-call's arguments bound to the op's schema, in schema order with defaults filled in; a traced
-tensor arrives as a `T` (an IR node id), anything else as the Python value aten saw.
-
-A handler returns:
+A handler receives a `Ctx` and the call's arguments bound to the op's schema, in schema order
+with defaults filled in; a traced tensor arrives as a `T` (an IR node id), anything else as
+the Python value aten saw. It returns:
 - a node id (`int`) for a single-output op — possibly an operand's id (identity ops);
 - a list of `int | None` for a multi-output op; a `None` entry means "that output is not
   expressible", and the frontend computes it with an opaque node if something reads it;
@@ -27,7 +31,8 @@ from typing import Any, Callable
 
 import torch
 
-from minicomp.ir import composites
+from minicomp.frontend import fx_trace  # noqa: F401  (defines the minicomp:: stand-ins the table names)
+from minicomp.ir import ops
 from minicomp.ir.graph import Graph
 
 aten = torch.ops.aten
@@ -91,24 +96,34 @@ def _id(v: int | T) -> int:
 
 
 Handler = Callable[..., Any]
-LOWERINGS: dict[Any, Handler] = {}
+HANDLERS: dict[str, Handler] = {}      # table name ("add.Tensor") -> the handler written for it
+LOWERINGS: dict[Any, Handler] = {}     # OpOverload -> handler, built from the table below
 
 
-def _resolve(name: str) -> Any | None:
-    """`"add.Tensor"` -> aten.add.Tensor; None when this PyTorch has no such overload."""
-    packet, _, overload = name.partition(".")
+def resolve(name: str) -> Any | None:
+    """`"add.Tensor"` -> aten.add.Tensor, `"minicomp::sdpa.default"` -> its OpOverload; None
+    when this PyTorch has no such overload."""
+    namespace, _, rest = name.rpartition("::")
+    packet, _, overload = rest.partition(".")
     try:
-        return getattr(getattr(aten, packet), overload or "default")
-    except AttributeError:
+        return getattr(getattr(getattr(torch.ops, namespace or "aten"), packet), overload or "default")
+    except (AttributeError, RuntimeError):
         return None
 
 
+def table_name(target: Any) -> str:
+    """How the op table spells an overload: `add.Tensor`, `minicomp::sdpa.default`."""
+    ns = "" if target.namespace == "aten" else f"{target.namespace}::"
+    return f"{ns}{target.overloadpacket.__name__}.{target._overloadname}"
+
+
 def lowers(*names: str) -> Callable[[Handler], Handler]:
+    """Write the handler for aten overloads the op table claims (`ops.ATEN`)."""
     def deco(fn: Handler) -> Handler:
         for name in names:
-            op = _resolve(name)
-            if op is not None:
-                LOWERINGS[op] = fn
+            if name not in ops.ATEN:
+                raise KeyError(f"{name}: no op table entry claims it (add it to an OpDef's or Composite's aten)")
+            HANDLERS[name] = fn
         return fn
     return deco
 
@@ -117,24 +132,48 @@ def register(target: Any, fn: Handler) -> None:
     LOWERINGS[target] = fn
 
 
+def direct(d: ops.OpDef, target: Any) -> Handler:
+    """The generic lowering of `target` to op `d`: its first `d.arity` arguments are the
+    operands, the rest are `d`'s attributes by name."""
+    schema = target._schema
+    names = [a.name for a in schema.arguments]
+    n = d.arity
+    if (n is None or sorted(names[n:]) != sorted(d.attrs)
+            or [str(r.type) for r in schema.returns] != ["Tensor"]):
+        raise TypeError(f"{target} ({schema}) does not fit op {d.name!r} (operands then attributes "
+                        f"{', '.join(d.attrs) or 'none'}); write its handler with @lowers")
+    attr_names = names[n:]
+
+    def lower(cx: Ctx, *args):
+        operands = [cx.operand(a) for a in args[:n]]
+        return cx.add(d.name, *operands, **dict(zip(attr_names, args[n:])))
+    lower.__name__ = f"lower_{d.name}"
+    return lower
+
+
+def build_lowerings() -> dict[Any, Handler]:
+    """Every overload the table claims that this PyTorch has -> its handler."""
+    out: dict[Any, Handler] = {}
+    for name, owner in ops.ATEN.items():
+        target = resolve(name)
+        if target is None:
+            continue      # tests/test_optable.py checks that every claimed name resolves
+        if name in HANDLERS:
+            out[target] = HANDLERS[name]
+        elif owner in ops.REGISTRY:
+            out[target] = direct(ops.REGISTRY[owner], target)
+        else:
+            raise TypeError(f"{name} lowers to the composite {owner!r}, which needs a handler (@lowers)")
+    return out
+
+
 def mapped_op_names() -> list[str]:
     """The lowered targets as strings (`aten.add.Tensor`, ...), for reports and tests."""
     return sorted(str(t) for t in LOWERINGS)
 
 
 # --------------------------------------------------------------------------- pointwise
-
-def _binary(op: str) -> Handler:
-    def lower(cx: Ctx, x, other):
-        return cx.add(op, cx.operand(x), cx.operand(other))
-    return lower
-
-
-for _name in ("mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"):
-    lowers(f"{_name}.Tensor", f"{_name}.Scalar", f"{_name}.default")(_binary(_name))
-lowers("max.other")(_binary("maximum"))
-lowers("min.other")(_binary("minimum"))
-
+# Binary and unary ops without a handler here lower generically (`direct`).
 
 @lowers("logical_xor.default")
 def _logical_xor(cx: Ctx, x, other):
@@ -185,12 +224,6 @@ def _div(cx: Ctx, x, other, rounding_mode=None):
     return cx.add("div", cx.operand(x), cx.operand(other))
 
 
-_UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "tanh", "sigmoid",
-          "relu", "silu", "logical_not")
-for _name in _UNARY:
-    lowers(f"{_name}.default")(lambda cx, x, _op=_name: cx.add(_op, x))
-
-
 @lowers("bitwise_not.default")
 def _bitwise_not(cx: Ctx, x):
     if cx.dtype(x) != torch.bool:
@@ -211,11 +244,6 @@ def _reciprocal(cx: Ctx, x):
 @lowers("square.default")
 def _square(cx: Ctx, x):
     return cx.add("mul", x, x)
-
-
-@lowers("gelu.default")
-def _gelu(cx: Ctx, x, approximate="none"):
-    return cx.add("gelu", x, approximate=approximate)
 
 
 @lowers("pow.Tensor_Scalar")
@@ -289,9 +317,9 @@ def _to_any(cx: Ctx, x, *_rest):
     return cx.cast(x, cx.out_dtype)
 
 
+# (not aten._conj: PyTorch calls it only for complex tensors, which it conjugates)
 for _name in ("clone.default", "contiguous.default", "alias.default", "detach.default",
-              "lift_fresh_copy.default", "lift_fresh.default", "_conj.default", "resolve_conj.default",
-              "resolve_neg.default"):
+              "lift_fresh_copy.default", "lift_fresh.default", "resolve_conj.default", "resolve_neg.default"):
     lowers(_name)(_identity1)
 
 
@@ -309,78 +337,7 @@ def _native_dropout(cx: Ctx, x, p, train):
     return [x.id, None]
 
 
-# --------------------------------------------------------------------------- reductions
+# The other handlers register themselves on import; then the table is complete.
+from minicomp.frontend import fx_ops_reductions, fx_ops_shapes  # noqa: E402,F401
 
-def _axes(dim, ndim: int) -> tuple[int, ...]:
-    # aten spells "all axes" as None or []
-    return tuple(range(ndim)) if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
-
-
-def _reduction(op: str) -> Handler:
-    def lower(cx: Ctx, x, dim=None, keepdim=False, dtype=None):
-        src = cx.cast(x, dtype) if dtype is not None else x.id
-        return composites.reduce(cx.graph, op, src, _axes(dim, len(cx.shape(x))), keepdim, origin=cx.origin)
-    return lower
-
-
-def _reduce_all(op: str) -> Handler:
-    def lower(cx: Ctx, x, dtype=None):
-        src = cx.cast(x, dtype) if dtype is not None else x.id
-        return composites.reduce(cx.graph, op, src, tuple(range(len(cx.shape(x)))), False, origin=cx.origin)
-    return lower
-
-
-lowers("sum.dim_IntList")(_reduction("sum"))
-lowers("mean.dim")(_reduction("mean"))
-lowers("sum.default")(_reduce_all("sum"))
-lowers("mean.default")(_reduce_all("mean"))
-lowers("amax.default")(_reduction("amax"))
-lowers("amin.default")(_reduction("amin"))
-lowers("max.default")(_reduce_all("amax"))
-lowers("min.default")(_reduce_all("amin"))
-
-
-def _value_of_pair(op: str) -> Handler:
-    # max.dim/min.dim return (values, indices): values are a reduction, indices stay opaque
-    def lower(cx: Ctx, x, dim, keepdim=False):
-        return [composites.reduce(cx.graph, op, x.id, dim, keepdim, origin=cx.origin), None]
-    return lower
-
-
-lowers("max.dim")(_value_of_pair("amax"))
-lowers("min.dim")(_value_of_pair("amin"))
-
-
-def _var(cx: Ctx, x, dim, correction, keepdim) -> int:
-    correction = 1 if correction is None else correction
-    return composites.reduce(cx.graph, "var", x.id, _axes(dim, len(cx.shape(x))), keepdim,
-                             origin=cx.origin, correction=correction)
-
-
-@lowers("var.correction")
-def _var_correction(cx: Ctx, x, dim=None, correction=None, keepdim=False):
-    return _var(cx, x, dim, correction, keepdim)
-
-
-@lowers("var.dim")
-def _var_dim(cx: Ctx, x, dim, unbiased=True, keepdim=False):
-    return _var(cx, x, dim, int(unbiased), keepdim)
-
-
-@lowers("var.default")
-def _var_all(cx: Ctx, x, unbiased=True):
-    return _var(cx, x, None, int(unbiased), False)
-
-
-@lowers("std.correction")
-def _std_correction(cx: Ctx, x, dim=None, correction=None, keepdim=False):
-    return cx.add("sqrt", _var(cx, x, dim, correction, keepdim))
-
-
-@lowers("std.dim")
-def _std_dim(cx: Ctx, x, dim, unbiased=True, keepdim=False):
-    return cx.add("sqrt", _var(cx, x, dim, int(unbiased), keepdim))
-
-
-# The other half of the table registers itself into LOWERINGS on import.
-from minicomp.frontend import fx_ops_shapes  # noqa: E402,F401
+LOWERINGS.update(build_lowerings())

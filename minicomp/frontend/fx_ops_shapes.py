@@ -1,7 +1,8 @@
-"""aten lowerings for composites, views, GEMMs and generators (the rest of `fx_ops.LOWERINGS`).
+"""aten handlers for composites, views, GEMMs and generators (the rest of `fx_ops.HANDLERS`).
 
 Same contract as `fx_ops`: handlers get a `Ctx` and schema-ordered arguments (tensors as
-`T`) and return a node id, a list of ids for multi-output ops, or raise `Unmapped`.
+`T`) and return a node id, a list of ids for multi-output ops, or raise `Unmapped`. Each
+name a handler is written for is claimed by an op table entry (`minicomp/ir/ops`).
 View lowerings trust aten's result shape (`Ctx.out_shape`) rather than re-deriving it, so
 `view(-1)`, `squeeze()` and `unflatten` all become one `reshape` to the shape aten computed.
 """
@@ -75,6 +76,7 @@ def _attention(cx: Ctx, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) 
                                 enable_gqa=enable_gqa, origin=cx.origin)
 
 
+@lowers("minicomp::sdpa.default")
 def lower_sdpa(cx: Ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                enable_gqa=False):
     """minicomp::sdpa, the traced stand-in for F.scaled_dot_product_attention."""
@@ -228,10 +230,7 @@ def _repeat_interleave(cx: Ctx, x, repeats, dim=None, output_size=None):
 
 # --------------------------------------------------------------------------- gemm
 
-@lowers("mm.default", "bmm.default", "matmul.default", "dot.default", "mv.default")
-def _matmul(cx: Ctx, a, b):
-    return cx.add("matmul", a, b)
-
+# mm, bmm, matmul, dot, mv and minicomp::matmul lower generically (`fx_ops.direct`)
 
 def _scaled(cx: Ctx, x: int, factor) -> int:
     return x if factor == 1 else cx.add("mul", x, cx.const(factor))
@@ -246,7 +245,7 @@ def _addmm(cx: Ctx, bias, a, b, beta=1, alpha=1):
     return cx.add("add", y, _scaled(cx, bias.id, beta))
 
 
-@lowers("linear.default")
+@lowers("linear.default", "minicomp::linear.default")
 def _linear(cx: Ctx, x, weight, bias=None):
     return composites.linear(cx.graph, x.id, weight.id, _opt(bias), origin=cx.origin)
 
@@ -292,12 +291,4 @@ def _eye(cx: Ctx, *_):
     ones = cx.add("full", shape=cx.out_shape, value=1, dtype=cx.out_dtype)
     return cx.add("tril", cx.add("triu", ones, diagonal=0), diagonal=0)
 
-
-@lowers("tril.default")
-def _tril(cx: Ctx, x, diagonal=0):
-    return cx.add("tril", x, diagonal=diagonal)
-
-
-@lowers("triu.default")
-def _triu(cx: Ctx, x, diagonal=0):
-    return cx.add("triu", x, diagonal=diagonal)
+# tril and triu lower generically (`fx_ops.direct`)

@@ -19,8 +19,6 @@ from minicomp.passes.fusion import Move, Reach, State, legality, scored_moves
 from minicomp.passes.fusion_rules import ROW_BLOCK_LIMIT, describe, kind_of, reduction_domain
 from minicomp.passes.plan import Group, Plan, Recompute, Rejection
 
-ACTIVATIONS = ("gelu", "silu", "relu", "tanh", "sigmoid", "erf", "exp")
-
 
 def _ordered_clusters(state: State) -> list[int]:
     order = state.ctx.order

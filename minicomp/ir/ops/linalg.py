@@ -1,0 +1,80 @@
+"""matmul (batched, broadcasting batch dims) and attention; each has an emitter of its own.
+
+codegen/gemm.py writes a matmul group (prologue casts and transposes folded into strides,
+its elementwise epilogue fused); codegen/attention.py writes an attention group as a
+flash-attention kernel. The passes/attention_match.py pass finds attention written out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from minicomp.ir.ops import OpDef, register
+from minicomp.ir.ops.rules import FLOATS, broadcast
+from minicomp.ir.ops.text import py_value
+
+
+def _matmul(a, b):
+    # Meta tensors accept mixed dtypes here; real PyTorch refuses them, so refuse them too.
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected both matmul operands to have the same dtype, got {a.dtype} and {b.dtype}")
+    return torch.matmul(a, b)
+
+
+def _matmul_rule(operands, attrs):
+    (a, da), (b, db) = operands
+    if da != db or da not in FLOATS or len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        return None
+    batch = broadcast(a[:-2], b[:-2])
+    return None if batch is None else (batch + (a[-2], b[-1]), da)
+
+
+# addmm and friends are matmul then add (the bias becomes an epilogue); minicomp::matmul is
+# the traced stand-in for `@` (frontend/fx_trace.py)
+register(OpDef("matmul", "gemm", _matmul, arity=2, flops_per_element=0, emitter="gemm", shape=_matmul_rule,
+               pytorch="torch.matmul({0}, {1})",
+               aten=("mm.default", "bmm.default", "matmul.default", "dot.default", "mv.default", "addmm.default",
+                     "baddbmm.default", "addmv.default", "minicomp::matmul.default")))
+
+
+def _attention(q, k, v, *mask, scale, is_causal, enable_gqa):
+    if not (q.dtype == k.dtype == v.dtype):
+        raise RuntimeError(f"expected q, k and v to have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    attn_mask = mask[0] if mask else None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                                          scale=scale, enable_gqa=enable_gqa)
+
+
+def _attention_rule(operands, attrs):
+    (q, dq), (k, dk), (v, dv), *mask = operands
+    if not dq == dk == dv or dq not in FLOATS or not len(q) == len(k) == len(v) == 4:
+        return None
+    if q[0] != k[0] or k[:2] != v[:2] or q[3] != k[3] or k[2] != v[2]:
+        return None
+    if q[1] != k[1] and not (attrs.get("enable_gqa") and k[1] and q[1] % k[1] == 0):
+        return None
+    if mask:
+        (m, dm), = mask
+        if attrs.get("is_causal"):
+            return None
+        if (dm != torch.bool and dm != dq) or broadcast(m, (q[0], q[1], q[2], k[2])) != (q[0], q[1], q[2], k[2]):
+            return None
+    return q[:3] + (v[3],), dq
+
+
+def _attention_text(x: Sequence[str], attrs: Mapping[str, Any], shape: tuple[int, ...]) -> str:
+    mask = f", attn_mask={x[3]}" if len(x) > 3 else ""
+    gqa = ", enable_gqa=True" if attrs.get("enable_gqa") else ""
+    return (f"torch.nn.functional.scaled_dot_product_attention({x[0]}, {x[1]}, {x[2]}{mask}, "
+            f"is_causal={attrs['is_causal']}, scale={py_value(attrs['scale'])}{gqa})")
+
+
+# attention(q, k, v[, mask]): q [.., Hq, Sq, D], k/v [.., Hkv, Sk, D]; mask boolean (True keeps)
+# or additive, broadcastable to [.., Hq, Sq, Sk]. minicomp::sdpa is the traced stand-in for
+# F.scaled_dot_product_attention (frontend/fx_trace.py).
+register(OpDef("attention", "attention", _attention, arity=None, flops_per_element=0, emitter="attention",
+               attrs=("scale", "is_causal", "enable_gqa"), shape=_attention_rule, pytorch=_attention_text,
+               aten=("_scaled_dot_product_flash_attention_for_cpu.default", "minicomp::sdpa.default")))

@@ -1,0 +1,92 @@
+"""Selection, casts and generators: where, cast, tril/triu, full, arange.
+
+`cast` has no Triton form here: rounding a half-precision value the way eager does depends
+on how the kernel holds it (codegen/tlexpr.py `cast_text`). tril, triu and arange depend on
+the element's index and full is a literal, so codegen/lowering.py writes them; they keep
+masks and ranges symbolic (`tril(full(S, S, True))` is "causal" to the planner, not 16 MiB).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from minicomp.ir.ops import OpDef, register
+from minicomp.ir.ops.rules import FLOATS, elementwise, promote, floats
+
+
+def _where_rule(operands, attrs):
+    cond, *values = operands
+    return promote(*values) if cond[1] == torch.bool and floats(*values) else None
+
+
+# masked_fill lowers to where(mask, value, x) (fx_ops.py)
+register(OpDef("where", "pointwise", torch.where, arity=3, triton="tl.where({0}, {1}, {2})", operands="cond",
+               shape=elementwise(_where_rule), pytorch="torch.where({0}, {1}, {2})",
+               aten=("where.self", "masked_fill.Scalar", "masked_fill.Tensor")))
+
+
+def _cast_ref(x, *, dtype: torch.dtype):
+    return x.to(dtype)
+
+
+def _cast_rule(operands, attrs):
+    ((shape, _),) = operands
+    return (shape, attrs["dtype"]) if isinstance(attrs["dtype"], torch.dtype) else None
+
+
+register(OpDef("cast", "pointwise", _cast_ref, flops_per_element=0, attrs=("dtype",), emitter="cast",
+               shape=_cast_rule, pytorch="{0}.to({dtype})",
+               aten=("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")))
+
+
+def _tril_ref(x, *, diagonal: int):
+    return torch.tril(x, diagonal)
+
+
+def _triu_ref(x, *, diagonal: int):
+    return torch.triu(x, diagonal)
+
+
+def _tri_rule(operands, attrs):
+    ((shape, dtype),) = operands
+    return (shape, dtype) if len(shape) >= 2 and isinstance(attrs.get("diagonal"), int) else None
+
+
+register(OpDef("tril", "pointwise", _tril_ref, flops_per_element=1, attrs=("diagonal",), indexed=True,
+               emitter="index", shape=_tri_rule, pytorch="torch.tril({0}, {diagonal})", aten=("tril.default",)))
+register(OpDef("triu", "pointwise", _triu_ref, flops_per_element=1, attrs=("diagonal",), indexed=True,
+               emitter="index", shape=_tri_rule, pytorch="torch.triu({0}, {diagonal})", aten=("triu.default",)))
+
+
+# --------------------------------------------------------------------------- generators
+# No operands; values computed from the index, never stored as big constants.
+
+def _full_ref(*, shape, value, dtype, device=None):
+    return torch.full(shape, value, dtype=dtype, device=device)
+
+
+def _full_rule(operands, attrs):
+    shape, dtype, value = attrs.get("shape"), attrs.get("dtype"), attrs.get("value")
+    if not isinstance(shape, (tuple, list)) or any(not isinstance(s, int) or s < 0 for s in shape):
+        return None
+    if (dtype in FLOATS or dtype == torch.bool) and type(value) in (bool, int, float) and math.isfinite(value):
+        return tuple(shape), dtype
+    return None
+
+
+def _arange_ref(*, start, end, step, dtype, device=None):
+    return torch.arange(start, end, step, dtype=dtype, device=device)
+
+
+register(OpDef("full", "pointwise", _full_ref, arity=0, flops_per_element=0, attrs=("shape", "value", "dtype"),
+               emitter="literal", shape=_full_rule,
+               pytorch="torch.full({shape}, {value}, dtype={dtype}, device=device)",
+               aten=("full.default", "new_full.default", "full_like.default", "ones.default", "ones_like.default",
+                     "new_ones.default", "zeros.default", "zeros_like.default", "new_zeros.default",
+                     "fill.Scalar")))
+register(OpDef("arange", "pointwise", _arange_ref, arity=0, flops_per_element=0,
+               attrs=("start", "end", "step", "dtype"), indexed=True, emitter="index",
+               pytorch="torch.arange({start}, {end}, {step}, dtype={dtype}, device=device)",
+               aten=("arange.default", "arange.start", "arange.start_step")))
