@@ -111,10 +111,9 @@ def test_planted_pycache_beside_a_valid_entry_never_runs(tmp_path, gen, kind):
 
 ATTACKER = textwrap.dedent("""
     import os, sys
-    entry, good, evil, ready, stop = sys.argv[1:6]
+    entry, good, evil, progress, stop = sys.argv[1:6]
     blobs = [open(evil, "rb").read(), open(good, "rb").read()]
     n = 0
-    open(ready, "w").close()
     while not os.path.exists(stop):
         for i, data in enumerate(blobs):       # evil in place, then a valid entry again
             tmp = os.path.join(os.path.dirname(entry), f".swap-{i}")
@@ -122,11 +121,19 @@ ATTACKER = textwrap.dedent("""
                 f.write(data)
             os.replace(tmp, entry)
         n += 1
+        if n % 20 == 1:                        # how far it got, for the loader to wait on
+            with open(progress + ".tmp", "w") as f:
+                f.write(str(n))
+            os.replace(progress + ".tmp", progress)
     print(n)
 """)
 
 
-LOADS = 40
+def _progress(path: Path) -> int:
+    return int(path.read_text()) if path.exists() else 0
+
+
+LOADS, SWAPS = 100, 200
 
 
 def test_entry_swapped_in_a_tight_loop_while_loading_never_runs_attacker_code(tmp_path, gen):
@@ -139,18 +146,21 @@ def test_entry_swapped_in_a_tight_loop_while_loading_never_runs_attacker_code(tm
     good.write_bytes(entry.read_bytes())
     evil_entry = ModuleCache(tmp_path / "evil-cache").store("ee" + "0" * 62, _evil(gen.source, marker))
     evil.write_bytes(evil_entry.read_bytes())
-    ready, stop = tmp_path / "ready", tmp_path / "stop"
-    attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, *map(str, (entry, good, evil, ready, stop))],
+    progress, stop = tmp_path / "progress", tmp_path / "stop"
+    attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, *map(str, (entry, good, evil, progress, stop))],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    calls, deadline = [], time.monotonic() + 120
     try:
-        while not ready.exists() and attacker.poll() is None:
+        while _progress(progress) == 0 and attacker.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        calls = [runtime.load(gen, "cpu", cache=cache) for _ in range(LOADS)]
+        # load at least LOADS times, and on until the attacker has swapped SWAPS times meanwhile
+        while (len(calls) < LOADS or _progress(progress) < SWAPS) and time.monotonic() < deadline:
+            calls.append(runtime.load(gen, "cpu", cache=cache))
     finally:
         stop.write_text("stop")
         out, err = attacker.communicate(timeout=60)
     assert attacker.returncode == 0, err
-    assert int(out) >= LOADS, f"the attacker swapped only {out.strip()} times: the race was not on"
+    assert int(out) >= SWAPS, f"the attacker swapped only {out.strip()} times: the race was not on"
     ran = len(marker.read_text().splitlines()) if marker.exists() else 0
     assert ran == 0, f"attacker code ran in {ran} of {len(calls)} loads"
     torch.testing.assert_close(calls[-1](*INPUTS)[0], block(*INPUTS))
@@ -184,14 +194,20 @@ def _caught_minicomp(fn) -> list[str]:
     return [str(w.message) for w in caught if "minicomp" in str(w.message)]
 
 
+def _give_away(p: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    os.chown(p, OTHER_UID, OTHER_UID)
+
+
 def _make_untrusted(d: Path, how: str) -> None:
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(mode=0o700, exist_ok=True)
     if how == "world-writable":
         d.chmod(0o777)
     elif how == "group-writable":
         d.chmod(0o770)
     else:
-        os.chown(d, OTHER_UID, OTHER_UID)
+        _give_away(d)
 
 
 @pytest.mark.parametrize("where", ["root", "entry-dir"])
@@ -201,9 +217,9 @@ def test_untrusted_cache_directory_is_refused_with_one_warning(tmp_path, gen, wh
     cache = ModuleCache(root)
     key_dir = cache.path_for(cache_mod.cache_key(gen.source, torch.device("cpu"))).parent
     bad = root if where == "root" else key_dir
+    root.mkdir(mode=0o700)
     _make_untrusted(bad, how)
     before = _files(root)
-    cache_mod._warned.clear()
     calls = []
     msgs = _caught_minicomp(lambda: calls.extend(_load_and_check(gen, cache) for _ in range(3)))
     assert len(msgs) == 1, msgs
@@ -220,7 +236,6 @@ def test_entry_dir_that_is_a_symlink_is_refused(tmp_path, gen):
     elsewhere.mkdir(mode=0o700)
     root.mkdir(mode=0o700)
     key_dir.symlink_to(elsewhere)
-    cache_mod._warned.clear()
     calls = []
     msgs = _caught_minicomp(lambda: calls.extend(_load_and_check(gen, cache) for _ in range(2)))
     assert len(msgs) == 1 and str(key_dir) in msgs[0], msgs
@@ -234,7 +249,7 @@ def test_entry_file_others_could_change_is_replaced_by_ours(tmp_path, gen, how):
     if how == "world-writable":
         entry.chmod(0o666)
     else:
-        os.chown(entry, OTHER_UID, OTHER_UID)
+        _give_away(entry)
     assert _load_and_check(gen, cache).path == entry
     st = entry.stat()
     assert st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o600
@@ -249,8 +264,9 @@ def test_cache_creates_private_directories_and_files_under_umask_0(tmp_path, gen
         assert _load_and_check(gen, ModuleCache(root)).path == entry
     finally:
         os.umask(old)
-    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (root, entry.parent, entry)}
-    assert modes == {root: 0o700, entry.parent: 0o700, entry: 0o600}, modes
+    made = (root.parent, root, entry.parent)                  # a missing parent is made 0700 too (XDG)
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (*made, entry)}
+    assert modes == {**{d: 0o700 for d in made}, entry: 0o600}, modes
 
 
 # ----------------------------------------------------------------------------- entries that are not files
@@ -303,7 +319,8 @@ def entry_name(tmp_path_factory) -> Path:
 def test_entry_that_is_not_a_small_regular_file_never_hangs(tmp_path, entry_name, thing):
     root = tmp_path / "c"
     entry = root / entry_name
-    entry.parent.mkdir(parents=True, mode=0o700)
+    root.mkdir(mode=0o700)
+    entry.parent.mkdir(mode=0o700)
     if thing == "fifo":
         os.mkfifo(entry, 0o600)                     # an open() for reading waits for a writer
     elif thing == "dev-zero-link":
