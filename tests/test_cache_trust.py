@@ -213,19 +213,20 @@ def _make_untrusted(d: Path, how: str) -> None:
 @pytest.mark.parametrize("where", ["root", "entry-dir"])
 @pytest.mark.parametrize("how", ["world-writable", "group-writable", "other-owner"])
 def test_untrusted_cache_directory_is_refused_with_one_warning(tmp_path, gen, where, how):
+    # the directory even holds a valid entry: it is not used, since whoever can write there
+    # could have swapped in anything (and could next time)
     root = tmp_path / "shared"
     cache = ModuleCache(root)
-    key_dir = cache.path_for(cache_mod.cache_key(gen.source, torch.device("cpu"))).parent
-    bad = root if where == "root" else key_dir
-    root.mkdir(mode=0o700)
+    entry = _load_and_check(gen, cache).path
+    bad = root if where == "root" else entry.parent
     _make_untrusted(bad, how)
-    before = _files(root)
+    before = {p: p.read_bytes() if p.is_file() else None for p in _files(root)}
     calls = []
     msgs = _caught_minicomp(lambda: calls.extend(_load_and_check(gen, cache) for _ in range(3)))
     assert len(msgs) == 1, msgs
     assert str(bad) in msgs[0] and ("owned by" in msgs[0] if how == "other-owner" else "writable by" in msgs[0])
-    assert all(c.path is None for c in calls)                 # compiled in memory
-    assert _files(root) == before                             # nothing read from or written there
+    assert all(c.path is None for c in calls)                 # compiled in memory, the entry not used
+    assert {p: p.read_bytes() if p.is_file() else None for p in _files(root)} == before   # nothing written
 
 
 def test_entry_dir_that_is_a_symlink_is_refused(tmp_path, gen):
