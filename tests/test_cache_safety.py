@@ -214,6 +214,7 @@ def test_unwritable_cache_still_uses_a_valid_entry_without_warning(tmp_path, mon
     def no_mkdir(self, *args, **kwargs):        # any write would need the directory first
         raise PermissionError(13, "Permission denied", str(self))
     monkeypatch.setattr(Path, "mkdir", no_mkdir)
+    monkeypatch.setattr(os, "mkdir", lambda path, *a, **k: no_mkdir(path))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = minicomp.compile(fn)

@@ -27,7 +27,7 @@ if not torch.cuda.is_available():
 
 from minicomp.runtime.cache import ModuleCache, cache_key, cache_root
 from minicomp.runtime.guards import GuardError, Signature, check_call, with_input_layouts
-from minicomp.runtime.loader import check_interpreter, import_file, import_source
+from minicomp.runtime.loader import check_interpreter, import_entry, import_source
 from minicomp.runtime.progress import watch_autotuning
 
 __all__ = ["load", "CompiledCall", "ModuleCache", "Signature", "GuardError", "cache_root",
@@ -71,16 +71,16 @@ def load(generated, device: str | torch.device, cache: ModuleCache | None = None
                          f"not {device.type}")
     cache = cache or ModuleCache()
     key = cache_key(generated.source, device)
-    path = cache.store(key, generated.source)
+    entry = cache.fetch(key, generated.source)    # the entry's text, read once and checked
     interpret = device.type == "cpu"
     if interpret:
         check_interpreter()
-    if path is not None:
-        module = import_file(path, key, interpret)
+    if entry is not None:
+        module = import_entry(entry, key, interpret)   # runs that text: the file is never imported
     else:
         module = import_source(generated.source, key, interpret)
     module.CONSTANTS[:] = [_aligned(c.to(device)) for c in generated.constants]
     module.OPAQUE[:] = list(generated.opaque)
     if not interpret:
         watch_autotuning(module, generated.kernel_groups)   # a long autotuning sweep prints its progress
-    return CompiledCall(module, key, path, generated, device)
+    return CompiledCall(module, key, entry.path if entry is not None else None, generated, device)

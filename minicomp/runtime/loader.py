@@ -1,8 +1,13 @@
-"""Importing a generated module, from its cache file or from memory.
+"""Running a generated module from the text minicomp verified, never from a file.
 
-Triton's `@triton.jit` reads a kernel's source with `inspect`, so the module must come
-from a file Python can find again: the cache entry, or (when the cache cannot be
-written) a `linecache` entry under a made-up file name, which `inspect` also reads.
+Every module, cached or not, is `compile()`d from a string in hand and `exec`ed into a
+fresh module object: for a cache entry that string is the text `ModuleCache.fetch` read
+and checked, so nothing on disk (a `__pycache__`, an entry swapped after its check) is
+ever imported. Triton's `@triton.jit` reads a kernel's source with `inspect`, and its
+CPU interpreter reads it again at the first launch; both go through `linecache`, where
+the text is registered under a made-up file name that no file on disk can shadow (mtime
+None: `linecache.checkcache` keeps such entries). The name is fixed by the text, so
+loading one source many times keeps one linecache entry.
 
 For CPU tensors the kernels run under Triton's interpreter: `TRITON_INTERPRET=1` is set
 while the module body runs (that is when `@triton.jit` decides) and restored after.
@@ -12,16 +17,16 @@ different constants never share `CONSTANTS`.
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import itertools
 import linecache
 import os
 import types
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from minicomp.errors import CompileError
+from minicomp.runtime.cache import Entry
 
 _counter = itertools.count()
 
@@ -53,24 +58,23 @@ def interpreter(enabled: bool) -> Iterator[None]:
             os.environ["TRITON_INTERPRET"] = old
 
 
-def import_file(path: Path, key: str, interpret: bool) -> types.ModuleType:
-    name = f"minicomp_generated_{key[:16]}_{next(_counter)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    with interpreter(interpret):
-        spec.loader.exec_module(module)
-    return module
-
-
-def import_source(source: str, key: str, interpret: bool) -> types.ModuleType:
-    """Import `source` without a file: its lines are registered with linecache for inspect."""
-    n = next(_counter)
-    filename = f"<minicomp-generated-{key[:16]}-{n}>"
-    # mtime None marks the entry as not backed by a file, so linecache.checkcache keeps it
+def _exec(source: str, filename: str, key: str, interpret: bool) -> types.ModuleType:
+    """A fresh module running `source`, its lines registered with linecache under `filename`."""
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    module = types.ModuleType(f"minicomp_generated_{key[:16]}_{n}")
+    module = types.ModuleType(f"minicomp_generated_{key[:16]}_{next(_counter)}")
     module.__file__ = filename
-    code = compile(source, filename, "exec")
+    code = compile(source, filename, "exec", dont_inherit=True)
     with interpreter(interpret):
         exec(code, module.__dict__)
     return module
+
+
+def import_entry(entry: Entry, key: str, interpret: bool) -> types.ModuleType:
+    """Run the verified text of a cache entry (its path only names it in tracebacks)."""
+    return _exec(entry.text, f"<minicomp-cache {entry.path}>", key, interpret)
+
+
+def import_source(source: str, key: str, interpret: bool) -> types.ModuleType:
+    """Run `source`, which has no cache entry (the cache could not be used)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return _exec(source, f"<minicomp-generated-{key[:16]}-{digest}>", key, interpret)
