@@ -57,6 +57,7 @@ from minicomp.codegen.epilogue import (LOG2E, Operand, TileLowering, cast_operan
                                        split_offset)
 from minicomp.codegen.gemm import DOT_DTYPES, needs_int64
 from minicomp.codegen.tlexpr import Val, storage_tl
+from minicomp.codegen.names import comment_text
 
 # (BLOCK_M, BLOCK_N, num_stages, num_warps); BLOCK_M is a multiple of BLOCK_N (causal block skipping)
 HALF_CONFIGS = [(128, 64, 3, 4), (128, 64, 3, 8), (128, 128, 3, 8), (64, 64, 3, 4), (128, 32, 4, 4), (64, 32, 4, 4)]
@@ -315,7 +316,7 @@ def emit(ctx: KernelCtx) -> Kernel:
         writes = ", ".join(g.node(o).type for o in ctx.group.outputs)
         src.writeline(f"# reads {reads}; writes {writes}")
         if cuda:
-            src.writeline(f"# not on the Hopper kernel (attention_hopper.py): {hopper_reason}")
+            src.writeline(f"# not on the Hopper kernel (attention_hopper.py): {comment_text(hopper_reason)}")
         src.splice(body.getvalue())
 
     args = tuple(Buf(p.nid) for p in pointers)

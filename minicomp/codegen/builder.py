@@ -2,6 +2,8 @@
 
 Generated modules are written through this (never by concatenating strings), so the
 indentation of nested blocks is always right and the text reads like hand-written code.
+A line never holds a line break (`writeline` refuses one): user text reaches generated
+source only through codegen/names.py, and this keeps a forgotten path from adding code.
 
     buf = CodeBuilder()
     buf.writeline("@triton.jit")
@@ -12,8 +14,12 @@ indentation of nested blocks is always right and the text reads like hand-writte
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Iterator
+
+# every character str.splitlines splits on: none may appear inside one line of generated source
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 class CodeBuilder:
@@ -23,6 +29,9 @@ class CodeBuilder:
         self._indent = indent
 
     def writeline(self, line: str = "") -> None:
+        if _LINE_BREAK.search(line):
+            from minicomp.errors import CompileError
+            raise CompileError(f"minicomp bug: a generated line holds a line break: {line[:80]!r}")
         self._lines.append(self._indent * self._level + line if line else "")
 
     def writelines(self, lines) -> None:
@@ -30,8 +39,12 @@ class CodeBuilder:
             self.writeline(line)
 
     def splice(self, text: str) -> None:
-        """Insert a multi-line block at the current indentation."""
-        for line in text.splitlines():
+        """Insert a multi-line block at the current indentation (split on newlines only, so a
+        stray line separator inside a line is refused by `writeline`)."""
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        for line in lines:
             self.writeline(line)
 
     @contextmanager

@@ -93,6 +93,7 @@ class KernelCtx:
     group: Group
     index: int           # position of the group in the plan (unique kernel names)
     target: Target       # what the kernels are for (a device type string means `Target(that)`)
+    names: dict[int, str] | None = None   # node id -> its tensor's name in call() (default `buf{nid}`)
 
     def __post_init__(self) -> None:
         if isinstance(self.target, str):
@@ -104,7 +105,10 @@ class KernelCtx:
         return self.target.device_type
 
     def buf(self, nid: int) -> str:
-        """Variable name of node nid's tensor in call()."""
+        """Variable name of node nid's tensor in call(): the user's name for inputs and weights
+        (made safe, codegen/names.py), `buf{nid}` for everything else."""
+        if self.names and nid in self.names:
+            return self.names[nid]
         return f"buf{nid}"
 
     def strides(self, nid: int) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from typing import Callable
 
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
+from minicomp.codegen.names import comment_text
 from minicomp.errors import CompileError
 from minicomp.ir import ops
 from minicomp.ir.graph import Node
@@ -38,14 +39,14 @@ def torch_text(node: Node, args: list[str], opaque_slot: Callable[[Node], int]) 
 def emit_torch(ctx: KernelCtx, reason: str, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
     """Write the group's nodes as PyTorch lines of call(), then fix its outputs' layouts."""
     g = ctx.graph
-    out.writeline(f"# runs through PyTorch: {reason}")
+    out.writeline(f"# runs through PyTorch: {comment_text(reason)}")
     order = {nid: i for i, nid in enumerate(g.topo_order())}
     for nid in sorted(ctx.group.nodes, key=order.__getitem__):
         node = g.node(nid)
         if node.kind in ("input", "constant"):
             continue
         text = torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)
-        note = f"  # {node.op}" + (f" {node.attrs.get('target')}" if node.op == "opaque" else "")
+        note = f"  # {node.op}" + (f" {comment_text(node.attrs.get('target'))}" if node.op == "opaque" else "")
         out.writeline(f"{ctx.buf(nid)} = {text}{note}")
     for o in ctx.group.outputs:
         out.writeline(f"{ctx.buf(o)} = _as_layout({ctx.buf(o)}, {py_value(ctx.strides(o))})")

@@ -23,6 +23,7 @@ import torch
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import KernelCtx, Unsupported
+from minicomp.codegen.names import safe_ident
 from minicomp.codegen.tlexpr import Val, compute_tl, convert, op_text, py_literal, storage_tl, store_text, zero_literal
 from minicomp.ir.graph import Node
 
@@ -47,8 +48,18 @@ class Pointer:
 
 
 def ident(text: str) -> str:
-    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(text))
-    return out if out and not out[0].isdigit() else f"t_{out}"
+    """A safe identifier from a user's name (codegen/names.py: never a keyword, builtin or one
+    of minicomp's own names)."""
+    return safe_ident(text)
+
+
+def user_label(node: Node) -> str | None:
+    """The name the user knows a leaf by: an input's name, a weight's label; None otherwise."""
+    if node.op == "input":
+        return node.attrs["name"]
+    if node.op == "constant" and node.attrs.get("label"):
+        return node.attrs["label"]
+    return None
 
 
 class Lowering:
@@ -81,7 +92,8 @@ class Lowering:
     def pointer(self, nid: int) -> str:
         if nid not in self.pointers:
             node = self.graph.node(nid)
-            base = ident(node.attrs["name"]) if node.op == "input" else f"buf{nid}"
+            label = user_label(node)
+            base = ident(label) if label is not None else f"buf{nid}"
             self.pointers[nid] = Pointer(nid, self.names.fresh(f"{base}_ptr"))
         return self.pointers[nid].name
 
@@ -139,7 +151,8 @@ class Lowering:
                     else f"tl.load({addr})")
         if compute_tl(node.dtype) != storage_tl(node.dtype):
             text += f".to({compute_tl(node.dtype)})"
-        base = ident(node.attrs["name"]) if node.op == "input" else f"ld{node.id}"
+        label = user_label(node)
+        base = ident(label) if label is not None else f"ld{node.id}"
         return self.emit(base, text, node.dtype, s | cond.syms, exact=True)
 
     def _compute(self, node: Node, idx: ix.Index, cond: Cond) -> Val:

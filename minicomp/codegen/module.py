@@ -37,7 +37,8 @@ from minicomp.codegen import attention, fallback, gemm, pointwise, reduction, ta
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, warm_entry
-from minicomp.codegen.lowering import ident
+from minicomp.codegen.lowering import ident, user_label
+from minicomp.codegen.names import comment_text
 from minicomp.errors import CompileError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
@@ -110,6 +111,7 @@ class ModuleWriter:
         self.device_type = target.device_type
         self.forced = dict(forced or {})       # group id -> why it must run through PyTorch (a kernel that failed to compile)
         self.kernel_groups: dict[str, int] = {}
+        self.names = _call_names(graph)        # node id -> its tensor's name in call(), for leaves the user named
         self.kernels: list[Kernel] = []
         self.constants: list[torch.Tensor] = []
         self.const_slot: dict[int, int] = {}
@@ -131,16 +133,13 @@ class ModuleWriter:
     # ------------------------------------------------------------------ call()
     def write_call(self) -> None:
         g, b = self.graph, self.call
-        names = NameScope()
-        for reserved in MODULE_NAMES:
-            names.fresh(reserved)
-        arg_names = [names.fresh(ident(g.node(i).attrs["name"])) for i in g.inputs]
+        arg_names = [self.names[i] for i in g.inputs]
         with b.block("def call(*inputs):"):
-            b.writeline(f'"""Run {g.name!r}: takes {len(g.inputs)} tensor(s), returns a list of '
+            b.writeline(f'"""Run the compiled graph: takes {len(g.inputs)} tensor(s), returns a list of '
                         f'{len(g.outputs)} tensor(s)."""')
             with b.block(f"if len(inputs) != {len(g.inputs)}:"):
-                b.writeline(f"raise TypeError(f\"{g.name} takes {len(g.inputs)} input(s) "
-                            f"({', '.join(g.input_names())}), got {{len(inputs)}}\")")
+                expected = f"{g.name} takes {len(g.inputs)} input(s) ({', '.join(g.input_names())}), got "
+                b.writeline(f"raise TypeError({expected!r} + str(len(inputs)))")
             if g.inputs:
                 b.writeline(f"{', '.join(arg_names)}{',' if len(arg_names) == 1 else ''} = inputs")
                 for nid, name in zip(g.inputs, arg_names):
@@ -149,7 +148,7 @@ class ModuleWriter:
                 b.writeline(f"device = {arg_names[0]}.device")
             else:
                 b.writeline("device = torch.device(DEVICE_TYPE)")
-            ctx0 = KernelCtx(g, Group(-1, "opaque", [], [], []), -1, self.target)
+            ctx0 = KernelCtx(g, Group(-1, "opaque", [], [], []), -1, self.target, self.names)
             for nid, name in zip(g.inputs, arg_names):
                 b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
             for index, group in enumerate(_group_order(g, self.plan)):
@@ -170,7 +169,7 @@ class ModuleWriter:
             if n.op != "constant" or n.id not in used:
                 continue
             value = n.attrs["value"]
-            label = f" {n.attrs['label']}" if n.attrs.get("label") else ""
+            label = f" {comment_text(n.attrs['label'])}" if n.attrs.get("label") else ""
             if not isinstance(value, torch.Tensor) and n.id not in self.scalars_used:
                 continue  # inlined into the kernels that use it
             if isinstance(value, torch.Tensor):
@@ -188,7 +187,7 @@ class ModuleWriter:
 
     def _write_group(self, group: Group, index: int) -> None:
         g, b = self.graph, self.body
-        ctx = KernelCtx(g, group, index, self.target)
+        ctx = KernelCtx(g, group, index, self.target, self.names)
         b.writeline("")
         if all(0 in g.node(o).shape for o in group.outputs):
             # a zero-size dimension: the outputs hold no element, so there is nothing to launch
@@ -213,7 +212,7 @@ class ModuleWriter:
                 reason = str(e) or "unsupported"
         what = f"{group.kind}" + (f" {group.name}" if group.name else "")
         nodes = ", ".join(f"%{n}" for n in group.nodes)
-        b.writeline(f"# group {group.id}: {what} [{nodes}]")
+        b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
         if kernel is None:
             group.fallback = reason
             self.fallbacks[group.id] = reason
@@ -246,15 +245,16 @@ class ModuleWriter:
 
     # ------------------------------------------------------------------ whole module
     def source(self) -> str:
+        self.plan_groups = {grp.id: grp for grp in self.plan.groups}
         self.write_call()
         g = self.graph
         out = CodeBuilder()
-        out.writeline(f"# minicomp: generated module for graph {g.name!r} (device type: {self.device_type})")
+        out.writeline(f"# minicomp: generated module for graph {comment_text(repr(g.name))} (device type: {self.device_type})")
         out.writeline(f"# plan: {len(self.plan.groups)} group(s), {len(self.kernels)} Triton kernel(s), "
                       f"{len(self.fallbacks)} through PyTorch")
         for line in self.summary:
-            out.writeline(f"#   {line}")
-        ins = ", ".join(f"{g.node(i).attrs['name']} {g.node(i).type}" for i in g.inputs)
+            out.writeline(f"#   {comment_text(line)}")
+        ins = ", ".join(f"{comment_text(g.node(i).attrs['name'])} {g.node(i).type}" for i in g.inputs)
         outs = ", ".join(f"%{o} {g.node(o).type}" for o in g.outputs)
         out.writeline(f"# inputs: {ins or 'none'}")
         out.writeline(f"# outputs: {outs}")
@@ -284,6 +284,10 @@ class ModuleWriter:
         for k in self.kernels:
             out.writeline("")
             out.writeline("")
+            group = self.plan_groups[self.kernel_groups[k.name]]
+            where = sorted(dict.fromkeys(g.node(n).origin for n in group.nodes if g.node(n).origin), key=_line_order)
+            if where:
+                out.writeline(f"# {k.name} computes {comment_text(', '.join(where))}")
             out.splice(k.source.rstrip("\n"))
         if self.device_type == "cuda" and self.kernels:
             out.writeline("")
@@ -327,6 +331,27 @@ class ModuleWriter:
             with b.block("if len(sys.argv) > 2:"):
                 b.writeline("torch.save([t.cpu() for t in _outputs], sys.argv[2])")
         return b.getvalue()
+
+
+def _call_names(graph: Graph) -> dict[int, str]:
+    """call()'s variable for each input and each labelled tensor constant: the user's name made
+    safe (`ln_1.weight` -> `ln_1_weight`; never a keyword, builtin, `buf<N>` or one of the
+    module's own names), unique; other tensors are `buf{nid}` (KernelCtx.buf)."""
+    scope = NameScope()
+    for reserved in MODULE_NAMES:
+        scope.fresh(reserved)
+    names = {}
+    for n in graph.nodes():
+        label = user_label(n)
+        if label is not None and (n.op == "input" or isinstance(n.attrs.get("value"), torch.Tensor)):
+            names[n.id] = scope.fresh(ident(label))
+    return names
+
+
+def _line_order(origin: str) -> tuple:
+    """`file:line` origins in file order, then line order."""
+    path, _, line = origin.rpartition(":")
+    return (path, int(line)) if line.isdigit() else (origin, 0)
 
 
 def _random_text(n: Node) -> str:

@@ -30,6 +30,7 @@ from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.lowering import Lowering
+from minicomp.codegen.names import comment_text
 from minicomp.ir.dtypes import type_str
 
 # (BLOCK, num_warps) tried by the autotuner on CUDA
@@ -57,7 +58,7 @@ def io_comment(ctx: KernelCtx, reads, writes) -> list[str]:
     """Header comment lines naming what the kernel reads and writes."""
     def fmt(nid: int) -> str:
         n = ctx.graph.node(nid)
-        label = n.attrs["name"] if n.op == "input" else f"%{nid}"
+        label = comment_text(n.attrs["name"]) if n.op == "input" else f"%{nid}"
         return f"{label} {type_str(n.shape, n.dtype)}"
     ops = ", ".join(f"%{nid} {ctx.graph.node(nid).op}" for nid in ctx.group.nodes
                     if ctx.graph.node(nid).kind not in ("input", "constant"))
