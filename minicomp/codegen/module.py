@@ -64,6 +64,7 @@ class GeneratedModule:
     device_type: str = "cpu"
     fallbacks: dict[int, str] = field(default_factory=dict)   # group id -> why it runs through PyTorch
     kernel_groups: dict[str, int] = field(default_factory=dict)  # kernel name -> the plan group it computes
+    kernels: list[Kernel] = field(default_factory=list)          # each kernel's record: name, source, launches
     target: Target | None = None                 # what the kernels were written for
     input_specs: list[tuple[str, tuple[int, ...], torch.dtype]] = field(default_factory=list)  # name, shape, dtype
 
@@ -380,7 +381,7 @@ def generate(graph: Graph, plan: Plan, target: Target | str,
     generated = GeneratedModule(source=source, constants=w.constants, opaque=w.opaque,
                            kernel_names=[k.name for k in w.kernels], graph_name=graph.name,
                            device_type=target.device_type, fallbacks=w.fallbacks,
-                           kernel_groups=w.kernel_groups, target=target,
+                           kernel_groups=w.kernel_groups, kernels=list(w.kernels), target=target,
                            input_specs=[(graph.node(i).attrs["name"], graph.node(i).shape, graph.node(i).dtype)
                                         for i in graph.inputs])
     if target.verify_arch is not None and w.kernels:
