@@ -18,7 +18,38 @@ from pathlib import Path
 from minicomp.passes.cost import Machine, get_machine
 from minicomp.report.page import PageInput, render_page
 
-__all__ = ["render", "write"]
+__all__ = ["render", "write", "signature_inputs", "source_file"]
+
+
+def source_file(fn) -> str | None:
+    """The file that defines `fn` (a function, an nn.Module instance or class), as a path relative
+    to the working directory when it lies below it; None when Python cannot say."""
+    import inspect
+    target = fn if inspect.isfunction(fn) or inspect.isclass(fn) or inspect.ismethod(fn) else type(fn)
+    try:
+        found = inspect.getsourcefile(target)
+    except TypeError:
+        return None
+    if found is None:
+        return None
+    try:
+        return os.path.relpath(found) if not os.path.relpath(found).startswith("..") else found
+    except ValueError:   # another drive (Windows)
+        return found
+
+
+def signature_inputs(compiled) -> list:
+    """Seeded random inputs of `compiled`'s signature (shapes, dtypes, strides, device): what
+    `CompiledFunction.report(bench=True)` times when it has no inputs of the user's."""
+    import torch
+
+    from minicomp.ir.interpret import random_inputs
+    device = getattr(compiled.call, "device", "cpu")
+    out = []
+    for nid, t in zip(compiled.graph.inputs, random_inputs(compiled.graph, seed=0)):
+        strides = compiled.graph.node(nid).layout or t.stride()
+        out.append(torch.empty_strided(t.shape, tuple(strides), dtype=t.dtype, device=device).copy_(t))
+    return out
 
 
 def _ran_on(compiled) -> str:

@@ -148,10 +148,14 @@ def render_roofline(plan: Plan, machine: Machine, group_us: dict[int, float] | N
     x_top = min(max(ridges), xr)
     out.append(f'<line class="ceiling memory" x1="{ax.px(x_start):.1f}" y1="{ax.py(x_start * bw):.1f}" '
                f'x2="{ax.px(x_top):.1f}" y2="{ax.py(x_top * bw):.1f}" stroke="#444" stroke-width="2"/>')
-    label_x = max(x_start * 1.3, xl * 1.3)
-    dx = ax.px(label_x * 10) - ax.px(label_x)
-    dy = ax.py(label_x * 10 * bw) - ax.py(label_x * bw)   # negative: the roof rises to the right
+    dx = ax.px(xl * 10) - ax.px(xl)
+    dy = ax.py(xl * 10 * bw) - ax.py(xl * bw)   # negative: the roof rises to the right
     angle = math.degrees(math.atan2(dy, dx))
+    span = 17 * 6.6 * math.cos(math.radians(angle))   # the label's width along x, in pixels
+    # the label goes where the fewest points sit along the roof (they all lie on it)
+    starts = [x_start * 10 ** (k / 4) for k in range(1, 40) if ax.px(x_start * 10 ** (k / 4)) + span < ax.px(x_top)]
+    crowd = lambda x: sum(ax.px(x) - 10 < ax.px(p.intensity) < ax.px(x) + span + 10 for p in pts)   # noqa: E731
+    label_x = min(starts, key=lambda x: (crowd(x), x)) if starts else x_start * 1.3
     out.append(f'<text class="ceiling-label" transform="translate({ax.px(label_x):.1f} '
                f'{ax.py(label_x * bw) - 9:.1f}) rotate({angle:.1f})">memory {bw / 1e9:.0f} GB/s</text>')
     for c, ridge in zip(roofs, ridges):
