@@ -247,6 +247,20 @@ class CompiledFunction:
         c = self._need()
         return f"{c.graph.dump()}\n\n{c.plan.table()}"
 
+    def report(self, path: str, *, bench: bool = False):
+        """Write the HTML report of the last compiled signature to `path` (see minicomp.report);
+        returns its Path. `bench=True` on CUDA first times the kernels (on seeded random inputs
+        of that signature) for the roofline's measured points; on the CPU the page says why
+        there are none."""
+        from minicomp import report
+        c = self._need()
+        timed = None
+        if bench and c.generated.device_type == "cuda":
+            from minicomp.explain import bench as time_kernels
+            timed = time_kernels(c, report.signature_inputs(c))
+        return report.write(path, c, machine=self.options.machine, source=report.source_file(self.fn),
+                            bench=timed, bench_requested=bench)
+
 
 def compile(fn: Callable | None = None, **options: Any):
     """Compile a function or nn.Module: `@minicomp.compile` or `minicomp.compile(fn, passes=[...])`."""

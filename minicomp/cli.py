@@ -1,6 +1,7 @@
 """The `minicomp` command.
 
     minicomp compile FILE [--dump-ir] [--dump-plan] [--check] [--emit DIR] ...
+    minicomp report FILE [-o report.html] [--bench]
 
 FILE is a `.py` model file (a callable plus `example_inputs()`) or a `.mc` DSL program.
 Exit status: 0 success, 1 a user error (printed as one paragraph, no traceback) or a
@@ -58,6 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dump-dir", metavar="DIR", help="write the IR after every pass to DIR/00N_<pass>.txt")
     c.add_argument("--time-passes", action="store_true", help="print how long each pass took")
     c.add_argument("--machine", default="h200", help="machine model for the cost model (default h200)")
+
+    # `minicomp report`: the HTML page (minicomp/report/); its own block, kept apart from `compile`'s
+    r = sub.add_parser("report", help="write one self-contained HTML page: fused graph, plan, kernels, roofline")
+    r.add_argument("file", help="a .py model file or a .mc DSL program")
+    r.add_argument("-o", "--output", default="report.html", metavar="FILE.html", help="where (default report.html)")
+    r.add_argument("--entry", help="the callable (.py) or function (.mc) to compile")
+    r.add_argument("--dim", action="append", default=[], metavar="NAME=INT", help="bind a DSL dimension symbol")
+    r.add_argument("--passes", help="comma-separated pass pipeline (default: the standard one)")
+    r.add_argument("--machine", default="h200", help="machine model for the plan and the roofline (default h200)")
+    r.add_argument("--device", choices=["cpu", "cuda"], help="where the kernels run (default: cuda if present)")
+    r.add_argument("--bench", action="store_true",
+                   help="on a GPU: check against eager, then time each kernel for the roofline's measured points")
     return p
 
 
@@ -165,11 +178,46 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _report_main(args) -> int:
+    """`minicomp report FILE -o report.html [--bench]`: compile as `compile` does, write the page."""
+    import torch
+
+    from minicomp import report
+    from minicomp.api import Options, compile_graph
+
+    graph, inputs, eager = _load(args, _parse_dims(args.dim))
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise MinicompError("--device cuda: no CUDA device is available here")
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    inputs = [t.to(device) for t in inputs]
+    passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
+    compiled = compile_graph(graph, inputs, Options(passes=passes, machine=args.machine))
+    timed = None
+    if args.bench and device == "cuda":
+        if not _check(compiled, inputs, eager):   # timings of wrong results mean nothing
+            return 1
+        timed = explain.bench(compiled, inputs)
+    elif args.bench:
+        print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter); "
+              "the roofline shows bounds only")
+    try:
+        path = report.write(args.output, compiled, machine=args.machine, source=args.file, bench=timed,
+                            bench_requested=args.bench)
+    except OSError as e:
+        raise MinicompError(f"-o {args.output}: cannot write the report: {e.strerror or e}") from None
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "compile":
             return cmd_compile(args)
+        if args.command == "report":
+            return _report_main(args)
     except MinicompError as e:
         print(str(e), file=sys.stderr)
         return 1
