@@ -9,7 +9,6 @@ gives an explicit "source not available" row, never a guess.
 
 from __future__ import annotations
 
-import ast
 import linecache
 from dataclasses import dataclass, field
 
@@ -18,25 +17,8 @@ from minicomp.passes.plan import Group
 
 
 def kernel_sources(generated) -> dict[str, str]:
-    """Kernel name -> its Triton source, for every kernel in `generated` (a GeneratedModule).
-
-    TODO(lead): read per-kernel records here (`GeneratedModule.kernels`: `Kernel` with name,
-    source and group id, as codegen's ModuleWriter already holds them) once GeneratedModule
-    carries them; until then this finds each kernel's top-level function (decorators and
-    the comment lines just above included) in the module with `ast`, not by a regex."""
-    records = getattr(generated, "kernels", None)
-    if records:
-        return {k.name: k.source.rstrip("\n") for k in records}
-    names = set(generated.kernel_names)
-    lines = generated.source.splitlines()
-    out: dict[str, str] = {}
-    for node in ast.parse(generated.source).body:
-        if isinstance(node, ast.FunctionDef) and node.name in names:
-            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
-            while start > 0 and lines[start - 1].startswith("#"):
-                start -= 1
-            out[node.name] = "\n".join(lines[start:node.end_lineno])
-    return out
+    """Kernel name -> its Triton source, from the module's per-kernel records."""
+    return {k.name: k.source.rstrip("\n") for k in generated.kernels}
 
 
 @dataclass
