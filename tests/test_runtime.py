@@ -167,7 +167,7 @@ def test_emitted_module_runs_standalone_and_matches_eager(dtype, tmp_path):
     g, plan = rmsnorm_graph((6, 40), dtype, weight=w)
     gen = generate(g, plan, "cpu")
     path = gen.write(tmp_path / "emit")
-    assert path.name == "rmsnorm.py" and (path.parent / "constants.pt").exists()
+    assert path.name.startswith("rmsnorm_") and path.with_suffix(".constants.pt").exists()
     done = _run_script(path)
     assert done.returncode == 0, done.stderr
     assert f"output 0: (6, 40) {dtype}" in done.stdout
@@ -177,6 +177,56 @@ def test_emitted_module_runs_standalone_and_matches_eager(dtype, tmp_path):
     assert done.returncode == 0, done.stderr
     out = torch.load(tmp_path / "out.pt")[0]
     torch.testing.assert_close(out, F.rms_norm(x, (40,), w, 1e-6), **tol(dtype))
+
+
+def test_two_models_emitted_into_one_directory_each_run_with_their_own_constants(tmp_path):
+    """The second model's constants used to overwrite the first's `constants.pt`: the first module
+    then ran with the other model's weights and exited 0."""
+    x = rand((6, 40), seed=4)
+    torch.save([x], tmp_path / "in.pt")
+    paths, weights = [], [rand((40,), seed=5), rand((40,), seed=6)]
+    for w in weights:
+        g, plan = rmsnorm_graph((6, 40), weight=w)
+        paths.append(generate(g, plan, "cpu").write(tmp_path / "emit"))
+    assert paths[0] != paths[1] and len(list((tmp_path / "emit").glob("*.constants.pt"))) == 2
+    for k, (path, w) in enumerate(zip(paths, weights)):
+        done = _run_script(path, str(tmp_path / "in.pt"), str(tmp_path / f"out{k}.pt"))
+        assert done.returncode == 0, done.stderr
+        torch.testing.assert_close(torch.load(tmp_path / f"out{k}.pt")[0], F.rms_norm(x, (40,), w, 1e-6))
+
+
+def test_an_emitted_module_refuses_constants_not_written_with_it(tmp_path):
+    paths = []
+    for seed in (5, 6):
+        g, plan = rmsnorm_graph((6, 40), weight=rand((40,), seed=seed))
+        paths.append(generate(g, plan, "cpu").write(tmp_path / "emit"))
+    theirs = paths[1].with_suffix(".constants.pt").read_bytes()
+    paths[0].with_suffix(".constants.pt").write_bytes(theirs)       # swapped in by hand
+    done = _run_script(paths[0])
+    assert done.returncode != 0 and "digest mismatch" in done.stderr
+
+
+def test_an_emitted_module_with_an_aten_fallback_runs_on_its_own(tmp_path):
+    """An op minicomp has no kernel for is written as its aten call (no OPAQUE callable), so
+    the emitted module runs standalone; importing it (not only running it) works on a CPU."""
+    import minicomp
+
+    def f(x, w):
+        return torch.cumsum(x * w, 1).exp()
+    x, w = rand((3, 7), seed=1), rand((7,), seed=2)
+    c = minicomp.compile(f)
+    c(x, w)
+    assert "torch.ops.aten.cumsum.default(" in c.source and "OPAQUE[" not in c.source
+    path = c._last.generated.write(tmp_path / "emit")
+    torch.save([x, w], tmp_path / "in.pt")
+    done = _run_script(path, str(tmp_path / "in.pt"), str(tmp_path / "out.pt"))
+    assert done.returncode == 0, done.stderr
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt")[0], f(x, w))
+    script = (f"import sys, torch; sys.path.insert(0, {str(path.parent)!r}); import {path.stem} as m; "
+              f"print(m.call(*torch.load({str(tmp_path / 'in.pt')!r}))[0].shape)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "torch.Size([3, 7])" in done.stdout, done.stderr
 
 
 # ----------------------------------------------------------------------------- GPU

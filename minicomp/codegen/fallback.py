@@ -12,7 +12,9 @@ op's text is its op table entry's (`OpDef.pytorch`); only opaque calls are writt
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
+
+import torch
 
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
@@ -28,12 +30,55 @@ __all__ = ["emit_torch", "py_value", "torch_text"]
 def torch_text(node: Node, args: list[str], opaque_slot: Callable[[Node], int]) -> str:
     """One PyTorch expression computing `node` from its operands' variable names."""
     if node.op == "opaque":
-        return f"OPAQUE[{opaque_slot(node)}]({', '.join(args)})"
+        text = aten_call_text(node.attrs["fn"], args)
+        return text if text is not None else f"OPAQUE[{opaque_slot(node)}]({', '.join(args)})"
     text = ops.get(node.op).torch_text(args, node.attrs, node.shape)
     if text is None:
         # tests/test_runtime.py checks every registry op has a form, so this is a minicomp bug
         raise CompileError(f"{node.describe()}: minicomp has no PyTorch form for op {node.op!r}")
     return text
+
+
+def _arg_text(a: Any, operands: list[str]) -> str | None:
+    """Python text of one captured argument of an aten call, or None if it has none."""
+    if hasattr(a, "index") and type(a).__name__ == "_Slot":      # an operand of the opaque node
+        return operands[a.index]
+    if a is None or isinstance(a, (bool, int, str)):
+        return repr(a)
+    if isinstance(a, float):
+        return py_value(a)
+    if isinstance(a, torch.dtype):
+        return str(a)
+    if isinstance(a, torch.device):
+        return "device"                                         # the call's own device
+    if isinstance(a, (torch.layout, torch.memory_format)):
+        return str(a)
+    if isinstance(a, (list, tuple)):
+        parts = [_arg_text(x, operands) for x in a]
+        if None in parts:
+            return None
+        inner = ", ".join(parts)
+        return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(parts) == 1 else ''})"
+    return None
+
+
+def aten_call_text(call: Any, operands: list[str]) -> str | None:
+    """`torch.ops.aten.cumsum.default(x, 1)` for an opaque node's captured aten call (the
+    frontend's record: `target`, `args`, `kwargs`, `output`), so the module runs it as plain
+    PyTorch, on its own; None where an argument has no Python text (the loader's OPAQUE then)."""
+    target = getattr(call, "target", None)
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    packet, overload = target.overloadpacket, target._overloadname
+    namespace, name = packet._qualified_op_name.split("::", 1)
+    if not (namespace.isidentifier() and name.isidentifier() and overload.isidentifier()):
+        return None
+    args = [_arg_text(a, operands) for a in call.args]
+    kwargs = {k: _arg_text(v, operands) for k, v in call.kwargs.items()}
+    if None in args or None in kwargs.values() or not all(k.isidentifier() for k in kwargs):
+        return None
+    text = f"torch.ops.{namespace}.{name}.{overload}({', '.join(args + [f'{k}={v}' for k, v in kwargs.items()])})"
+    return text if call.output is None else f"{text}[{int(call.output)}]"
 
 
 def emit_torch(ctx: KernelCtx, reason: str, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:

@@ -8,8 +8,9 @@ any other group runs as PyTorch lines (fallback.py). It returns the outputs as a
 
 Module-level lists the loader fills: `CONSTANTS` (tensor constants, already in the
 layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
-(`python mod.py [inputs.pt [outputs.pt]]`) it reads `constants.pt` beside itself,
-runs on the given or on seeded random inputs, and prints the output shapes.
+(`python mod.py [inputs.pt [outputs.pt]]`) it reads `<its name>.constants.pt` beside itself
+(checking the digest its file name carries, `GeneratedModule.write`), runs on the given or on
+seeded random inputs, and prints the output shapes.
 
 The machinery around the kernels is imported, not written into each module: launches, the
 first call's compiles and the input checks from `minicomp.runtime.launcher` (`_rt`), the
@@ -26,6 +27,8 @@ codegen writes launches from `Launch` records and reads no generated text back.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,14 +72,28 @@ class GeneratedModule:
     input_specs: list[tuple[str, tuple[int, ...], torch.dtype]] = field(default_factory=list)  # name, shape, dtype
 
     def write(self, directory: str | os.PathLike, name: str | None = None) -> Path:
-        """Write the module (and constants.pt beside it, when there are constants); returns its path."""
+        """Write the module as `<name>_<digest>.py` (and its tensor constants beside it as
+        `<name>_<digest>.constants.pt`); returns the module's path. The digest is the sha256 of
+        the module's text and its constants' bytes, so two modules emitted into one directory
+        never share a file, and the module, run as a script, checks that the constants it loads
+        are the ones written with it."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        path = d / f"{name or ident(self.graph_name)}.py"
-        path.write_text(self.source)
+        blob = b""
         if self.constants:
-            torch.save([c.cpu() for c in self.constants], d / "constants.pt")
+            buffer = io.BytesIO()
+            torch.save([c.detach().cpu() for c in self.constants], buffer)
+            blob = buffer.getvalue()
+        digest = hashlib.sha256(self.source.encode() + blob).hexdigest()[:DIGEST_CHARS]
+        stem = f"{ident(name or self.graph_name)}_{digest}"
+        path = d / f"{stem}.py"
+        if blob:
+            (d / f"{stem}.constants.pt").write_bytes(blob)
+        path.write_text(self.source)
         return path
+
+
+DIGEST_CHARS = 16
 
 
 def _emitter(kind: str) -> tuple[Callable[[KernelCtx], Kernel] | None, str]:
@@ -263,7 +280,7 @@ class ModuleWriter:
         out.writeline("")
         out.writelines(["import os", "import sys", ""])
         out.writeline(f"DEVICE_TYPE = {self.device_type!r}")
-        with out.block('if __name__ == "__main__" and DEVICE_TYPE == "cpu":'):
+        with out.block('if DEVICE_TYPE == "cpu" and "triton" not in sys.modules:'):
             out.writeline("# CPU tensors run under Triton's interpreter, which must be on before triton is imported")
             out.writeline('os.environ.setdefault("TRITON_INTERPRET", "1")')
         out.writeline("")
@@ -272,7 +289,7 @@ class ModuleWriter:
         out.writeline("from minicomp.runtime import launcher as _rt")
         out.writeline("from minicomp.runtime.kernel_lib import _max_nan, _min_nan, _round_bf16")
         out.writeline("")
-        out.writeline("CONSTANTS = []  # tensor constants: set by minicomp's loader, or read from constants.pt")
+        out.writeline("CONSTANTS = []  # tensor constants: set by minicomp's loader, or read from <this file>.constants.pt")
         out.writeline(f"OPAQUE = []  # {len(self.opaque)} PyTorch callable(s) for opaque nodes, set by minicomp's loader")
         out.writeline("_as_layout, _align16, _tma_ready, _sm_count = _rt.as_layout, _rt.align16, _rt.tma_ready, "
                       "_rt.sm_count")
@@ -311,11 +328,16 @@ class ModuleWriter:
         b = CodeBuilder()
         with b.block('if __name__ == "__main__":'):
             b.writeline('_device = torch.device("cuda" if DEVICE_TYPE == "cuda" else "cpu")')
-            b.writeline('_here = os.path.dirname(os.path.abspath(__file__))')
-            with b.block('if os.path.exists(os.path.join(_here, "constants.pt")):'):
-                b.writeline('CONSTANTS[:] = [t.to(_device) for t in torch.load(os.path.join(_here, "constants.pt"))]')
+            if self.constants:
+                with b.block("with open(__file__, 'rb') as _f, open(__file__[:-3] + '.constants.pt', 'rb') as _c:"):
+                    b.writeline("_source, _blob = _f.read(), _c.read()")
+                b.writeline("import hashlib, io")
+                with b.block("if hashlib.sha256(_source + _blob).hexdigest()[:%d] != os.path.basename(__file__)[-%d:-3]:"
+                             % (DIGEST_CHARS, DIGEST_CHARS + 3)):
+                    b.writeline('sys.exit("these constants were not written with this module (digest mismatch)")')
+                b.writeline("CONSTANTS[:] = [t.to(_device) for t in torch.load(io.BytesIO(_blob), weights_only=True)]")
             if self.opaque:
-                b.writeline(f'sys.exit("this module calls {len(self.opaque)} opaque PyTorch function(s); '
+                b.writeline(f'sys.exit("this module calls {len(self.opaque)} PyTorch function(s) that have no text form; '
                             'run it through minicomp")')
             with b.block("if len(sys.argv) > 1:"):
                 b.writeline("_inputs = [t.to(_device) for t in torch.load(sys.argv[1])]")
