@@ -31,7 +31,7 @@ def load_sample(name: str):
 
 def measure(name: str, bench: bool, dtype, reps: int) -> dict[str, float]:
     from minicomp.api import compile_graph
-    from minicomp.frontend.fx import capture
+    from minicomp.frontend.fx import call_inputs, capture
     sample = load_sample(name)
     fn, inputs = sample.build(dtype=dtype, **(sample.BENCH_SIZES if bench else {}))
     best: dict[str, float] | None = None
@@ -39,7 +39,7 @@ def measure(name: str, bench: bool, dtype, reps: int) -> dict[str, float]:
         t0 = time.perf_counter()
         graph = capture(fn, inputs)
         captured = time.perf_counter() - t0
-        compiled = compile_graph(graph, inputs)
+        compiled = compile_graph(graph, call_inputs(graph, inputs))   # arguments, then the weights
         layout = sum(r.seconds for r in compiled.pass_records if r.name == "layout")
         passes = sum(r.seconds for r in compiled.pass_records) - layout
         row = {"capture": captured, "compile": compiled.compile_seconds, "passes": passes, "layout": layout,

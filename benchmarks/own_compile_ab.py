@@ -23,7 +23,7 @@ def main() -> int:
     import minicomp
     from minicomp import api
     from minicomp.codegen import generate
-    from minicomp.frontend.fx import capture
+    from minicomp.frontend.fx import call_inputs, capture
     from minicomp.passes.fusion import plan_graph
     from minicomp.runtime import load
     minicomp.compile(lambda x: x * 2.0 + 1.0).compile_for(torch.ones(4, 8, device="cuda"))
@@ -34,7 +34,7 @@ def main() -> int:
             os.environ["MINICOMP_HOPPER_ATTENTION"] = env
             t0 = time.perf_counter()
             g = capture(model, inputs)
-            api.set_input_layouts(g, inputs)
+            api.set_input_layouts(g, call_inputs(g, inputs))   # arguments, then the weights
             t1 = time.perf_counter()
             g2, _ = api.optimise(g, api.Options())
             plan = plan_graph(g2, api.Options().machine, baseline=g)

@@ -10,14 +10,24 @@ A compiled function is specialised on its inputs' shapes, dtypes, strides and de
 new signature compiles again (the previous ones stay cached in memory, and generated
 modules are cached on disk by the runtime). Inputs on CPU run the same kernels under
 Triton's interpreter.
+
+Weights (parameters, buffers, tensors of globals and closures) are inputs of the compiled
+graph, read again at every call, and their signatures are part of the specialisation; the
+Python state the function can see is guarded (frontend/params.py, frontend/binding.py).
+`compile(fn, freeze=True)` folds the weights in instead, guarded too. What happens around
+the generated module at each call (output aliasing, autograd, neg/conj bits, the
+interpreter's lock) is runtime/boundary.py.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 import time
+import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -25,6 +35,13 @@ from minicomp.errors import CompileError, GuardError, MinicompError
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
 from minicomp.target import Target
+
+# the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
+if TYPE_CHECKING:
+    from minicomp.runtime.boundary import Specialisation
+    from minicomp.runtime.guards import Signature
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -35,6 +52,7 @@ class Options:
     dump_dir: str | None = None
     time_passes: bool = False
     verify_target: str | None = None         # "cuda:90": also compile every kernel for that GPU (None: $MINICOMP_VERIFY_TARGET)
+    freeze: bool = False                     # fold weights into the kernels (guarded: a changed weight recompiles)
 
 
 @dataclass
@@ -144,6 +162,22 @@ def _taking_flat(fn: Callable, spec: Any) -> Callable:
     return flat_fn
 
 
+def _module_call(compiled: Compiled) -> Callable[..., list[torch.Tensor]]:
+    """The generated module's own `call` (the api checked the arguments already)."""
+    module = getattr(compiled.call, "module", None)
+    return module.call if module is not None else compiled.call
+
+
+def _weights_fit(weights: list[Any], sig: Signature) -> bool:
+    """Are the weights read now tensors of the signature a specialisation was compiled for?"""
+    from minicomp.runtime.boundary import resolved
+    from minicomp.runtime.guards import Signature
+    try:
+        return Signature.of([resolved(w) for w in weights]) == sig
+    except (GuardError, AttributeError):        # a weight is now None, or not a tensor
+        return False
+
+
 def _signature(tensors: Sequence[torch.Tensor]):
     """The runtime's `Signature` (shape, dtype, strides bar size-1 dims, device), after device checks."""
     from minicomp.runtime.guards import Signature
@@ -158,72 +192,171 @@ def _signature(tensors: Sequence[torch.Tensor]):
     return Signature.of(tensors)
 
 
-def _fast_key(args: tuple) -> tuple | None:
-    """The raw (shape, strides, dtype, device) of each argument when all are tensors, else None.
-    Finer than the Signature (size-1 strides are not normalised), so equal fast keys imply equal
-    signatures: a hit may skip flattening, signature building and the guard checks, which took
-    ~25 of the ~30 microseconds of Python per call spent outside the generated module."""
-    key = []
-    for t in args:
-        if not isinstance(t, torch.Tensor):
-            return None
-        key.append((t.shape, t.stride(), t.dtype, t.device))
-    return tuple(key)
+def _modes() -> tuple:
+    """Process state that changes what eager computes and capture records: the default dtype
+    (`torch.tensor(1.0)`), and autocast (per device type, with its dtype)."""
+    autocast = ()
+    if torch._C._is_any_autocast_enabled():
+        autocast = tuple((d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
+    return torch.get_default_dtype(), autocast
+
+
+def _shape_key(args: tuple) -> tuple | None:
+    """The modes and the shapes of the arguments when all are tensors (else None): picks the
+    specialisations whose fast checks are worth trying; the checks compare everything else."""
+    try:
+        return _modes(), tuple([a.shape for a in args])
+    except AttributeError:
+        return None
+
+
+_CAPTURE_LOCK = threading.RLock()   # capture sets process-wide fx state (node meta, stack traces)
+_MAX_CHECKS = 8                     # fast checks kept per specialisation (grad or not, Parameter or not...)
 
 
 class CompiledFunction:
-    """A callable that compiles `fn` for each new input signature and runs the kernels."""
+    """A callable that compiles `fn` for each new input signature and runs the kernels.
+
+    A specialisation is found by the arguments' structure and `Signature`, then by its
+    binding (the weights read now, with their own signature, and the guards on the
+    function's Python state; frontend/binding.py). A call that matches an earlier checked
+    call exactly takes the fast path: shapes -> specialisations -> binding read -> one
+    `TensorCheck` over arguments and weights. Compiling (and a specialisation's first call)
+    holds this function's lock; concurrent calls are safe (runtime/boundary.py).
+    """
 
     def __init__(self, fn: Callable, options: Options):
         self.fn = fn
         self.options = options
-        self._cache: dict[tuple, Compiled] = {}
-        self._fast: dict[tuple, tuple[Callable, Compiled, Any]] = {}   # _fast_key -> (module call, compiled, out spec)
+        self._cache: dict[tuple, list[Specialisation]] = {}   # (arg structure, arg Signature) -> specialisations
+        self._fast: dict[tuple, list[Specialisation]] = {}    # argument shapes -> specialisations with fast checks
         self._last: Compiled | None = None
-        self._out_spec = {}
+        self._lock = threading.RLock()
+        self._name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn, updated=())
 
     def compile_for(self, *args: Any) -> Compiled:
-        return self._compiled(args)[0]
-
-    def _compiled(self, args: tuple) -> tuple[Compiled, list[torch.Tensor], tuple]:
-        tensors, spec = _flatten(args)
-        key = (spec, _signature(tensors))  # the nesting is part of the signature: f(x, [y]) is not f(x, y)
-        if key not in self._cache:
-            from minicomp.frontend.fx import capture
-            from minicomp.runtime.prime import prime_triton
-            if tensors:
-                prime_triton(tensors[0].device)     # Triton's one-time state, built while capture runs
-            flat = all(isinstance(a, torch.Tensor) for a in args)
-            graph = capture(self.fn if flat else _taking_flat(self.fn, spec), tensors)
-            self._out_spec[key] = getattr(graph, "out_spec", None)
-            self._cache[key] = compile_graph(graph, tensors, self.options)
-        self._last = self._cache[key]
-        return self._last, tensors, key
+        return self._find(args)[0].compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
-            raise GuardError(f"{getattr(self.fn, '__name__', 'the compiled function')} was called with keyword "
-                             f"argument(s) {', '.join(sorted(kwargs))}; compiled functions take their tensors "
-                             "positionally")
-        fast = _fast_key(args)
-        hit = self._fast.get(fast) if fast is not None else None
-        if hit is not None:               # inputs exactly like an earlier, checked call's
-            run, compiled, spec = hit
-            self._last = compiled
-            outs = run(*args)
+            raise GuardError(f"{self._name} was called with keyword argument(s) {', '.join(sorted(kwargs))}; "
+                             "compiled functions take their tensors positionally")
+        for s in self._fast.get(_shape_key(args), ()):       # like an earlier, checked call?
+            weights = s.binding.read()
+            if weights is None:
+                continue
+            inputs = [*args, *weights]
+            for check in s.checks:
+                if check.check(*inputs):
+                    self._last = s.compiled
+                    return s.run(inputs, inputs, check.grad and torch.is_grad_enabled())
+        return self._slow(args)
+
+    def _slow(self, args: tuple) -> Any:
+        from minicomp.runtime.boundary import TensorCheck, resolved
+        s, tensors, weights = self._find(args)
+        originals = tensors + weights
+        inputs = [resolved(t) for t in originals]
+        needs_grad = any(t.requires_grad for t in originals + s.frozen_now())
+        grad = needs_grad and torch.is_grad_enabled()
+        if not s.warm:
+            with self._lock:
+                s.launch = self._first_launch(s)
+                try:
+                    out = s.run(inputs, originals, grad)
+                finally:
+                    s.launch = _module_call(s.compiled)
+                s.warm = True
         else:
-            compiled, tensors, key = self._compiled(args)
-            ran, outs = run_compiled(compiled, tensors)
-            if ran is not compiled:          # a kernel failed to compile: keep the version that ran
-                self._cache[key] = self._last = compiled = ran
-            spec = self._out_spec.get(key)
-            module = getattr(compiled.call, "module", None)
-            if fast is not None and module is not None:
-                self._fast[fast] = (module.call, compiled, spec)
-        if spec is not None:
-            return torch.utils._pytree.tree_unflatten(list(outs), spec)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+            out = s.run(inputs, originals, grad)
+        # later calls like this one take the fast path; not with neg/conj bits (resolved here
+        # only) nor nested arguments (flattened here only)
+        as_given = all(a is b for a, b in zip(inputs, originals)) and all(isinstance(a, torch.Tensor) for a in args)
+        known = any(check.check(*originals) for check in s.checks)
+        if as_given and not known and len(s.checks) < _MAX_CHECKS:
+            s.checks.append(TensorCheck(originals, needs_grad))
+            entries = self._fast.setdefault(_shape_key(args), [])
+            if s not in entries:
+                entries.append(s)
+        return out
+
+    def _first_launch(self, s: Specialisation) -> Callable[..., list[torch.Tensor]]:
+        """The first call's launch: where Triton rejects one of the kernels at its first launch,
+        `run_compiled` regenerates the module with that group through PyTorch, and the
+        specialisation keeps the version that ran."""
+        def launch(*tensors: torch.Tensor) -> list[torch.Tensor]:
+            ran, outs = run_compiled(s.compiled, tensors)
+            if ran is not s.compiled:
+                s.compiled = self._last = ran
+            return outs
+        return launch
+
+    def _find(self, args: tuple) -> tuple[Specialisation, list[torch.Tensor], list[torch.Tensor]]:
+        """The specialisation for `args` (compiled now if none fits), the flat argument tensors
+        and the weights read now."""
+        from minicomp.runtime.boundary import resolved
+        tensors, spec = _flatten(args)
+        # the nesting is part of the key (f(x, [y]) is not f(x, y)), and so are the modes
+        key = (spec, _signature([resolved(t) for t in tensors]), _modes())
+        if key[2][1]:
+            raise GuardError(f"{self._name} was called under torch.autocast ({', '.join(d for d, _ in key[2][1])}); "
+                             "minicomp's capture does not follow autocast's casts: call it outside autocast, with "
+                             "inputs and weights in the dtype you want")
+        with self._lock:
+            for s in list(self._cache.get(key, ())):
+                weights = s.binding.read()
+                if weights is not None and _weights_fit(weights, s.weight_sig):
+                    self._last = s.compiled
+                    return s, tensors, weights
+                if weights is None:
+                    self._forget_if_stale(key, s)
+            s = self._specialise(key, tensors, spec, all(isinstance(a, torch.Tensor) for a in args))
+            self._cache.setdefault(key, []).append(s)
+            self._last = s.compiled
+            weights = s.binding.read()
+            if weights is None:
+                raise MinicompError(f"{self._name}: the state minicomp watches changed while it was captured")
+            return s, tensors, weights
+
+    def _forget_if_stale(self, key: tuple, s: Specialisation) -> None:
+        """Drop a specialisation whose watched objects were replaced (it cannot match again, and
+        would keep the old objects alive); one whose Python values differ (eval/train) stays."""
+        changed, replaced = s.binding.changes()
+        _log.info("%s: a specialisation no longer fits: %s changed", self._name, ", ".join(changed))
+        frozen = [c for c in changed if c.startswith("frozen weight")]
+        if frozen:
+            warnings.warn(f"{self._name}: {', '.join(frozen)} changed since it was compiled with freeze=True; "
+                          "compiling again (freeze=True folds weights into the kernels: leave it off for weights "
+                          "that change)", stacklevel=4)
+        if replaced:
+            self._cache[key].remove(s)
+            for entries in self._fast.values():
+                if s in entries:
+                    entries.remove(s)
+
+    def _specialise(self, key: tuple, tensors: list[torch.Tensor], spec: Any, flat: bool) -> Specialisation:
+        from minicomp.frontend.fx import capture
+        from minicomp.runtime.boundary import OutputPlan, Rerun, Specialisation, resolved
+        from minicomp.runtime.guards import Signature
+        from minicomp.runtime.prime import prime_triton
+        plain = [resolved(t) for t in tensors]
+        if plain:
+            prime_triton(plain[0].device)     # Triton's one-time state, built while capture runs
+        fn = self.fn if flat else _taking_flat(self.fn, spec)
+        with _CAPTURE_LOCK:
+            graph = capture(fn, plain, freeze=self.options.freeze)
+        weights = graph.binding.read()
+        if weights is None:
+            raise MinicompError(f"{self._name}: the state minicomp watches changed while it was captured")
+        inputs = plain + [resolved(w) for w in weights]
+        _signature(inputs)                    # arguments and weights on one device
+        compiled = compile_graph(graph, inputs, self.options)
+        outputs = OutputPlan.of(getattr(graph, "out_alias", None), compiled.graph)
+        rerun = Rerun(fn, len(tensors), outputs.fresh, graph.binding, getattr(graph, "random_ops", []), self._name)
+        return Specialisation(compiled, graph.binding, outputs, rerun, getattr(graph, "out_spec", None),
+                              Signature.of(inputs[len(plain):]), _module_call(compiled),
+                              inputs[0].device.type == "cpu" if inputs else True)
 
     def _need(self) -> Compiled:
         if self._last is None:

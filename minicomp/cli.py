@@ -90,17 +90,18 @@ def _load(args, dims):
         reference = graph.copy()
         return graph, inputs, lambda ins: run(reference, ins)
     if path.suffix == ".py":
-        from minicomp.frontend.fx import capture
+        from minicomp.frontend.fx import call_inputs, capture
         from minicomp.frontend.loader import load_model_file
         fn, inputs = load_model_file(str(path), args.entry)
         graph = capture(fn, inputs)
+        count = len(inputs)
 
         def eager(ins):
             with torch.no_grad():
-                out = fn(*ins)
+                out = fn(*ins[:count])      # the arguments; the rest are the weights, which fn reads itself
             flat, _ = torch.utils._pytree.tree_flatten(out)
             return flat
-        return graph, list(inputs), eager
+        return graph, call_inputs(graph, inputs), eager
     raise MinicompError(f"{args.file}: expected a .py model file or a .mc program, not {path.suffix or 'no suffix'!r}")
 
 

@@ -191,11 +191,13 @@ def test_unknown_compile_options_are_named():
         minicomp.compile(lambda a: a, pases=["cse"])
 
 
-def test_inputs_that_require_grad_give_eager_values_without_autograd():
+def test_inputs_that_require_grad_give_eager_values_and_gradients():
     x = torch.randn(4, requires_grad=True)
     out = minicomp.compile(lambda a: torch.tanh(a) * 2)(x)
-    torch.testing.assert_close(out, (torch.tanh(x) * 2).detach())
-    assert not out.requires_grad                    # compiled kernels are forward only
+    torch.testing.assert_close(out, torch.tanh(x) * 2)
+    assert out.requires_grad                        # kernels forward, PyTorch's backward (tests/test_weights.py)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * (1 - torch.tanh(x.detach()) ** 2))
 
 
 def test_compiled_call_guards_count_shape_dtype_and_type():
@@ -222,14 +224,14 @@ def test_repeated_calls_take_the_fast_path_only_for_identical_layouts():
         out = f(x, y)
         assert isinstance(out, tuple) and len(out) == 2       # the output structure survives the fast path
         torch.testing.assert_close(out[0], x * y)
-    assert len(f._cache) == 1 and len(f._fast) == 1
+    assert len(f._cache) == 1 and len(f._fast) == 1 and len(next(iter(f._fast.values()))[0].checks) == 1
     x2 = torch.randn(4, 6)
     torch.testing.assert_close(f(x2, y)[1], x2.sum(-1))      # new data, same layout: fast, and right
     assert len(f._cache) == 1
     xt = torch.randn(6, 4).t()                                # same shape, transposed strides
     torch.testing.assert_close(f(xt, y)[0], xt * y)
     torch.testing.assert_close(f(x.double(), y.double())[0], x.double() * y.double())
-    assert len(f._cache) == 3 and len(f._fast) == 3
+    assert len(f._cache) == 3 and sum(len(s.checks) for s in {id(s): s for v in f._fast.values() for s in v}.values()) == 3
     with pytest.raises(GuardError, match="take tensors only; got float"):
         f(x, 2.0)
 

@@ -14,7 +14,7 @@ from conftest import tol
 
 from minicomp.errors import MinicompError, SourceError
 from minicomp.frontend import fx_ops
-from minicomp.frontend.fx import capture, opaque_nodes
+from minicomp.frontend.fx import call_inputs, capture, opaque_nodes
 from minicomp.frontend.loader import load_model_file
 from minicomp.ir.interpret import run
 from minicomp.ir.verify import verify
@@ -32,7 +32,7 @@ def check(fn, *inputs, opaque: int = 0):
     verify(g)
     found = opaque_nodes(g)
     assert len(found) == opaque, f"expected {opaque} opaque node(s), got {found}\n{g.dump()}"
-    got = run(g, inputs)
+    got = run(g, call_inputs(g, inputs))          # the weights, read now, follow the arguments
     want = _flat(fn(*inputs))
     assert len(got) == len(want)
     for a, b in zip(got, want):
@@ -393,11 +393,17 @@ def test_module_inputs_and_weights():
 
     net = Net().eval()
     g = check(net, rand(3, 5))
-    assert g.input_names() == ["tokens"] and g.name == "Net"
-    consts = {n.attrs.get("label"): n.attrs["value"] for n in g.nodes() if n.op == "constant"}
-    assert {"proj.weight", "proj.bias", "shift"} <= set(consts)
-    # weights are captured as constants sharing the module's storage
-    assert consts["proj.weight"].data_ptr() == net.proj.weight.data_ptr()
+    assert g.input_names()[0] == "tokens" and g.name == "Net"
+    # weights are inputs after the arguments, labelled with their names and read at call time
+    assert sorted(g.input_names()[1:]) == ["proj.bias", "proj.weight", "shift"]
+    assert not [n for n in g.nodes() if n.op == "constant" and n.numel > 1]
+    weights = dict(zip(g.binding.labels, g.binding.read()))
+    assert weights["proj.weight"] is net.proj.weight and weights["shift"] is net.shift
+    net.proj.weight = nn.Parameter(torch.zeros(4, 5))
+    assert dict(zip(g.binding.labels, g.binding.read()))["proj.weight"] is net.proj.weight
+    frozen = capture(net, [rand(3, 5)], freeze=True)              # freeze: constants, as the CLI once made
+    assert frozen.input_names() == ["tokens"] and frozen.binding.labels == []
+    assert {n.attrs.get("label") for n in frozen.nodes() if n.op == "constant"} >= {"proj.weight", "proj.bias"}
 
 
 @pytest.mark.parametrize("make", [lambda x: x * 2, lambda x: (x, x * 2), lambda x: [x * 2, (x + 1, x)],
@@ -412,10 +418,10 @@ def test_out_spec_rebuilds_the_result(make):
     torch.testing.assert_close(rebuilt, want)
 
 
-def test_tied_weights_are_one_constant():
+def test_tied_weights_are_one_input():
     emb = nn.Linear(6, 6, bias=False)
     g = check(lambda x: emb(emb(x)) + x @ emb.weight, rand(2, 6))
-    assert sum(n.op == "constant" and n.shape == (6, 6) for n in g.nodes()) == 1
+    assert sum(n.op == "input" and n.shape == (6, 6) for n in g.nodes()) == 1
 
 
 def test_origins_point_at_user_lines():

@@ -28,7 +28,8 @@ def load_py(path: Path):
     loader = pytest.importorskip("minicomp.frontend.loader")
     fx = pytest.importorskip("minicomp.frontend.fx")
     fn, inputs = loader.load_model_file(str(path))
-    return fx.capture(fn, inputs, name=path.stem), list(inputs)
+    g = fx.capture(fn, inputs, name=path.stem)
+    return g, fx.call_inputs(g, inputs)
 
 
 def load_mc(path: Path):

@@ -11,7 +11,7 @@ import torch
 
 from minicomp.errors import MinicompError
 from minicomp.frontend.dsl import load_dsl
-from minicomp.frontend.fx import capture
+from minicomp.frontend.fx import call_inputs, capture
 from minicomp.frontend.loader import load_model_file
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
@@ -177,7 +177,7 @@ def sample_plan(name):
     fn, inputs = load_model_file(SAMPLES / f"{name}.py")
     captured = capture(fn, inputs, name=name)
     g = optimised(captured)
-    return captured, g, plan_graph(g, baseline=captured), inputs
+    return captured, g, plan_graph(g, baseline=captured), call_inputs(captured, inputs)
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in SAMPLES.glob("*.py")))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import TEST_DEVICE, tol
 
-from minicomp.frontend.fx import capture, opaque_nodes
+from minicomp.frontend.fx import call_inputs, capture, opaque_nodes
 from minicomp.frontend.loader import import_file, load_model_file
 from minicomp.ir.interpret import run
 from minicomp.ir.verify import verify
@@ -25,7 +25,7 @@ def _check(fn, inputs):
     g = capture(fn, inputs)
     verify(g)
     assert not opaque_nodes(g), g.dump()
-    got = run(g, inputs)
+    got = run(g, call_inputs(g, inputs))
     with torch.no_grad():
         want = _flat(fn(*inputs))
     assert len(got) == len(want)

@@ -38,26 +38,33 @@ How capture works, and why:
   frame outside torch, this module and the standard library) through
   `torch.fx.traceback.set_stack_trace`; make_fx's own `record_stack_traces` keeps only frames
   named `forward`, so plain functions would get none. `Node.origin` is `file:line`.
-- **Weights are constants.** Parameters and buffers arrive as `get_attr` nodes; each becomes
-  `graph.constant(tensor, label="<qualified name>")` holding the module's tensor object itself
-  (not a copy). A compiled graph is therefore specialised on the weights it saw: retrain or
-  reload, and you must capture again.
+- **Weights are inputs.** Parameters, buffers and tensors read from globals or closures
+  arrive as `get_attr` nodes; each becomes a graph input after the function's own arguments,
+  named for where it lives (`ln_1.weight`), and `graph.binding` reads it again at every call
+  (params.py, binding.py). With `capture(..., freeze=True)` they are constants holding the
+  module's tensors, as they once always were, and the binding guards them instead. Tensors
+  the function makes itself (`torch.tensor(...)`) are constants either way.
+- **No side effects.** Capture refuses in-place writes to the caller's tensors before they
+  happen and undoes, then refuses, Python attribute and global writes (effects.py), so a
+  refused capture leaves everything as it was.
+- **Outputs alias as eager's** (fx_alias.py): `graph.out_alias` says which outputs eager
+  returns as an input itself or a view of one.
 
 Lowering: each aten call goes through `fx_ops.LOWERINGS` (registry ops and composites);
 anything else, or a call whose lowering does not reproduce aten's shape and dtype exactly,
 becomes an `opaque` node that calls the aten op with the captured non-tensor arguments.
 Multi-output ops read through `getitem` get one opaque node per output used.
 
-Invariants of the result: inputs are named after the function's parameters; the graph is
-pure (no mutation), every node's shape and dtype equal what eager PyTorch produces, and
-nodes that do not feed an output are removed.
+Invariants of the result: inputs are named after the function's parameters, then one per
+weight; the graph is pure (no mutation), every node's shape and dtype equal what eager
+PyTorch produces, and nodes that do not feed an output are removed.
 """
 
 from __future__ import annotations
 
-import inspect
 import operator
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import networkx as nx
@@ -68,9 +75,14 @@ import torch.utils._pytree as pytree
 
 from minicomp.errors import MinicompError
 from minicomp.frontend import fx_ops
+from minicomp.frontend.binding import Binding
+from minicomp.frontend.effects import Snapshot, refusal
+from minicomp.frontend.fx_alias import AtenCall, _Slot, is_view, output_aliases
 from minicomp.frontend.fx_ops import Ctx, T, Unmapped
 from minicomp.frontend.fx_ops_shapes import lower_sdpa
-from minicomp.frontend.fx_trace import LINEAR, MATMUL, SDPA, describe, origin_of, short_path, trace
+from minicomp.frontend.fx_trace import (LINEAR, MATMUL, SDPA, def_origin, describe, input_names, origin_of,
+                                        trace)
+from minicomp.frontend.params import Walk, distinct, walk
 from minicomp.ir.graph import Graph
 
 # minicomp's traced stand-ins lower like the calls they stand for
@@ -79,30 +91,6 @@ fx_ops.register(MATMUL, fx_ops.LOWERINGS[torch.ops.aten.mm.default])
 fx_ops.register(LINEAR, fx_ops.LOWERINGS[torch.ops.aten.linear.default])
 
 # --------------------------------------------------------------------------- lowering
-
-
-@dataclass
-class _Slot:
-    """Where the i-th tensor operand goes in an opaque call's captured arguments."""
-    index: int
-
-
-@dataclass
-class AtenCall:
-    """The callable of an opaque node: an aten op with its captured non-tensor arguments."""
-    target: Any
-    args: tuple
-    kwargs: dict
-    output: int | None = None            # pick one output of a multi-output op
-    __name__: str = field(default="", repr=False)
-
-    def __post_init__(self) -> None:
-        self.__name__ = str(self.target) + ("" if self.output is None else f"[{self.output}]")
-
-    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
-        fill = lambda a: tensors[a.index] if isinstance(a, _Slot) else a  # noqa: E731
-        out = self.target(*fx.node.map_aggregate(self.args, fill), **fx.node.map_aggregate(self.kwargs, fill))
-        return out if self.output is None else out[self.output]
 
 
 @dataclass
@@ -188,13 +176,6 @@ def _functional_variant(target: Any) -> Any | None:
     return getattr(packet, target._overloadname, None) if packet is not None else None
 
 
-def _is_view(node: Any) -> bool:
-    target = getattr(node, "target", None)
-    schema = getattr(target, "_schema", None)
-    return bool(schema and schema.returns and schema.returns[0].alias_info is not None
-                and not schema.is_mutable)
-
-
 def _check_mutation(node: fx.Node, origin: str | None) -> None:
     """Refuse a mutation whose effect a pure graph could not keep (an input, or a view's base)."""
     mutated = node.args[0]
@@ -204,42 +185,80 @@ def _check_mutation(node: fx.Node, origin: str | None) -> None:
     if mutated.op in ("placeholder", "get_attr"):
         raise MinicompError(f"{where}: {node.target} mutates an input or weight in place; "
                             "minicomp graphs are pure: return the new value instead")
-    if _is_view(mutated) or any(_is_view(u) for u in mutated.users if u is not node):
+    if is_view(mutated) or any(is_view(u) for u in mutated.users if u is not node):
         raise MinicompError(f"{where}: {node.target} mutates a tensor that shares memory with a view; "
                             "write it without in-place ops")
 
 
+# torch.tensor(...) inside the function: a tensor made by the call itself, a true constant
+_LIFTS = (torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default)
+_SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+
+
+def _input_name(label: str) -> str:
+    """A weight input's name: its label (`ln_1.weight`), with anything unusual replaced."""
+    return label if _SAFE_NAME.match(label) else "w_" + re.sub(r"[^A-Za-z0-9_.]", "_", label)
+
+
 class _Lowering:
-    def __init__(self, gm: fx.GraphModule, g: Graph, input_names: list[str], weight_names: dict[int, str],
-                 input_origin: str | None):
+    def __init__(self, gm: fx.GraphModule, g: Graph, input_names: list[str], input_origin: str | None,
+                 found: Walk | None, freeze: bool, device: torch.device | None):
         self.gm, self.g = gm, g
         self.input_names = input_names
-        self.weight_names = weight_names
         self.input_origin = input_origin
+        self.found, self.freeze, self.device = found, freeze, device
         self.env: dict[fx.Node, Any] = {}
-        self.constants: dict[int, T] = {}   # id(tensor) -> its node: a tied weight is one constant
+        self.constants: dict[int, T] = {}   # id(tensor) -> its node: a tied weight is one input or constant
+        self.input_position: dict[fx.Node, int] = {}     # placeholders and weight get_attrs -> graph input
+        self.weights: list[tuple[torch.Tensor, str]] = []   # weight inputs, in graph-input order
+        self.frozen: list[tuple[torch.Tensor, str]] = []    # weights folded in as guarded constants
 
     def value(self, a: Any) -> Any:
         return self.env[a] if isinstance(a, fx.Node) else a
 
     def run(self) -> None:
-        placeholders = 0
-        for node in self.gm.graph.nodes:
-            if node.op == "placeholder":
-                val = node.meta["val"]
-                self.env[node] = T(self.g.add_input(self.input_names[placeholders], tuple(val.shape), val.dtype,
-                                                    origin=self.input_origin))
-                placeholders += 1
-            elif node.op == "get_attr":
-                tensor = _fetch_attr(self.gm, node.target)
-                if id(tensor) not in self.constants:
-                    label = self.weight_names.get(id(tensor), node.target)
-                    self.constants[id(tensor)] = T(self.g.constant(tensor, label=label, origin=origin_of(node)))
-                self.env[node] = self.constants[id(tensor)]
+        nodes = list(self.gm.graph.nodes)
+        for k, node in enumerate(n for n in nodes if n.op == "placeholder"):   # the arguments come first
+            val = node.meta["val"]
+            self.env[node] = T(self.g.add_input(self.input_names[k], tuple(val.shape), val.dtype,
+                                                origin=self.input_origin))
+            self.input_position[node] = k
+        for node in nodes:
+            if node.op == "get_attr":
+                self._get_attr(node)
             elif node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
                 self._outputs(node)
+
+    def _get_attr(self, node: fx.Node) -> None:
+        """A tensor read from outside the arguments: a weight input, or a (guarded) constant.
+
+        Weights (parameters, buffers, tensors of globals and closures, any tensor the function
+        did not make) are graph inputs, read again at every call; with `freeze` they are
+        constants, and the binding guards them. A tensor the function made itself
+        (`torch.tensor(...)`) is a plain constant; so is a 0-d CPU tensor read by a function
+        of CUDA tensors (eager treats it as a scalar; one input device is the rule).
+        """
+        tensor = _fetch_attr(self.gm, node.target)
+        if id(tensor) not in self.constants:
+            src = self.found.sources.get(id(tensor)) if self.found is not None else None
+            label = src.label if src is not None else node.target
+            fresh = bool(node.users) and all(u.target in _LIFTS for u in node.users)
+            elsewhere = tensor.dim() == 0 and self.device is not None and tensor.device != self.device
+            if self.found is None or fresh:
+                nid = self.g.constant(tensor, label=label, origin=origin_of(node))
+            elif self.freeze or elsewhere:
+                nid = self.g.constant(tensor, label=label, origin=origin_of(node))
+                self.frozen.append((tensor, label))
+            else:
+                nid = self.g.add_input(_input_name(label), tuple(tensor.shape), tensor.dtype, origin=origin_of(node))
+                self.g.node(nid).attrs["label"] = label
+                self.weights.append((tensor, label))
+            self.constants[id(tensor)] = T(nid)
+        if self.g.node(self.constants[id(tensor)].id).op == "input":
+            self.input_position[node] = self.g.inputs.index(self.constants[id(tensor)].id)
+        self.env[node] = self.constants[id(tensor)]
 
     def _call(self, node: fx.Node) -> None:
         origin = origin_of(node)
@@ -286,6 +305,7 @@ class _Lowering:
                                     "a captured function must return tensors only")
             outs.append(v.id)
         self.g.set_outputs(outs)
+        self.g.out_alias = output_aliases(flat, self.input_position)
 
 
 def _fetch_attr(gm: fx.GraphModule, target: str) -> torch.Tensor:
@@ -305,77 +325,72 @@ def _prune(g: Graph) -> None:
             g.remove(nid)
 
 
-def _input_names(fn: Any, count: int) -> list[str]:
-    """Parameter names of `fn` (or `module.forward`), `arg{i}` where there are none."""
-    target = fn.forward if isinstance(fn, nn.Module) else fn
-    names: list[str] = []
-    try:
-        for p in inspect.signature(target).parameters.values():
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                names.append(p.name)
-            elif p.kind == p.VAR_POSITIONAL:
-                break
-    except (TypeError, ValueError):
-        pass
-    names = names[:count] + [f"arg{i}" for i in range(len(names), count)]
-    seen: set[str] = set()
-    for i, n in enumerate(names):  # unique, in case a *args name collides
-        if n in seen:
-            names[i] = f"arg{i}"
-        seen.add(names[i])
-    return names
-
-
-def _def_origin(fn: Any) -> str | None:
-    target = fn.forward if isinstance(fn, nn.Module) else fn
-    code = getattr(inspect.unwrap(target), "__code__", None)
-    return f"{short_path(code.co_filename)}:{code.co_firstlineno}" if code else None
-
-
-def _weight_names(fn: Any) -> dict[int, str]:
-    if not isinstance(fn, nn.Module):
-        return {}
-    named = list(fn.named_parameters(remove_duplicate=False)) + list(fn.named_buffers(remove_duplicate=False))
-    names: dict[int, str] = {}
-    for name, t in named:
-        names.setdefault(id(t), name)
-    return names
-
-
 def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.Tensor],
-            name: str | None = None) -> Graph:
+            name: str | None = None, *, freeze: bool = False) -> Graph:
     """Trace `fn_or_module(*example_inputs)` into a verified-shape minicomp Graph.
 
-    Inputs are named after the function's (or `forward`'s) parameters. Weights become
-    constants holding the module's own tensors. `graph.outputs` are the returned tensors in
-    pytree order and `graph.out_spec` the structure that `tree_unflatten` rebuilds from them. Raises MinicompError (SourceError at the
-    user's line where one is known) for anything the user's code or inputs cause.
+    Inputs are named after the function's (or `forward`'s) parameters, followed by one input
+    per weight the function read (`ln_1.weight`; see `_Lowering._get_attr`), in order of
+    first use. `graph.binding` (a `binding.Binding`) reads those weights again and checks the
+    function's Python state at every call (`graph.binding.read()` gives the current weight
+    tensors); with `freeze=True` weights are constants instead, guarded by the binding.
+    `graph.outputs` are the returned tensors in pytree order, `graph.out_spec` the structure
+    that `tree_unflatten` rebuilds from them, `graph.out_alias` how eager's outputs alias the
+    inputs (fx_alias.py) and `graph.random_ops` the random aten ops the graph calls.
+
+    No state of the caller's is changed: tensor writes are refused before they happen, and
+    Python attribute or global writes are undone and refused (effects.py). Raises
+    MinicompError (SourceError at the user's line where one is known) for anything the
+    user's code or inputs cause.
     """
     inputs = list(example_inputs)
     for i, t in enumerate(inputs):
         if not isinstance(t, torch.Tensor):
             raise MinicompError(f"example input {i} of {describe(fn_or_module)} is {type(t).__name__}; "
                                 "capture takes tensors only")
-    gm, out_spec = trace(fn_or_module, inputs)
-    g = lower(gm, name or describe(fn_or_module), _input_names(fn_or_module, len(inputs)),
-              _weight_names(fn_or_module), _def_origin(fn_or_module))
+    found = walk(fn_or_module)
+    before = Snapshot(found)
+    try:
+        gm, out_spec = trace(fn_or_module, distinct(found, inputs))
+    finally:
+        changes = before.undo()
+    if changes:
+        raise refusal(describe(fn_or_module), changes)
+    g = lower(gm, name or describe(fn_or_module), input_names(fn_or_module, len(inputs)),
+              def_origin(fn_or_module), found=found, freeze=freeze,
+              device=inputs[0].device if inputs else None)
     g.out_spec = out_spec
     return g
 
 
 def lower(gm: fx.GraphModule, name: str, input_names: Sequence[str] | None = None,
-          weight_names: dict[int, str] | None = None, input_origin: str | None = None) -> Graph:
+          input_origin: str | None = None, *, found: Walk | None = None, freeze: bool = False,
+          device: torch.device | None = None) -> Graph:
     """The Graph of an aten-level fx GraphModule (what `trace` returns); capture = trace + lower.
 
     `graph.out_spec` is the pytree structure of the GraphModule's result: the flat
-    `graph.outputs` rebuild it with `torch.utils._pytree.tree_unflatten`.
+    `graph.outputs` rebuild it with `torch.utils._pytree.tree_unflatten`. Without `found`
+    (a `params.walk` of the traced function) every tensor the GraphModule holds is a
+    constant and `graph.binding` is None.
     """
     count = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
     names = list(input_names) if input_names is not None else [f"arg{i}" for i in range(count)]
     g = Graph(name)
-    _Lowering(gm, g, names, weight_names or {}, input_origin).run()
+    lowering = _Lowering(gm, g, names, input_origin, found, freeze, device)
+    lowering.run()
     _prune(g)
+    g.binding = Binding.build(found, lowering.weights, lowering.frozen) if found is not None else None
+    g.random_ops = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function"
+                           and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())})
     return g
+
+
+def call_inputs(g: Graph, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """All the inputs of a captured graph for a call on `args`: them, then its weights as they are now."""
+    weights = g.binding.read() if getattr(g, "binding", None) is not None else []
+    if weights is None:
+        raise MinicompError(f"{g.name}: the state it was captured with has changed; capture it again")
+    return list(args) + weights
 
 
 def opaque_nodes(g: Graph) -> list[str]:

@@ -19,8 +19,9 @@ How it works:
 - A node's `meta["val"]` is a meta tensor with the result's shape, strides and dtype, so
   intermediates are freed as eagerly as the function frees them.
 - The example inputs become placeholders. Other real tensors met as operands become `get_attr`
-  constants holding the tensor itself, one node per tensor object, as make_fx makes them:
-  weights, buffers, and tensors closed over or built with `torch.tensor`.
+  nodes holding the tensor itself, one node per tensor object, as make_fx makes them:
+  weights, buffers, and tensors closed over or built with `torch.tensor` (fx.py turns the
+  first three into weight inputs read at every call).
 
 Running on real values must not let a value decide the graph, or touch what the caller owns.
 So the tracer declines (raises `Declined`) before any of these happen:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from minicomp.errors import MinicompError, SourceError
 from minicomp.frontend.fx_eager import eager_trace
@@ -140,14 +142,14 @@ _STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
-def _is_user_file(filename: str) -> bool:
+def is_user_file(filename: str) -> bool:
     stdlib = filename.startswith(_STDLIB_DIR) and "-packages" + os.sep not in filename
     return not (filename.startswith(_TORCH_DIR) or stdlib or os.path.abspath(filename).startswith(_MINICOMP_DIR)
                 or filename.startswith("<"))
 
 
 def _user_frame(frame) -> Any | None:
-    while frame is not None and not _is_user_file(frame.f_code.co_filename):
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 
@@ -160,7 +162,7 @@ def short_path(path: str) -> str:
 def origin_of(node: fx.Node) -> str | None:
     """`file:line` of the last user frame in a node's stack trace."""
     trace = node.meta.get("stack_trace") or ""
-    hits = [m for m in _FRAME_RE.finditer(trace) if _is_user_file(m.group("file"))]
+    hits = [m for m in _FRAME_RE.finditer(trace) if is_user_file(m.group("file"))]
     if not hits:
         return None
     return f"{short_path(hits[-1].group('file'))}:{hits[-1].group('line')}"
@@ -185,13 +187,40 @@ class _Intercept(TorchFunctionMode):
 # --------------------------------------------------------------------------- tracing
 
 
+def input_names(fn: Any, count: int) -> list[str]:
+    """Parameter names of `fn` (or `module.forward`), `arg{i}` where there are none."""
+    target = fn.forward if isinstance(fn, nn.Module) else fn
+    names: list[str] = []
+    try:
+        for p in inspect.signature(target).parameters.values():
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                names.append(p.name)
+            elif p.kind == p.VAR_POSITIONAL:
+                break
+    except (TypeError, ValueError):
+        pass
+    names = names[:count] + [f"arg{i}" for i in range(len(names), count)]
+    seen: set[str] = set()
+    for i, n in enumerate(names):  # unique, in case a *args name collides
+        if n in seen:
+            names[i] = f"arg{i}"
+        seen.add(names[i])
+    return names
+
+
+def def_origin(fn: Any) -> str | None:
+    target = fn.forward if isinstance(fn, nn.Module) else fn
+    code = getattr(inspect.unwrap(target), "__code__", None)
+    return f"{short_path(code.co_filename)}:{code.co_firstlineno}" if code else None
+
+
 def describe(fn: Any) -> str:
     return type(fn).__name__ if isinstance(fn, nn.Module) else getattr(fn, "__name__", type(fn).__name__)
 
 
 def _user_error(exc: BaseException, what: str) -> MinicompError:
     """A one-paragraph error at the innermost user frame of `exc`'s traceback."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_user_file(f.filename)]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     message = f"{what}: {type(exc).__name__}" + (f": {text}" if text else "")
     if "DataDependent" in type(exc).__name__ or "data-dependent" in str(exc):
@@ -217,13 +246,45 @@ def _quiet_fake_tensor_log() -> Iterator[None]:
         logger.disabled = was
 
 
+def _written(func: Any, args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
+    """The tensors an aten call writes in place (its `Tensor(a!)` arguments)."""
+    schema = func._schema
+    if not schema.is_mutable:
+        return
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+            yield from (t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor))
+
+
+class _NoOutsideWrites(TorchDispatchMode):
+    """make_fx's capture runs on fake tensors, but the function's weights, buffers and globals
+    stay real, and fake mode runs an op whose operands are all real for real: `self.steps += 1`
+    or BatchNorm's running-stat update would write the caller's tensor. This mode sits on top
+    of make_fx's own and refuses such a write before it happens (the eager tracer's `_Recorder`
+    does the same for its capture)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        from torch._subclasses.fake_tensor import FakeTensor   # make_fx imported it already
+        if any(not isinstance(t, FakeTensor) for t in _written(func, args, kwargs)):
+            frames = _FRAME_RE.findall(fx_traceback.get_current_meta().get("stack_trace") or "")
+            where = f"{short_path(frames[-1][0])}:{frames[-1][1]}" if frames else "capture"
+            raise MinicompError(f"{where}: {func} mutates an input or weight in place; minicomp graphs are "
+                                "pure: return the new value instead (nothing was written)")
+        return func(*args, **kwargs)
+
+
 def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.GraphModule, pytree.TreeSpec]:
     """make_fx capture of `fn` (see the module docstring) and the pytree structure of what it
-    returns (tuple, list, dict, namedtuple...); user errors become MinicompError."""
+    returns (tuple, list, dict, namedtuple...); user errors become MinicompError. No tensor
+    of the caller's is written, by either tracer."""
     returned: list[pytree.TreeSpec] = []
+    fake = [False]
 
     def positional(*args):  # make_fx would also make placeholders for defaulted parameters
-        out = fn(*args)
+        with _NoOutsideWrites() if fake[0] else contextlib.nullcontext():
+            out = fn(*args)
         returned.append(pytree.tree_structure(out))
         return out
 
@@ -238,6 +299,7 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.Grap
             _log.debug("eager tracer declined %s (%s: %s); capturing with make_fx", describe(fn),
                        type(e).__name__, e)
     LAST_TRACER[0] = "fake"
+    fake[0] = True
     try:
         with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept(), _quiet_fake_tensor_log():
             gm = make_fx(functional, tracing_mode="fake", _allow_non_fake_inputs=True)(*example_inputs)

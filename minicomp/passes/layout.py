@@ -22,6 +22,9 @@ last two axes) for the B operand of matmuls is replaced by one new constant W^T 
 transposed rows are: Triton specialises pointers and strides divisible by 16, and only
 then vectorises the loads. Aligned weights stay as they are: a tiled `tl.dot` reads
 either layout at full speed, and the copy would double the constant's memory.
+Weights are constants only under `minicomp.compile(fn, freeze=True)` (otherwise they are
+graph inputs read at every call, in the caller's layout), so only frozen weights are ever
+pre-transposed.
 """
 
 from __future__ import annotations
