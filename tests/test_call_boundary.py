@@ -262,3 +262,31 @@ def test_threads_calling_different_compiled_functions_and_shapes():
     call.x = {i: rand(3 + i % 2, 7, seed=i) for i in range(64)}
     errors = _hammer(lambda i: call(int(i)), lambda i: [i], lambda i: fns[int(i) % 3](call.x[int(i)]))
     assert errors == []
+
+
+def test_a_kernel_rejected_at_the_first_launch_falls_back_and_the_weights_stay_live(monkeypatch):
+    """The first call of a specialisation goes through `api.run_compiled`: a kernel Triton rejects
+    at its first launch (simulated here: on the CPU it cannot happen) makes its group run through
+    PyTorch, and the specialisation keeps the module that ran, weights still read at each call."""
+    from minicomp.runtime import CompiledCall
+    from minicomp.runtime.launcher import KernelCompileError
+    real = CompiledCall.__call__
+    rejected: list[str] = []
+
+    def first_call_rejects(self, *inputs):
+        if not rejected and self.generated.kernel_names:
+            rejected.append(self.generated.kernel_names[0])
+            raise KernelCompileError(rejected[0], "simulated rejection")
+        return real(self, *inputs)
+
+    monkeypatch.setattr(CompiledCall, "__call__", first_call_rejects)
+    m = nn.Sequential(nn.Linear(6, 5), nn.GELU())
+    f = minicomp.compile(m)
+    x = rand(3, 6)
+    with pytest.warns(UserWarning, match="rejected by Triton's compiler"):
+        with torch.no_grad():
+            torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
+    assert rejected and "runs through PyTorch" in f.explain()
+    m[0].weight = nn.Parameter(rand(5, 6, seed=4))
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
