@@ -21,6 +21,9 @@ from minicomp.frontend.params import MISSING, Read, Walk, held
 _call = getattr(operator, "call", None) or (lambda f: f())
 
 
+_VERSION, _GRAD = operator.attrgetter("_version"), operator.attrgetter("requires_grad")
+
+
 def _state(t: torch.Tensor) -> tuple:
     """What a frozen weight must keep: its version (in-place writes), storage (`.data = ...`)
     and grad flag (gradients still reach frozen weights, runtime/boundary.py)."""
@@ -63,6 +66,7 @@ class Binding:
         self._frozen_objects = [t for _, t, _ in self.frozen]
         self._storage = [t.detach() for t in self._frozen_objects]
         self._states = [_state(t) for t in self._frozen_objects]
+        self._versions, self._ptrs, self._grads = ([st[i] for st in self._states] for i in range(3))
 
     @classmethod
     def build(cls, w: Walk, weights: list[tuple[torch.Tensor, str]],
@@ -95,7 +99,9 @@ class Binding:
 
     def _frozen_unchanged(self) -> bool:
         now = list(map(_call, self._frozen_reads))
-        return all(map(operator.is_, now, self._frozen_objects)) and list(map(_state, now)) == self._states
+        # three C-level passes (a Python function per tensor costs twice as much)
+        return (all(map(operator.is_, now, self._frozen_objects)) and list(map(_VERSION, now)) == self._versions
+                and list(map(torch.Tensor.data_ptr, now)) == self._ptrs and list(map(_GRAD, now)) == self._grads)
 
     def changes(self) -> tuple[list[str], bool]:
         """What no longer holds (labels), and whether an object was replaced or a frozen weight
