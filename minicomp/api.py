@@ -39,7 +39,6 @@ from minicomp.target import Target
 # the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
 if TYPE_CHECKING:
     from minicomp.runtime.boundary import Specialisation
-    from minicomp.runtime.guards import Signature
 
 _log = logging.getLogger(__name__)
 
@@ -168,30 +167,6 @@ def _module_call(compiled: Compiled) -> Callable[..., list[torch.Tensor]]:
     return module.call if module is not None else compiled.call
 
 
-def _weights_fit(weights: list[Any], sig: Signature) -> bool:
-    """Are the weights read now tensors of the signature a specialisation was compiled for?"""
-    from minicomp.runtime.boundary import resolved
-    from minicomp.runtime.guards import Signature
-    try:
-        return Signature.of([resolved(w) for w in weights]) == sig
-    except (GuardError, AttributeError):        # a weight is now None, or not a tensor
-        return False
-
-
-def _signature(tensors: Sequence[torch.Tensor]):
-    """The runtime's `Signature` (shape, dtype, strides bar size-1 dims, device), after device checks."""
-    from minicomp.runtime.guards import Signature
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        raise GuardError(f"inputs are on several devices ({', '.join(sorted(map(str, devices)))}); "
-                         "move them to one device")
-    for k, t in enumerate(tensors):
-        if t.device.type not in ("cpu", "cuda"):
-            raise GuardError(f"tensor argument {k} is on device {t.device}; minicomp runs kernels on cuda "
-                             "(or on cpu under Triton's interpreter)")
-    return Signature.of(tensors)
-
-
 def _modes() -> tuple:
     """Process state that changes what eager computes and capture records: the default dtype
     (`torch.tensor(1.0)`), and autocast (per device type, with its dtype)."""
@@ -296,9 +271,10 @@ class CompiledFunction:
         """The specialisation for `args` (compiled now if none fits), the flat argument tensors
         and the weights read now."""
         from minicomp.runtime.boundary import resolved
+        from minicomp.runtime.guards import signature_of, weights_fit
         tensors, spec = _flatten(args)
         # the nesting is part of the key (f(x, [y]) is not f(x, y)), and so are the modes
-        key = (spec, _signature([resolved(t) for t in tensors]), _modes())
+        key = (spec, signature_of([resolved(t) for t in tensors]), _modes())
         if key[2][1]:
             raise GuardError(f"{self._name} was called under torch.autocast ({', '.join(d for d, _ in key[2][1])}); "
                              "minicomp's capture does not follow autocast's casts: call it outside autocast, with "
@@ -306,7 +282,7 @@ class CompiledFunction:
         with self._lock:
             for s in list(self._cache.get(key, ())):
                 weights = s.binding.read()
-                if weights is not None and _weights_fit(weights, s.weight_sig):
+                if weights is not None and weights_fit(weights, s.weight_sig):
                     self._last = s.compiled
                     return s, tensors, weights
                 if weights is None:
@@ -338,7 +314,7 @@ class CompiledFunction:
     def _specialise(self, key: tuple, tensors: list[torch.Tensor], spec: Any, flat: bool) -> Specialisation:
         from minicomp.frontend.fx import capture
         from minicomp.runtime.boundary import OutputPlan, Rerun, Specialisation, resolved
-        from minicomp.runtime.guards import Signature
+        from minicomp.runtime.guards import Signature, signature_of
         from minicomp.runtime.prime import prime_triton
         plain = [resolved(t) for t in tensors]
         if plain:
@@ -350,7 +326,7 @@ class CompiledFunction:
         if weights is None:
             raise MinicompError(f"{self._name}: the state minicomp watches changed while it was captured")
         inputs = plain + [resolved(w) for w in weights]
-        _signature(inputs)                    # arguments and weights on one device
+        signature_of(inputs)                    # arguments and weights on one device
         compiled = compile_graph(graph, inputs, self.options)
         outputs = OutputPlan.of(getattr(graph, "out_alias", None), compiled.graph)
         rerun = Rerun(fn, len(tensors), outputs.fresh, graph.binding, getattr(graph, "random_ops", []), self._name)

@@ -8,6 +8,8 @@ of the same shape share a signature.
 
 `check_call` raises `GuardError` for a wrong number of arguments, a non-tensor, or a
 tensor of another shape, dtype or device type than the module was generated for.
+`signature_of` is the api's: the signature of a compiled function's tensors, after the
+device checks; `weights_fit` whether the weights read now fit a specialisation's signature.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from minicomp.errors import GuardError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, contiguous_strides
+from minicomp.runtime.boundary import resolved
 
 
 @dataclass(frozen=True)
@@ -96,3 +99,24 @@ def check_call(graph_name: str, specs: Sequence[tuple[str, tuple[int, ...], torc
         if t.device.type != device_type:
             raise GuardError(f"{graph_name}: input {name!r} is on {t.device}, but this call was compiled "
                              f"for {device_type}")
+
+
+def signature_of(tensors: Sequence[torch.Tensor]) -> Signature:
+    """The runtime's `Signature` (shape, dtype, strides bar size-1 dims, device), after device checks."""
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise GuardError(f"inputs are on several devices ({', '.join(sorted(map(str, devices)))}); "
+                         "move them to one device")
+    for k, t in enumerate(tensors):
+        if t.device.type not in ("cpu", "cuda"):
+            raise GuardError(f"tensor argument {k} is on device {t.device}; minicomp runs kernels on cuda "
+                             "(or on cpu under Triton's interpreter)")
+    return Signature.of(tensors)
+
+
+def weights_fit(weights: list, sig: Signature) -> bool:
+    """Are the weights read now tensors of the signature a specialisation was compiled for?"""
+    try:
+        return Signature.of([resolved(w) for w in weights]) == sig
+    except (GuardError, AttributeError):        # a weight is now None, or not a tensor
+        return False
