@@ -24,7 +24,7 @@ def main() -> int:
     from minicomp import api
     from minicomp.codegen import generate
     from minicomp.frontend.fx import call_inputs, capture
-    from minicomp.passes.fusion import plan_graph
+    from minicomp.plan import assign_layout, plan_graph
     from minicomp.runtime import load
     minicomp.compile(lambda x: x * 2.0 + 1.0).compile_for(torch.ones(4, 8, device="cuda"))
     for name in ("gpt_block", "llama_block"):
@@ -38,6 +38,7 @@ def main() -> int:
             t1 = time.perf_counter()
             g2, _ = api.optimise(g, api.Options())
             plan = plan_graph(g2, api.Options().machine, baseline=g)
+            g2 = assign_layout(g2, plan)
             t2 = time.perf_counter()
             gen = generate(g2, plan, "cuda")
             t3 = time.perf_counter()

@@ -3,7 +3,7 @@
     @minicomp.compile
     def f(x, w): ...
 
-    f(x, w)          # first call: capture -> passes -> plan -> Triton module -> run
+    f(x, w)          # first call: capture -> passes -> plan -> layout -> Triton module -> run
     f.plan, f.source, f.graph, f.explain()
 
 A compiled function is specialised on its inputs' shapes, dtypes, strides and device; a
@@ -57,8 +57,8 @@ class Options:
 @dataclass
 class Compiled:
     """Everything one specialisation produced."""
-    graph: Graph                 # after passes
-    plan: Any                    # minicomp.passes.plan.Plan
+    graph: Graph                 # after passes and layout assignment
+    plan: Any                    # minicomp.plan.Plan
     generated: Any               # minicomp.codegen.GeneratedModule
     call: Callable[..., list[torch.Tensor]]
     pass_records: list = field(default_factory=list)
@@ -121,9 +121,9 @@ def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
 
 
 def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None) -> Compiled:
-    """Graph (fresh from a frontend) -> passes -> plan -> generated module -> loaded call."""
+    """Graph (fresh from a frontend) -> passes -> plan -> layout -> generated module -> loaded call."""
     from minicomp.codegen import generate
-    from minicomp.passes.fusion import plan_graph
+    from minicomp.plan import assign_layout, plan_graph
     from minicomp.runtime import load
 
     options = options or Options()
@@ -137,6 +137,7 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     graph, records = optimise(graph, options)   # the manager works on a copy: `captured` stays as it was
     # the unfused baseline is the user's program as written (before attention matching)
     plan = plan_graph(graph, options.machine, baseline=captured)
+    graph = assign_layout(graph, plan)            # strides of what the plan's kernels write
     device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     target = Target.for_device(device.type, verify_target=options.verify_target)
     generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
@@ -354,7 +355,7 @@ class CompiledFunction:
 
     def explain(self) -> str:
         c = self._need()
-        return f"{c.graph.dump()}\n\n{c.plan.table()}"
+        return f"{c.graph.dump()}\n\n{c.plan.table(fallbacks=c.generated.fallbacks)}"
 
     def report(self, path: str, *, bench: bool = False):
         """Write the HTML report of the last compiled signature to `path` (see minicomp.report);

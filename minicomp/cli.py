@@ -153,15 +153,16 @@ def cmd_compile(args) -> int:
     options = Options(passes=passes, machine=args.machine, print_after_all=args.print_after_all,
                       dump_dir=args.dump_dir, time_passes=args.time_passes)
     compiled = compile_graph(graph, inputs, options)
-    for note in explain.fallback_notes(compiled.plan, compiled.graph):
+    fallbacks = compiled.generated.fallbacks
+    for note in explain.fallback_notes(compiled.plan, compiled.graph, fallbacks):
         print(note, file=sys.stderr)
     if args.dump_ir:
         print(compiled.graph.dump(), end="\n\n")
     if args.dump_plan:
         plan = compiled.plan
-        print(plan.table(), end="\n\n")
+        print(plan.table(fallbacks=fallbacks), end="\n\n")
     if args.dump_graph:
-        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan):
+        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan, fallbacks):
             print(f"wrote {path}")
     if args.emit:
         path = compiled.generated.write(args.emit)
@@ -174,7 +175,7 @@ def cmd_compile(args) -> int:
         if args.bench and device != "cuda":
             print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter)")
         elif args.bench:
-            for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs)):
+            for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs), fallbacks):
                 print(line)
     return 0
 

@@ -1,8 +1,8 @@
 """How the CLI explains a compiled graph beyond the plan table: fallbacks, a picture, timings.
 
-- `fallback_notes(plan, graph)`: one line per node or group that runs through PyTorch
-  instead of a Triton kernel, and why (printed by `minicomp compile` on stderr).
-- `graph_dot(graph, plan)` / `write_graph(path, graph, plan)`: the graph as DOT, each node
+- `fallback_notes(plan, graph, fallbacks)`: one line per node or group that runs through
+  PyTorch instead of a Triton kernel, and why (printed by `minicomp compile` on stderr).
+- `graph_dot(graph, plan, fallbacks)` / `write_graph(path, graph, plan, fallbacks)`: the graph as DOT, each node
   filled with the colour of the group that writes it (else the first that computes it),
   with a legend of the groups; SVG beside it when Graphviz's `dot` is installed.
 - `bench(compiled, inputs)` (CUDA only): the whole call's median time against the plan's
@@ -10,7 +10,9 @@
   `bench_lines` formats either, so the text is testable without a GPU.
 
 "% of bound" is the group's roofline lower bound over its measured time: 100% would be a
-kernel that moves its bytes (or does its flops) at the machine's peak.
+kernel that moves its bytes (or does its flops) at the machine's peak. `fallbacks` is the
+generated module's record (`GeneratedModule.fallbacks`: group id -> why it runs through
+PyTorch); the plan holds only what the planner decided.
 """
 
 from __future__ import annotations
@@ -19,15 +21,14 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from minicomp.ir.graph import Graph
 from minicomp.ir.printer import to_dot
-from minicomp.passes.plan import Plan
+from minicomp.plan.records import Plan
 
 
-
-def fallback_notes(plan: Plan, graph: Graph) -> list[str]:
+def fallback_notes(plan: Plan, graph: Graph, fallbacks: Mapping[int, str]) -> list[str]:
     """What runs through PyTorch rather than a Triton kernel: opaque nodes, then fallen-back groups."""
     notes = []
     opaque = [n for n in graph.nodes() if n.op == "opaque"]
@@ -36,9 +37,9 @@ def fallback_notes(plan: Plan, graph: Graph) -> list[str]:
                      ", ".join(f"%{n.id} {n.attrs.get('target')}" + (f" ({n.origin})" if n.origin else "")
                                for n in opaque))
     for g in plan.groups:
-        if g.fallback and g.kind != "opaque":
+        if fallbacks.get(g.id) and g.kind != "opaque":
             what = f"{g.kind} {g.name}".strip()
-            notes.append(f"note: group {g.id} ({what}) runs through PyTorch, not a Triton kernel: {g.fallback}")
+            notes.append(f"note: group {g.id} ({what}) runs through PyTorch, not a Triton kernel: {fallbacks[g.id]}")
     return notes
 
 
@@ -52,19 +53,19 @@ def node_groups(plan: Plan, graph: Graph) -> dict[int, int]:
     return out
 
 
-def graph_dot(graph: Graph, plan: Plan) -> str:
+def graph_dot(graph: Graph, plan: Plan, fallbacks: Mapping[int, str]) -> str:
     """DOT text: nodes coloured by group (the printer's palette) and a legend naming each group."""
     text = to_dot(graph, node_groups(plan, graph)).rstrip()
     assert text.endswith("}")
-    rows = [f"g{g.id}: {g.kind} {g.name}".strip() + (" (PyTorch)" if g.fallback else "") for g in plan.groups]
+    rows = [f"g{g.id}: {g.kind} {g.name}".strip() + (" (PyTorch)" if fallbacks.get(g.id) else "") for g in plan.groups]
     legend = "\\l".join(rows) + "\\l"
     return text[:-1] + f'  legend [shape=note, label="{legend}", fillcolor="#ffffff"];\n}}\n'
 
 
-def write_graph(path: str | Path, graph: Graph, plan: Plan) -> list[Path]:
+def write_graph(path: str | Path, graph: Graph, plan: Plan, fallbacks: Mapping[int, str]) -> list[Path]:
     """Write the DOT file, and an SVG beside it when `dot` is on PATH; returns the files written."""
     path = Path(path)
-    path.write_text(graph_dot(graph, plan))
+    path.write_text(graph_dot(graph, plan, fallbacks))
     written = [path]
     dot = shutil.which("dot")
     if dot:
@@ -121,7 +122,7 @@ def _pct(bound: float, measured: float) -> str:
     return f"{100.0 * bound / measured:5.1f}%" if measured > 0 else "    -"
 
 
-def bench_lines(plan: Plan, result: BenchResult) -> list[str]:
+def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str]) -> list[str]:
     """The timings against the plan's bounds, one line for the call and one per group."""
     lines = [f"bench: {result.total_us:.1f} µs per call (median, triton.testing.do_bench); "
              f"plan's lower bound {plan.lower_bound_us:.1f} µs: {_pct(plan.lower_bound_us, result.total_us).strip()} "
@@ -136,6 +137,6 @@ def bench_lines(plan: Plan, result: BenchResult) -> list[str]:
             lines.append(f"  g{g.id:<3} {what}  {us:9.1f} µs  bound {g.lower_bound_us:9.1f} µs  "
                          f"{_pct(g.lower_bound_us, us)} of bound")
         else:
-            why = "PyTorch" if g.fallback else "no kernel"
+            why = "PyTorch" if fallbacks.get(g.id) else "no kernel"
             lines.append(f"  g{g.id:<3} {what}  {'-':>9}     bound {g.lower_bound_us:9.1f} µs  ({why})")
     return lines

@@ -52,12 +52,14 @@ import torch
 from minicomp.codegen import attention_hopper
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, group_spec, kernel_name,
+                                     next_pow2)
 from minicomp.codegen.epilogue import (LOG2E, Operand, TileLowering, cast_operand, dot_precision, fold_operand,
                                        split_offset)
-from minicomp.codegen.gemm import DOT_DTYPES, needs_int64
+from minicomp.codegen.gemm_form import DOT_DTYPES, needs_int64
 from minicomp.codegen.tlexpr import Val, storage_tl
 from minicomp.codegen.names import comment_text
+from minicomp.plan.specs import AttentionSpec
 
 # (BLOCK_M, BLOCK_N, num_stages, num_warps); BLOCK_M is a multiple of BLOCK_N (causal block skipping)
 HALF_CONFIGS = [(128, 64, 3, 4), (128, 64, 3, 8), (128, 128, 3, 8), (64, 64, 3, 4), (128, 32, 4, 4), (64, 32, 4, 4)]
@@ -74,20 +76,16 @@ LOCALS = ("q", "k", "v", "o", "qk", "s", "p", "acc", "m_i", "l_i", "m_new", "m_s
 
 
 class Spec:
-    """What one attention group computes, with the operands folded to memory."""
+    """What one attention group computes (its `AttentionSpec`, the plan's), with the operands
+    folded to memory."""
 
     def __init__(self, ctx: KernelCtx):
         g = ctx.graph
-        anchor = ctx.group.anchor
-        if anchor is None or g.node(anchor).op != "attention":
-            found = [n for n in ctx.group.nodes if g.node(n).op == "attention"]
-            if len(found) != 1:
-                raise Unsupported("attention group without exactly one attention node")
-            anchor = found[0]
-        node = g.node(anchor)
+        form = group_spec(ctx, AttentionSpec)
+        node = g.node(form.node)
         self.node = node
-        q, k, v = (g.node(a) for a in node.args[:3])
-        self.mask = g.node(node.args[3]) if len(node.args) > 3 else None
+        q, k, v = g.node(form.q), g.node(form.k), g.node(form.v)
+        self.mask = g.node(form.mask) if form.mask is not None else None
         if q.dtype not in DOT_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
             raise Unsupported(f"{node.describe()}: attention over {q.dtype}/{k.dtype}/{v.dtype}")
         if self.mask is not None and not (self.mask.dtype == torch.bool or self.mask.dtype.is_floating_point):
@@ -95,20 +93,19 @@ class Spec:
         for out in ctx.group.outputs:
             if g.node(out).shape != node.shape:
                 raise Unsupported(f"{g.node(out).describe()}: output shape differs from the attention's")
-        self.batch = tuple(node.shape[:-2])
-        self.sq, self.d = q.shape[-2:]
-        self.sk, self.dv = v.shape[-2:]
-        self.scale = float(node.attrs["scale"])
-        self.causal = bool(node.attrs["is_causal"])
+        self.batch = form.batch
+        self.sq, self.d = form.sq, form.d
+        self.sk, self.dv = form.sk, form.dv
+        self.scale = form.scale
+        self.causal = form.causal
         if math.prod(self.batch) > 65535:
             raise Unsupported(f"{node.describe()}: {math.prod(self.batch)} batch x heads exceed one grid axis")
         zs = [ix.sym(f"z{i}", b) for i, b in enumerate(self.batch)]
         kv_batch, kv_zs = list(self.batch), list(zs)
-        self.groups = 1                               # query heads per KV head
-        if self.batch and k.shape[-3] != q.shape[-3] and len(k.shape) >= 3:
-            if not node.attrs["enable_gqa"] or q.shape[-3] % k.shape[-3]:
-                raise Unsupported(f"{node.describe()}: {q.shape[-3]} query heads over {k.shape[-3]} KV heads")
-            self.groups = groups = q.shape[-3] // k.shape[-3]
+        if form.kv_groups is None:
+            raise Unsupported(f"{node.describe()}: {q.shape[-3]} query heads over {k.shape[-3]} KV heads")
+        self.groups = groups = form.kv_groups         # query heads per KV head
+        if groups != 1:
             kv_batch[-1] = k.shape[-3]
             kv_zs[-1] = ix.floordiv(zs[-1], groups)   # query head h reads KV head h // groups
         self.q = self._fold(ctx, q, self.batch, zs, ("qm", self.sq), ("qd", self.d))

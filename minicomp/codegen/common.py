@@ -3,7 +3,10 @@
 Invariants:
 - an emitter (`pointwise.emit`, `reduction.emit`, `gemm.emit`, `attention.emit`) takes a
   `KernelCtx` and returns one `Kernel`, or raises `Unsupported` with a one-line reason; the
-  module wrapper then runs the group through PyTorch and records `group.fallback = str(e)`;
+  module wrapper then runs the group through PyTorch and records why on the generated module
+  (`GeneratedModule.fallbacks[group.id] = str(e)`); emitters of reduction, GEMM and attention
+  groups read the group's spec (`ctx.group.spec`, minicomp/plan/specs.py), not the graph, for
+  what the planner decided;
 - `Kernel.source` is top-level module text (one or more `@triton.jit` functions, optionally
   autotuned), after any `Kernel.shared` text (a library kernel several groups bind, written
   once per module); `Kernel.launches` are `Launch` records: the grid, the arguments (tensors
@@ -16,11 +19,12 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeVar, Union
 
+from minicomp.errors import CompileError
 from minicomp.ir.graph import Graph, contiguous_strides
 from minicomp.ir.ops.text import Unsupported  # noqa: F401  (op forms raise it too: it lives in the IR)
-from minicomp.passes.plan import Group
+from minicomp.plan.records import Group
 from minicomp.target import Target
 
 
@@ -117,6 +121,20 @@ class KernelCtx:
         if node.layout is not None:
             return tuple(node.layout)
         return contiguous_strides(node.shape)
+
+
+SpecT = TypeVar("SpecT")
+
+
+def group_spec(ctx: KernelCtx, kind: type[SpecT]) -> SpecT:
+    """The group's spec, which the planner gave it; a plan made by hand gets its groups' specs
+    from `plan.with_specs(graph)`."""
+    spec = ctx.group.spec
+    if not isinstance(spec, kind):
+        have = "none" if spec is None else f"a {type(spec).__name__}"
+        raise CompileError(f"group {ctx.group.id} ({ctx.group.kind}) needs a {kind.__name__} and has {have}: "
+                           "plans made by hand get their specs from plan.with_specs(graph)")
+    return spec
 
 
 def kernel_name(ctx: KernelCtx, tag: str) -> str:

@@ -6,6 +6,9 @@ output tile of one batch entry (tiles ordered in bands of GROUP_M row blocks, so
 reuses each column block of B from L2) and walks K in BLOCK_K steps, accumulating in
 fp32.
 
+What the kernel computes is the plan's (the group's `GemmSpec`); `gemm_form.py` folds its
+operands to memory and picks the form and configs; this module writes the text.
+
 Invariants and decisions:
 - operands are read where they lie: views between a matmul and memory (transpose,
   permute, expand, slice, reshape) fold into the address; prologue casts are applied
@@ -36,48 +39,22 @@ Two forms of the kernel:
   TMA needs 16-byte aligned bases, so `call()` passes an aligned copy of an operand that
   is not (`_align16`), and a scratch allocator for the descriptors (`_tma_ready`).
 
-Unsupported (the group falls back to PyTorch): 1-D operands (matrix-vector), matmuls in
-dtypes other than fp32/fp16/bf16, prologue ops other than views and casts, several
-matmuls that do not share operand A or differ in shape, an output of another shape.
+Unsupported (the group falls back to PyTorch): see `gemm_form.py`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
-from minicomp.codegen.epilogue import (Operand, TileLowering, cast_operand, dot_precision, fold_operand,
-                                       split_offset)
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name
+from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
+from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, configs, needs_int64,
+                                        tma_form)
 from minicomp.codegen.tlexpr import Val
 
-DOT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): Hopper-sized tiles first, then smaller
-# ones for small problems; `configs` drops those larger than the problem.
-HALF_CONFIGS = [
-    (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4),
-    (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
-]
-FP32_CONFIGS = [
-    (128, 128, 32, 3, 8), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 64, 32, 4, 4), (32, 32, 32, 4, 4),
-]
-DUAL_CONFIGS = [  # two accumulators: smaller tiles per warp
-    (128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 3, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
-]
-# the TMA form (persistent): the ablation's best three, then smaller tiles for small problems
-TMA_CONFIGS = [
-    (128, 256, 64, 3, 8), (128, 128, 64, 5, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4),
-    (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
-]
-# 128x256 output tiles at least this many (two waves on 132 SMs): only the largest configs are tried
-BIG_TILES = 264
-CPU_PROGRAMS = 3        # the TMA form's persistent grid under the interpreter (a program walks several tiles)
-GROUP_M = 8
 LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "rm", "rn",
           "offs_m", "offs_n", "offs_k", "offs_am", "offs_bn", "offs_kk", "mask_m", "mask_n", "k0",
           "a_rows", "a_ptrs", "num_pid_m", "num_pid_n", "pid_m", "pid_n", "pid_batch", "first_pid_m",
@@ -85,161 +62,10 @@ LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "
           "a_desc", "b_desc", "b0_desc", "b1_desc", "tile", "num_tiles")
 
 
-@dataclass
-class GemmSpec:
-    mms: list[int]             # the matmuls, anchor first; all share operand A
-    shape: tuple[int, ...]     # the matmul output shape [..., M, N]
-    batch: tuple[int, ...]     # batch dims decoded from the program id (the rest folded into M)
-    m: int                     # M after folding
-    n: int
-    k: int
-    out_idx: ix.Index          # the output tile's index (symbols rm, rn, z*)
-    a: Operand
-    bs: list[Operand]
-
-
-def _batch_and_m(batch: tuple[int, ...], m: int, nfold: int, msym: str) -> tuple[list[ix.Expr], ix.Expr, int]:
-    """Exprs of each batch coordinate and of M when the innermost `nfold` batch dims fold into M."""
-    keep = len(batch) - nfold
-    folded_m = math.prod(batch[keep:]) * m
-    s = ix.sym(msym, folded_m)
-    zs = [ix.sym(f"z{i}", batch[i]) for i in range(keep)]
-    below, inner = m, []
-    for i in reversed(range(keep, len(batch))):
-        inner.insert(0, ix.mod(ix.floordiv(s, below), batch[i]))
-        below *= batch[i]
-    return zs + inner, ix.mod(s, m), folded_m
-
-
-def _operands(ctx: KernelCtx, mms: list[int], nfold: int) -> tuple[Operand, list[Operand]]:
-    g = ctx.graph
-    first = g.node(mms[0])
-    batch, (m, n) = first.shape[:-2], first.shape[-2:]
-    k = g.node(first.args[0]).shape[-1]
-    za, ma, _ = _batch_and_m(batch, m, nfold, "am")
-    zb, _, _ = _batch_and_m(batch, m, nfold, "bm")   # B never depends on folded dims (checked)
-    a_full = ix.dims_index(tuple(batch) + (m, k), za + [ma, ix.sym("ak", k)])
-    b_full = ix.dims_index(tuple(batch) + (k, n), zb + [ix.sym("bk", k), ix.sym("bn", n)])
-    a_op, bs = None, []
-    for nid in mms:
-        node = g.node(nid)
-        a_node, b_node = g.node(node.args[0]), g.node(node.args[1])
-        a = fold_operand(ctx, a_node.id, ix.broadcast(a_full, a_node.shape))
-        if a_op is None:
-            a_op = a
-        elif (a.leaf, a.casts, a.offset) != (a_op.leaf, a_op.casts, a_op.offset):
-            raise Unsupported(f"{node.describe()}: the matmuls of one group must share operand A")
-        bs.append(fold_operand(ctx, b_node.id, ix.broadcast(b_full, b_node.shape)))
-    return a_op, bs
-
-
-def analyse(ctx: KernelCtx) -> GemmSpec:
-    g, group = ctx.graph, ctx.group
-    mms = [nid for nid in group.nodes if g.node(nid).op == "matmul"]
-    if not mms:
-        raise Unsupported("gemm group without a matmul")
-    if group.anchor in mms:
-        mms.remove(group.anchor)
-        mms.insert(0, group.anchor)
-    shape = g.node(mms[0]).shape
-    for nid in mms:
-        node = g.node(nid)
-        a, b = (g.node(x) for x in node.args)
-        if len(a.shape) < 2 or len(b.shape) < 2:
-            raise Unsupported(f"{node.describe()}: matrix-vector product (1-D operand)")
-        if a.dtype not in DOT_DTYPES or b.dtype != a.dtype:
-            raise Unsupported(f"{node.describe()}: matmul of {a.dtype} x {b.dtype}")
-        if node.shape != shape:
-            raise Unsupported(f"{node.describe()}: the matmuls of one group differ in shape")
-    for out in group.outputs:
-        if g.node(out).shape != shape:
-            raise Unsupported(f"{g.node(out).describe()}: output shape differs from the matmul's")
-
-    batch, (m, n) = shape[:-2], shape[-2:]
-    k = g.node(g.node(mms[0]).args[0]).shape[-1]
-    # fold the innermost batch dims that B does not read into M
-    _, bs = _operands(ctx, mms, 0)
-    used = set().union(*(ix.syms(b.offset) for b in bs))
-    nfold = 0
-    while nfold < len(batch) and f"z{len(batch) - 1 - nfold}" not in used:
-        nfold += 1
-    a_op, bs = _operands(ctx, mms, nfold)
-    for b in bs:
-        if ix.syms(b.offset) - {"bk", "bn"} - {f"z{i}" for i in range(len(batch) - nfold)}:
-            raise Unsupported("operand B depends on a folded batch dim")  # cannot happen; be safe
-    zs, mo, folded_m = _batch_and_m(batch, m, nfold, "rm")
-    out_idx = ix.dims_index(shape, zs + [mo, ix.sym("rn", n)])
-    return GemmSpec(mms, shape, tuple(batch[:len(batch) - nfold]), folded_m, n, k, out_idx, a_op, bs)
-
-
-@dataclass
-class TmaOperand:
-    """A matrix operand as a TMA descriptor sees it: `rows x cols` with unit stride along cols."""
-    ld: int               # leading stride, elements
-    transposed: bool      # stored the other way round: A as [K, M], B as [N, K] (nn.Linear)
-
-
-def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str) -> TmaOperand | None:
-    """How `op` reads a plain matrix indexed (row, col), or None when a descriptor cannot say it."""
-    if op.casts or op.dtype not in (torch.float16, torch.bfloat16) or op.offset.const:
-        return None
-    coeff = {}
-    for atom, k in op.offset.terms:
-        if not isinstance(atom, ix.Sym) or atom.name not in (row, col):
-            return None
-        coeff[atom.name] = k
-    if set(coeff) != {row, col}:
-        return None
-    elem = op.dtype.itemsize
-    if coeff[col] == 1 and (coeff[row] * elem) % 16 == 0:
-        return TmaOperand(coeff[row], False)
-    if coeff[row] == 1 and (coeff[col] * elem) % 16 == 0:
-        return TmaOperand(coeff[col], True)
-    return None
-
-
-def tma_form(ctx: KernelCtx, spec: GemmSpec) -> tuple[TmaOperand, list[TmaOperand]] | None:
-    """The operands as TMA descriptors, when the persistent TMA kernel applies (module docstring)."""
-    if (ctx.device_type != "cuda" and not ctx.target.tma_on_cpu) or spec.batch or needs_int64(ctx):
-        return None
-    a = _tma_operand(ctx, spec.a, "am", "ak")
-    bs = [_tma_operand(ctx, b, "bk", "bn") for b in spec.bs]
-    if a is None or any(b is None for b in bs):
-        return None
-    return a, bs
-
-
-def configs(spec: GemmSpec, device_type: str, tma: bool = False) -> list[tuple[int, int, int, int, int]]:
-    if device_type != "cuda":
-        clamp = lambda v: min(max(next_pow2(v), 16), 64)  # noqa: E731  (interpreter: few, large programs)
-        return [(clamp(spec.m), clamp(spec.n), clamp(spec.k), 1, 4)]
-    table = DUAL_CONFIGS if len(spec.mms) > 1 else (
-        TMA_CONFIGS if tma else FP32_CONFIGS if spec.a.dtype == torch.float32 else HALF_CONFIGS)
-    fit = [c for c in table if c[0] <= max(32, next_pow2(spec.m)) and c[1] <= max(32, next_pow2(spec.n))
-           and c[2] <= max(32, next_pow2(spec.k))]
-    if -(-spec.m // 128) * -(-spec.n // 256) >= BIG_TILES:
-        # a big problem: small tiles never win, and each config autotuned costs a compile of
-        # seconds on the first call (a block's first call took 26-34 s, mostly that). The TMA
-        # form's 128x256 config won all four cases of the ablation (two shapes x two weight
-        # layouts, by 5-10%), so it alone is compiled; two or three configs otherwise
-        fit = fit[:1] if tma and len(spec.mms) == 1 else fit[:2] if len(spec.mms) > 1 else fit[:3]
-    return fit or [min(table, key=lambda c: c[0] * c[1])]
-
-
-def needs_int64(ctx: KernelCtx) -> bool:
-    """True when some tensor the kernel touches spans 2**31 elements or more."""
-    for nid in set(ctx.group.inputs) | set(ctx.group.outputs):
-        node = ctx.graph.node(nid)
-        span = sum((d - 1) * abs(s) for d, s in zip(node.shape, ctx.strides(nid)) if d > 0)
-        if span >= 2 ** 31 - 1:
-            return True
-    return False
-
-
 # --------------------------------------------------------------------------- emission
 
 
-def _write_program_ids(body: CodeBuilder, spec: GemmSpec, w: str) -> None:
+def _write_program_ids(body: CodeBuilder, spec: GemmForm, w: str) -> None:
     body.writeline("pid = tl.program_id(0)")
     body.writeline("num_pid_m = tl.cdiv(M, BLOCK_M)")
     body.writeline("num_pid_n = tl.cdiv(N, BLOCK_N)")
@@ -265,14 +91,14 @@ def _write_tile_coords(body: CodeBuilder, tile: str, w: str = "") -> None:
     body.writeline(f"offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){w}")
 
 
-def _operand_names(spec: GemmSpec) -> tuple[list[str], list[str]]:
+def _operand_names(spec: GemmForm) -> tuple[list[str], list[str]]:
     """The B tiles' and accumulators' names: `b`, `acc`, or numbered for a dual GEMM."""
     dual = len(spec.bs) > 1
     return ([f"b{i}" if dual else "b" for i in range(len(spec.bs))],
             [f"acc{i}" if dual else "acc" for i in range(len(spec.bs))])
 
 
-def _write_main_loop(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering) -> list[str]:
+def _write_main_loop(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering) -> list[str]:
     """The K loop; returns the accumulator names (one per matmul)."""
     body.writeline("# operand rows/columns past the edge wrap around instead of being masked: never stored")
     body.writeline("offs_am = offs_m")
@@ -314,7 +140,7 @@ def _write_main_loop(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: Til
     return accs
 
 
-def _write_dots(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, tiles: list[str], accs: list[str]) -> None:
+def _write_dots(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, tiles: list[str], accs: list[str]) -> None:
     """The loaded tiles' casts, then one `tl.dot` per matmul into its accumulator."""
     for var, op in [("a", spec.a)] + list(zip(tiles, spec.bs)):
         text = cast_operand(var, op, ctx.device_type)
@@ -325,7 +151,7 @@ def _write_dots(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, tiles: list[s
         body.writeline(f"{acc} = tl.dot(a, {tile}, {acc}{precision})")
 
 
-def _write_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering, wide: bool) -> None:
+def _write_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, wide: bool) -> None:
     _write_program_ids(body, spec, ".to(tl.int64)" if wide else "")
     accs = _write_main_loop(ctx, spec, body, low)
     _write_epilogue(ctx, spec, body, low, accs)
@@ -345,7 +171,7 @@ def _descriptor_load(name: str, op: TmaOperand, row0: str, col0: str) -> str:
     return f"{name}_desc.load([{col0}, {row0}]).T" if op.transposed else f"{name}_desc.load([{row0}, {col0}])"
 
 
-def _write_tma_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering,
+def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering,
                     a_tma: TmaOperand, b_tmas: list[TmaOperand]) -> None:
     """The persistent kernel with TMA descriptor loads (the module docstring's second form)."""
     tiles, accs = _operand_names(spec)
@@ -370,7 +196,7 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: Tile
         _write_epilogue(ctx, spec, body, low, accs)
 
 
-def _write_epilogue(ctx: KernelCtx, spec: GemmSpec, body: CodeBuilder, low: TileLowering, accs: list[str]) -> None:
+def _write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, accs: list[str]) -> None:
     body.writeline("# epilogue on the fp32 accumulator(s), then one masked store per output")
     body.writeline("rm = offs_m[:, None]")
     body.writeline("rn = offs_n[None, :]")

@@ -19,8 +19,9 @@ Triton helpers kernels call from `minicomp.runtime.kernel_lib`. On CUDA the modu
 call runs inside `_rt.CompilingAtOnce(_WARM)`, which compiles all kernels and configs at once
 while each launch waits for its own.
 
-Invariants: kernel names are unique (group index suffix); `generate` never mutates the
-graph, but records on each plan group why it fell back (`group.fallback`); on CUDA every
+Invariants: kernel names are unique (group index suffix); `generate` mutates neither the
+graph nor the plan: why a group runs through PyTorch after all is the generated module's
+record (`GeneratedModule.fallbacks`); kernels are written from the groups' specs; on CUDA every
 tensor a kernel is given starts 16-byte aligned (`_as_layout`, the loader's `_aligned`);
 codegen writes launches from `Launch` records and reads no generated text back.
 """
@@ -45,7 +46,7 @@ from minicomp.codegen.names import comment_text
 from minicomp.errors import CompileError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
-from minicomp.passes.plan import Group, Plan
+from minicomp.plan.records import Group, Plan
 from minicomp.target import Target
 
 _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
@@ -217,7 +218,6 @@ class ModuleWriter:
                 n = g.node(o)
                 b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
                             f"dtype={n.dtype}, device=device)")
-            group.fallback = None
             return
         emit, reason = _emitter(group.kind)
         kernel = None
@@ -232,13 +232,11 @@ class ModuleWriter:
         nodes = ", ".join(f"%{n}" for n in group.nodes)
         b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
         if kernel is None:
-            group.fallback = reason
             self.fallbacks[group.id] = reason
             self.summary.append(f"group {group.id:<3} {what:<24} -> PyTorch ({reason})")
             fallback.emit_torch(ctx, reason, b, self.opaque_slot)
             self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
             return
-        group.fallback = None
         self.kernels.append(kernel)
         self.kernel_groups[kernel.name] = group.id
         self.summary.append(f"group {group.id:<3} {what:<24} -> {kernel.name}")
@@ -409,9 +407,6 @@ def generate(graph: Graph, plan: Plan, target: Target | str,
     if target.verify_arch is not None and w.kernels:
         check = generated
         if target.arch != target.verify_arch or target.device_type != "cuda":
-            fallbacks = {g.id: g.fallback for g in plan.groups}
             check = generate(graph, plan, target.for_check(target.verify_arch), forced_fallbacks)
-            for g in plan.groups:         # the plan records this module's fallbacks, not the check's
-                g.fallback = fallbacks[g.id]
         target_check.verify(graph, plan, target.verify_arch, check)
     return generated

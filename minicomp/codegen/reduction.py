@@ -1,5 +1,8 @@
 """Reduction kernels: a row kernel over one reduction domain (shape S, axes A).
 
+The domain is the plan's decision (the group's `ReductionSpec`: S, A and the reductions in
+order); this module checks only that it can write those reductions.
+
 The domain is viewed as a matrix: rows = the kept dimensions of S (row-major), columns =
 the reduced ones. One program owns BLOCK_R rows; tiles are [BLOCK_R, BLOCK_C] with the
 reduced axis along tile axis 1. Index symbols: `rows` ([BLOCK_R, 1]) and `cols`
@@ -24,17 +27,16 @@ the reduction's dtype) and padding lanes hold the reduction's neutral element.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
+from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, group_spec, kernel_name,
+                                     next_pow2)
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
 from minicomp.codegen.tlexpr import NAN_ALL, Val, compute_tl, convert
+from minicomp.plan.specs import ReductionSpec
 
 SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
 CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
@@ -44,60 +46,33 @@ CUDA_COLUMN_CONFIGS = ((16, 64, 2), (32, 64, 4), (32, 32, 2), (64, 32, 4))   # (
 REDUCTIONS = ("sum", "mean", "amax", "amin", "var")
 
 
-@dataclass
-class Domain:
-    shape: tuple[int, ...]       # S
-    axes: tuple[int, ...]        # A, sorted
-    reductions: list[int]        # reduction nodes, topological order
-    n_rows: int
-    n_cols: int
-
-    @property
-    def trailing(self) -> bool:
-        return self.axes == tuple(range(len(self.shape) - len(self.axes), len(self.shape)))
-
-    def reduced_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        keep = tuple(1 if i in self.axes else d for i, d in enumerate(self.shape))
-        drop = tuple(d for i, d in enumerate(self.shape) if i not in self.axes)
-        return keep, drop
-
-    def full_index(self, rows: ix.Expr, cols: ix.Expr) -> ix.Index:
-        """The canonical index into S at (rows, cols)."""
-        if self.trailing:
-            return ix.Index(self.shape, flat=rows * self.n_cols + cols)
-        kept = [d for i, d in enumerate(self.shape) if i not in self.axes]
-        red = [d for i, d in enumerate(self.shape) if i in self.axes]
-        kd = iter(ix.Index(tuple(kept), flat=rows).to_dims())
-        rd = iter(ix.Index(tuple(red), flat=cols).to_dims())
-        return ix.dims_index(self.shape, [next(rd) if i in self.axes else next(kd) for i in range(len(self.shape))])
+def full_index(dom: ReductionSpec, rows: ix.Expr, cols: ix.Expr) -> ix.Index:
+    """The canonical index into the domain S at (rows, cols)."""
+    if dom.trailing:
+        return ix.Index(dom.shape, flat=rows * dom.n_cols + cols)
+    kept = [d for i, d in enumerate(dom.shape) if i not in dom.axes]
+    red = [d for i, d in enumerate(dom.shape) if i in dom.axes]
+    kd = iter(ix.Index(tuple(kept), flat=rows).to_dims())
+    rd = iter(ix.Index(tuple(red), flat=cols).to_dims())
+    return ix.dims_index(dom.shape, [next(rd) if i in dom.axes else next(kd) for i in range(len(dom.shape))])
 
 
-def find_domain(ctx: KernelCtx) -> Domain:
-    g = ctx.graph
-    reds = [n for n in ctx.group.nodes if g.node(n).kind == "reduction"]
-    if not reds:
-        raise Unsupported("reduction group without a reduction node")
-    first = g.node(reds[0])
-    shape, axes = g.node(first.args[0]).shape, tuple(sorted(first.attrs["axes"]))
-    for r in reds:
-        n = g.node(r)
+def domain(ctx: KernelCtx) -> ReductionSpec:
+    """The group's domain, as the plan decided it, if this emitter can write its reductions."""
+    dom = group_spec(ctx, ReductionSpec)
+    for r in dom.reductions:
+        n = ctx.graph.node(r)
         if n.op not in REDUCTIONS:
             raise Unsupported(f"reduction op {n.op!r}")
-        if g.node(n.args[0]).shape != shape or tuple(sorted(n.attrs["axes"])) != axes:
-            raise Unsupported(f"{n.describe()} reduces another domain than {first.describe()}")
-    if not axes:
-        raise Unsupported("reduction over no axes")
-    n_cols = math.prod(shape[a] for a in axes)
-    n_rows = math.prod(d for i, d in enumerate(shape) if i not in axes)
-    if n_cols == 0:
+    if dom.n_cols == 0:
         raise Unsupported("reduction over an empty axis")
-    return Domain(shape, axes, reds, n_rows, n_cols)
+    return dom
 
 
 class RowKernel:
     """Writes the body of one row kernel; `single` picks the form."""
 
-    def __init__(self, ctx: KernelCtx, dom: Domain, single: bool):
+    def __init__(self, ctx: KernelCtx, dom: ReductionSpec, single: bool):
         self.ctx, self.dom, self.single = ctx, dom, single
         self.main = CodeBuilder()
         self.loop: CodeBuilder | None = None
@@ -117,7 +92,7 @@ class RowKernel:
 
     @property
     def s_index(self) -> ix.Index:
-        return self.dom.full_index(self.rows, self.cols)
+        return full_index(self.dom, self.rows, self.cols)
 
     def _reduction_value(self, node, idx: ix.Index) -> Val:
         if node.id not in self.reduced:
@@ -287,7 +262,7 @@ class RowKernel:
             self._close_loop()
 
 
-def _needed_reductions(ctx: KernelCtx, dom: Domain) -> list[int]:
+def _needed_reductions(ctx: KernelCtx, dom: ReductionSpec) -> list[int]:
     g, inside = ctx.graph, set(ctx.group.nodes)
     seen, stack = set(), list(ctx.group.outputs)
     while stack:
@@ -299,7 +274,7 @@ def _needed_reductions(ctx: KernelCtx, dom: Domain) -> list[int]:
     return [r for r in dom.reductions if r in seen]
 
 
-def _cuda_configs(dom: Domain, form: str) -> list[tuple[dict, int]]:
+def _cuda_configs(dom: ReductionSpec, form: str) -> list[tuple[dict, int]]:
     if form == "columns":
         return [({"BLOCK_R": r, "BLOCK_C": c}, w) for r, c, w in CUDA_COLUMN_CONFIGS]
     if form == "looped":
@@ -318,7 +293,7 @@ def _cuda_configs(dom: Domain, form: str) -> list[tuple[dict, int]]:
     return out
 
 
-def _build(ctx: KernelCtx, dom: Domain, single: bool) -> RowKernel:
+def _build(ctx: KernelCtx, dom: ReductionSpec, single: bool) -> RowKernel:
     k = RowKernel(ctx, dom, single)
     pending = _needed_reductions(ctx, dom)
     while pending:
@@ -341,7 +316,7 @@ def _column_major(k: RowKernel) -> bool:
             and any(ix.unit_stride_in(o, "rows") for o in offs))
 
 
-def _block_sizes(dom: Domain, form: str, device_type: str) -> tuple[int, int]:
+def _block_sizes(dom: ReductionSpec, form: str, device_type: str) -> tuple[int, int]:
     """(BLOCK_R, BLOCK_C) under the interpreter (CUDA autotunes instead)."""
     if form == "single":
         bc = next_pow2(dom.n_cols)
@@ -352,7 +327,7 @@ def _block_sizes(dom: Domain, form: str, device_type: str) -> tuple[int, int]:
 
 
 def emit(ctx: KernelCtx) -> Kernel:
-    dom = find_domain(ctx)
+    dom = domain(ctx)
     single = dom.n_cols <= SINGLE_PASS_MAX
     k = _build(ctx, dom, single)
     form = "single" if single else "looped"

@@ -26,7 +26,7 @@ outgrows both are skipped for the same reason.
 
 Views of constants are not folded themselves (unless they are a single element): a view
 computes nothing, and materialising `permute(weight)` would copy the weight and take its
-layout out of the layout pass's hands (it pre-transposes weights where a GEMM reads them
+layout out of the pretranspose pass's hands (it stores weights transposed where a GEMM reads them
 faster). They are looked through instead, so `reshape(c) * 2` still folds.
 
 Never folded: `input`, `constant` (already folded) and `opaque` nodes (a PyTorch call may

@@ -1,7 +1,8 @@
 """The pass manager: runs a named pipeline of graph passes, and lets you watch it.
 
 `run_pipeline(graph, ["constant_fold", "simplify", "cse", "dce", ...])` (None: DEFAULT_PIPELINE,
-the cleanup passes, then attention matching and cleanup again, then layout):
+the cleanup passes, then attention matching and cleanup again, then pre-transposition of
+misaligned weights; strides are chosen after planning, by `minicomp.plan.assign_layout`):
 - checks every name first (an unknown one is a MinicompError listing the known passes);
 - copies the graph once: the caller's graph is never mutated, and each pass gets a graph
   the manager owns (passes also promise not to mutate their argument);
@@ -39,7 +40,7 @@ from minicomp.passes.registry import PASSES, Changes, Pass
 __all__ = ["PASSES", "DEFAULT_PIPELINE", "CLEANUP_PIPELINE", "PassRecord", "run_pipeline", "resolve_pipeline", "describe_passes"]
 
 # Pass modules, imported (in this order) to fill PASSES.
-PASS_MODULES = ("constant_fold", "simplify", "cse", "dce", "attention_match", "layout")
+PASS_MODULES = ("constant_fold", "simplify", "cse", "dce", "attention_match", "pretranspose")
 
 # The cleanup passes, run together to a fixed point.
 CLEANUP_PIPELINE: list[str] = ["constant_fold", "simplify", "cse", "dce"]
@@ -248,8 +249,8 @@ def _load_pass_modules() -> None:
 
 def _default_pipeline() -> list[str]:
     """Cleanup; then attention matching and cleanup again (its rewrite leaves permutes and
-    constants to tidy); then layout, last, once the graph no longer changes shape."""
-    return CLEANUP_PIPELINE + ["attention"] + CLEANUP_PIPELINE + ["layout"]
+    constants to tidy); then pre-transposition, last, once the graph no longer changes shape."""
+    return CLEANUP_PIPELINE + ["attention"] + CLEANUP_PIPELINE + ["pretranspose"]
 
 
 # At the end, so a pass module that imports this one (for run_pipeline) finds it complete.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from minicomp.passes.cost import Machine, get_machine
+from minicomp.plan.cost import Machine, get_machine
 from minicomp.report.page import PageInput, render_page
 
 __all__ = ["render", "write", "signature_inputs", "source_file"]

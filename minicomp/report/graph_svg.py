@@ -17,7 +17,7 @@ import html
 
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
-from minicomp.passes.plan import Plan
+from minicomp.plan.records import Plan
 from minicomp.report.layout import Layout, layered_layout
 
 # light fills with a darker stroke each; 12 groups before a colour repeats

@@ -13,7 +13,7 @@ import linecache
 from dataclasses import dataclass, field
 
 from minicomp.ir.graph import Graph
-from minicomp.passes.plan import Group
+from minicomp.plan.records import Group
 
 
 def kernel_sources(generated) -> dict[str, str]:

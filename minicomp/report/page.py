@@ -8,7 +8,7 @@ program (names, labels, paths, source lines, reasons, kernel text) passes throug
 and the page's own fixed text.
 
 Figures are labelled as what they are: the bytes and bounds are a model of the named
-machine (`Machine` in passes/cost.py), and a measured point only exists when the kernels
+machine (`Machine` in plan/cost.py), and a measured point only exists when the kernels
 were timed on a GPU (`explain.bench`).
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from minicomp.passes.cost import Machine, fmt_bytes, fmt_flops
-from minicomp.passes.plan import Plan
-from minicomp.passes.plan_table import compress_ids
+from minicomp.plan.cost import Machine, fmt_bytes, fmt_flops
+from minicomp.plan.records import Plan
+from minicomp.plan.table import compress_ids
 from minicomp.report import kernels as kern
 from minicomp.report.graph_svg import group_colour, render_graph
 from minicomp.report.roofline import ceilings, fmt_rate, points, render_roofline
@@ -167,10 +167,12 @@ def roofline_section(p: PageInput) -> str:
 def plan_section(p: PageInput) -> str:
     plan: Plan = p.compiled.plan
     kernel = _kernel_of(p.compiled)
+    fallbacks = p.compiled.generated.fallbacks
     rows = []
     for g in plan.groups:
         nbytes = g.bytes_in + g.bytes_out
-        runs = esc(kernel[g.id]) if g.id in kernel else f'<span class="fallback">PyTorch: {esc(g.fallback or "")}</span>'
+        why = esc(fallbacks.get(g.id) or "")
+        runs = esc(kernel[g.id]) if g.id in kernel else f'<span class="fallback">PyTorch: {why}</span>'
         rows.append([f"{_swatch(g.id)}{g.id}", esc(g.kind), esc(g.name or "-"),
                      esc(f"{compress_ids(g.nodes)} ({len(g.nodes)})"), esc(fmt_bytes(g.bytes_in)),
                      esc(fmt_bytes(g.bytes_out)), esc(fmt_bytes(g.bytes_saved)), esc(fmt_flops(g.flops)),
@@ -233,7 +235,8 @@ def kernels_section(p: PageInput) -> str:
         elif name:
             right = f'<p class="fallback">the source of {esc(name)} was not found in the module.</p>'
         else:
-            right = f'<p class="fallback">no Triton kernel: runs through PyTorch ({esc(g.fallback or g.kind)}).</p>'
+            why = esc(c.generated.fallbacks.get(g.id) or g.kind)
+            right = f'<p class="fallback">no Triton kernel: runs through PyTorch ({why}).</p>'
         out.append(f'<article class="kernel" data-group="{g.id}"><h3>{_swatch(g.id)}{esc(title)}</h3>'
                    f'<div class="cols"><div>{left}</div><div>{right}</div></div></article>')
     out.append("</section>")

@@ -1,6 +1,6 @@
 """The roofline chart: arithmetic intensity (flop/byte, log x) against throughput (flop/s, log y).
 
-The ceilings are the machine model's (`minicomp.passes.cost.Machine`): the memory roof
+The ceilings are the machine model's (`minicomp.plan.cost.Machine`): the memory roof
 y = bandwidth * x, and one horizontal roof per distinct compute peak (the vector peak and
 each matmul dtype's). Each plan group is one point at its ledger bound: x = its flops over
 its bytes, y = its flops over its roofline lower bound, so it sits on the roof that bounds
@@ -17,8 +17,8 @@ import html
 import math
 from dataclasses import dataclass
 
-from minicomp.passes.cost import Machine
-from minicomp.passes.plan import Plan
+from minicomp.plan.cost import Machine
+from minicomp.plan.records import Plan
 from minicomp.report.graph_svg import group_colour
 
 W, H = 720.0, 430.0

@@ -4,10 +4,18 @@ A `Group` is one kernel to be: its kind, the nodes it computes (topological orde
 nodes it reads from memory (`inputs`: graph inputs, constants, other groups' outputs) and
 the nodes it writes (`outputs`). A view or cheap pointwise node may appear in several
 groups' `nodes` (it is recomputed in each); every node a group writes is written by
-exactly one group. Input and constant nodes belong to no group.
+exactly one group. Input and constant nodes belong to no group. Reduction, GEMM and
+attention groups carry their kind's `spec` (plan/specs.py): what codegen writes the kernel
+from, so it never re-derives a planner decision.
 
 The ledger figures on each group follow the seeds' accounting: each input read once, each
 output written once, intermediates inside a kernel free.
+
+Invariants: a Plan is immutable once built. Groups and the records beside them are frozen
+dataclasses and hold tuples (lists given to a constructor become tuples), so a stage that
+wants another plan builds one (`dataclasses.replace`). Whatever codegen finds on its way
+(a group that runs through PyTorch after all, and why) lives on the generated module
+(`GeneratedModule.fallbacks`), never here; `plan.table(fallbacks=...)` shows it.
 
 `str(plan)` / `plan.table()` is what `--dump-plan` and `explain()` print: one row per
 group (kind, nodes, bytes in/out, bytes saved, flops, roofline lower bound, bound), the
@@ -17,18 +25,31 @@ their reasons, and each recompute-or-materialise decision with the bytes behind 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from typing import Mapping, Union
+
+from minicomp.ir.graph import Graph
+from minicomp.plan.specs import AttentionSpec, GemmSpec, ReductionSpec, derive_spec
+from minicomp.plan.table import render
 
 GROUP_KINDS = ("pointwise", "reduction", "gemm", "attention", "opaque")
 
+Spec = Union[ReductionSpec, GemmSpec, AttentionSpec]
 
-@dataclass
+
+def _freeze(record: object, *names: str) -> None:
+    """Store the named sequence fields of a frozen dataclass as tuples."""
+    for name in names:
+        object.__setattr__(record, name, tuple(getattr(record, name)))
+
+
+@dataclass(frozen=True)
 class Group:
     id: int
     kind: str
-    nodes: list[int]
-    inputs: list[int]
-    outputs: list[int]
+    nodes: tuple[int, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
     name: str = ""                 # what it holds, for kernel names: "rmsnorm", "bias_gelu"
     anchor: int | None = None      # the reduction / matmul / attention node the group is built on
     bytes_in: int = 0
@@ -38,10 +59,13 @@ class Group:
     lower_bound_us: float = 0.0
     bound: str = "memory"          # "memory" or "compute"
     reason: str = ""               # why these nodes share a kernel
-    fallback: str | None = None    # set when the group runs through PyTorch, and why
+    spec: Spec | None = None       # reduction, gemm, attention: what the kernel computes (plan/specs.py)
+
+    def __post_init__(self) -> None:
+        _freeze(self, "nodes", "inputs", "outputs")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rejection:
     """A fusion candidate the planner refused, and why."""
     a: str                         # what was to be fused: group or node names
@@ -50,7 +74,7 @@ class Rejection:
     bytes: int = 0                 # the bytes the fusion would have saved (or cost)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recompute:
     """A decision between recomputing a cheap value inside a consumer and reading it from memory."""
     node: int                      # the value
@@ -62,14 +86,17 @@ class Recompute:
     reason: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     graph_name: str
-    groups: list[Group]
-    rejected: list[Rejection] = field(default_factory=list)
+    groups: tuple[Group, ...]
+    rejected: tuple[Rejection, ...] = ()
     unfused_bytes: int = 0         # bytes if every node were its own kernel
     machine: str = "H200"
-    recomputed: list[Recompute] = field(default_factory=list)
+    recomputed: tuple[Recompute, ...] = ()
+
+    def __post_init__(self) -> None:
+        _freeze(self, "groups", "rejected", "recomputed")
 
     @property
     def total_bytes(self) -> int:
@@ -116,17 +143,17 @@ class Plan:
                            f"{b.kind} nodes={sorted(b.nodes)} out={sorted(b.outputs)}")
         return out
 
-    def copy(self) -> "Plan":
-        """An independent copy (codegen records fallbacks on groups; the api sets totals)."""
-        groups = [replace(g, nodes=list(g.nodes), inputs=list(g.inputs), outputs=list(g.outputs))
-                  for g in self.groups]
-        return replace(self, groups=groups, rejected=[replace(r) for r in self.rejected],
-                       recomputed=[replace(r) for r in self.recomputed])
+    def with_specs(self, graph: Graph) -> "Plan":
+        """This plan with each group's spec derived from `graph` (a new Plan): for plans made
+        by hand; the planner's own come with their specs."""
+        groups = [replace(g, spec=derive_spec(graph, g.kind, g.nodes, g.anchor, g.id)) for g in self.groups]
+        return replace(self, groups=groups)
 
-    def table(self) -> str:
-        """The plan as text: groups, totals, refused candidates, recompute decisions."""
-        from minicomp.passes.plan_table import render
-        return render(self)
+    def table(self, fallbacks: Mapping[int, str] | None = None) -> str:
+        """The plan as text: groups, totals, refused candidates, recompute decisions.
+        `fallbacks` (group id -> why it runs through PyTorch: `GeneratedModule.fallbacks`)
+        marks the groups codegen did not write a kernel for."""
+        return render(self, fallbacks or {})
 
     def __str__(self) -> str:
         return self.table()

@@ -1,19 +1,18 @@
-"""The fusion planner: which nodes share a kernel, decided by the bytes that fusion saves.
+"""The planner's moves and their legality: what a step of the search may do, and why not.
 
-`plan_graph(graph, machine) -> Plan`. The search state (`fusion_state.py`) is a set of
-clusters, groups to be; every state keeps each cluster legal (`fusion_rules.check`) and
-the graph of clusters acyclic.
+The search state (`state.py`) is a set of clusters, groups to be; every state keeps each
+cluster legal (`rules.check`) and the graph of clusters acyclic.
 
-Start: one cluster per node (eager). Moves, scored by the ledger of the whole plan:
+Moves, scored by the ledger of the whole plan:
 - merge two clusters (producer and consumer, or two readers of one tensor);
 - recompute a cheap value (pointwise/view nodes over the owner's inputs) inside a
   consumer instead of reading it, when re-reading the inputs costs fewer bytes than
   writing and reading the value.
-Greedy: apply the legal move that saves the most bytes, until none saves any. Ties go to
-the earliest nodes (deterministic). Legality is checked separately from profit; the
-refused candidates that remain at the end are reported with their reasons. This module
-defines the moves and their legality; `fusion_search.py` runs the greedy loop
-incrementally, and `fusion_report.py` turns the final state into a Plan.
+Legality is checked separately from profit. This module defines the moves, their order
+(`sort_key`: bytes saved first; ties go to merges, then the earliest nodes, so the
+result is deterministic) and their legality; `search.py` runs the greedy loop over them
+and `build.py` turns the final state into a Plan, both on top of this module (neither is
+imported here).
 """
 
 from __future__ import annotations
@@ -22,13 +21,8 @@ from typing import Iterator
 
 import networkx as nx
 
-from minicomp.ir.graph import Graph
-from minicomp.passes import cost as ledger
-from minicomp.passes.fusion_rules import check
-from minicomp.passes.fusion_state import Cluster, Context, Move, Preview, State, initial_state, view_closure
-from minicomp.passes.fusion_state import live_nodes  # noqa: F401 (part of this module's interface)
-from minicomp.passes.plan import Plan
-from minicomp.passes.plan_memo import left_plan
+from minicomp.plan.rules import check
+from minicomp.plan.state import Cluster, Context, Move, Preview, State, view_closure
 
 
 def _merged(ctx: Context, a: Cluster, b: Cluster) -> Cluster:
@@ -37,7 +31,7 @@ def _merged(ctx: Context, a: Cluster, b: Cluster) -> Cluster:
     return Cluster(owned, frozenset(copies))
 
 
-def _cheap(ctx: Context, nid: int) -> bool:
+def cheap(ctx: Context, nid: int) -> bool:
     return ctx.kind[nid] in ("pointwise", "view")
 
 
@@ -52,7 +46,7 @@ def recompute_set(state: State, node: int) -> set[int] | None:
         nid = stack.pop()
         if nid in need:
             continue
-        if not _cheap(ctx, nid):
+        if not cheap(ctx, nid):
             return None
         need.add(nid)
         stack.extend(a for a in ctx.args[nid] if a in inside)
@@ -112,7 +106,7 @@ def candidates(state: State) -> Iterator[Move]:
             if (src, cid) not in seen:
                 seen.add((src, cid))
                 yield Move("merge", src, cid)
-            if _cheap(state.ctx, a):
+            if cheap(state.ctx, a):
                 yield Move("recompute", src, cid, a)
     for a, rs in sorted(state.readers.items()):
         if state.graph.node(a).numel <= 1:
@@ -178,7 +172,7 @@ class Reach:
 
 
 def rule_violation(after: State | Preview, move: Move) -> str | None:
-    """Why one of the groups `move` leaves behind breaks the rules of fusion_rules.check."""
+    """Why one of the groups `move` leaves behind breaks the rules of rules.check."""
     for cid in (move.a, move.b):
         if after.has(cid):
             why = _check_cluster(after, cid)
@@ -204,7 +198,7 @@ def legality(before: State, after: State | Preview, move: Move, reach: Reach | N
             f"between groups: {text}")
 
 
-def _sort_key(state: State, gain: int, move: Move) -> tuple:
+def sort_key(state: State, gain: int, move: Move) -> tuple:
     first = min(state.ctx.order[n] for n in state.clusters[move.a].owned | state.clusters[move.b].owned)
     return (-gain, {"merge": 0, "sibling": 1, "recompute": 2}[move.kind], first, move.a, move.b)
 
@@ -217,25 +211,7 @@ def scored_moves(state: State) -> list[tuple[int, Move, Preview]]:
         after = preview_move(state, move)
         if after is not None:
             gain = state.gain(after)
-            scored.append((_sort_key(state, gain, move), gain, move, after))
+            scored.append((sort_key(state, gain, move), gain, move, after))
     scored.sort(key=lambda s: s[0])
     return [(gain, move, after) for _, gain, move, after in scored]
 
-
-def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseline: Graph | None = None) -> Plan:
-    """Group the nodes of `graph` into kernels; see the module docstring and contracts.md.
-
-    `baseline`: the program as written (before the passes), whose eager bytes the plan's
-    `unfused_bytes` should count; by default `graph` itself. A graph the layout pass
-    returned, unchanged since, gets a copy of the plan the pass made (`plan_memo.py`).
-    """
-    from minicomp.passes.fusion_report import build_plan
-    from minicomp.passes.fusion_search import search
-    m = ledger.get_machine(machine)
-    plan = left_plan(graph, m)   # the layout pass's plan of this very graph, if it left one
-    if plan is None:
-        final, recomputed = search(initial_state(graph))
-        plan = build_plan(final, recomputed, m)
-    if baseline is not None:
-        plan.unfused_bytes = ledger.unfused_bytes(baseline)
-    return plan

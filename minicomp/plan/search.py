@@ -3,7 +3,7 @@
 `search(state)` applies, step after step, the legal move that saves the most bytes (ties:
 merges, then siblings, then recomputations; then the earliest nodes; then the lowest
 cluster ids and recomputed node), until no legal move saves any. That is: at every step,
-walk `fusion.candidates(state)` in `fusion._sort_key` order and take the first legal one.
+walk `moves.candidates(state)` in `moves.sort_key` order and take the first legal one.
 
 Doing that literally costs a pass over every candidate per step (quadratic in the graph).
 Instead, three structures carry what a step did not change:
@@ -27,8 +27,8 @@ import heapq
 import itertools
 from collections import Counter
 
-from minicomp.passes.fusion import _cheap, _sort_key, is_legal, preview_move
-from minicomp.passes.fusion_state import Move, State
+from minicomp.plan.moves import cheap, is_legal, preview_move, sort_key
+from minicomp.plan.state import Move, State
 
 Pair = tuple[int, int]
 
@@ -56,7 +56,7 @@ class MoveCache:
         if hit is not None and self._valid(hit[1]):
             return hit[0]
         after = preview_move(state, move)
-        key = None if after is None else _sort_key(state, state.gain(after), move)
+        key = None if after is None else sort_key(state, state.gain(after), move)
         touched = {move.a, move.b} | (after.touched if after is not None else set())
         self.keys[move] = (key, self._deps(touched))
         for c in touched:
@@ -121,7 +121,7 @@ class MoveQueue:
 
 
 class CandidateSet:
-    """The moves `fusion.candidates(state)` yields, kept up to date move after move.
+    """The moves `moves.candidates(state)` yields, kept up to date move after move.
 
     - `into[c]`: the merges and recomputations into consumer c, one per (producer,
       consumer) edge and one per cheap value read over it;
@@ -164,7 +164,7 @@ class CandidateSet:
             if src is None or src == cid:
                 continue
             out.add(Move("merge", src, cid))
-            if _cheap(state.ctx, a):
+            if cheap(state.ctx, a):
                 out.add(Move("recompute", src, cid, a))
         return out
 

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
-from minicomp.passes.cost import fmt_bytes, fmt_flops
+from typing import Mapping
+
+from minicomp.plan.cost import fmt_bytes, fmt_flops
 
 
 def compress_ids(ids: list[int]) -> str:
@@ -31,7 +33,8 @@ def _row(cells: list[str], widths: list[int], right: set[int]) -> str:
     return "  ".join(c.rjust(w) if k in right else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
 
-def render(plan) -> str:
+def render(plan, fallbacks: Mapping[int, str]) -> str:
+    """`plan` as text; `fallbacks` (group id -> reason) marks the groups that run through PyTorch."""
     head = ["#", "kind", "name", "nodes", "in", "out", "saved", "flops", "bound µs", "bound"]
     rows = []
     for g in plan.groups:
@@ -40,7 +43,7 @@ def render(plan) -> str:
             nodes = nodes[:25] + "..."
         rows.append([str(g.id), g.kind, g.name or "-", f"{nodes} ({len(g.nodes)})", fmt_bytes(g.bytes_in),
                      fmt_bytes(g.bytes_out), fmt_bytes(g.bytes_saved), fmt_flops(g.flops),
-                     f"{g.lower_bound_us:.3f}", g.bound + (" (fallback)" if g.fallback else "")])
+                     f"{g.lower_bound_us:.3f}", g.bound + (" (fallback)" if fallbacks.get(g.id) else "")])
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
     right = {0, 4, 5, 6, 7, 8}
     lines = [f"plan for {plan.graph_name} on {plan.machine}", _row(head, widths, right)]
@@ -53,8 +56,8 @@ def render(plan) -> str:
     for g in plan.groups:
         if g.reason:
             lines.append(f"  g{g.id} {g.name}: {g.reason}")
-        if g.fallback:
-            lines.append(f"  g{g.id} runs through PyTorch: {g.fallback}")
+        if fallbacks.get(g.id):
+            lines.append(f"  g{g.id} runs through PyTorch: {fallbacks[g.id]}")
     if plan.rejected:
         lines.append("refused:")
         for r in plan.rejected:

@@ -2,7 +2,8 @@
 the refused candidates and the recompute decisions.
 
 Groups are listed in a topological order of the group graph (ties: earliest node first),
-so codegen can launch them in plan order. `bytes_saved` of a group is what its own nodes
+so codegen can launch them in plan order. Each reduction, GEMM and attention group gets its
+spec (`specs.derive_spec`). The Plan is built whole, at the end: it is immutable. `bytes_saved` of a group is what its own nodes
 cost eagerly (each its own kernel) minus what the group costs; the sum over the plan is
 unfused minus planned bytes (up to views the plan must write as graph outputs).
 """
@@ -14,10 +15,12 @@ import re
 import networkx as nx
 
 from minicomp.ir.graph import Graph
-from minicomp.passes import cost as ledger
-from minicomp.passes.fusion import Move, Reach, State, legality, scored_moves
-from minicomp.passes.fusion_rules import ROW_BLOCK_LIMIT, describe, kind_of, reduction_domain
-from minicomp.passes.plan import Group, Plan, Recompute, Rejection
+from minicomp.plan import cost as ledger
+from minicomp.plan.moves import Reach, legality, scored_moves
+from minicomp.plan.records import Group, Plan, Recompute, Rejection
+from minicomp.plan.rules import ROW_BLOCK_LIMIT, describe, kind_of, reduction_domain
+from minicomp.plan.specs import derive_spec
+from minicomp.plan.state import Move, State
 
 
 def _ordered_clusters(state: State) -> list[int]:
@@ -166,7 +169,7 @@ def build_plan(state: State, applied: list[tuple[Move, State, State]], machine: 
     topo = graph.topo_order()
     eager_views = ledger.eager_views(graph)
     names: dict[int, str] = {}
-    groups: list[Group] = []
+    fields: list[dict] = []   # each group's Group fields; reasons grow with the recompute decisions below
     for cid in order:
         c = state.clusters[cid]
         nodes = [n for n in topo if n in c.nodes]
@@ -178,9 +181,11 @@ def build_plan(state: State, applied: list[tuple[Move, State, State]], machine: 
         lb, bound = ledger.lower_bound_us(machine, cost, kind, _dtype(graph, kind, anchor))
         eager = sum(ledger.node_cost(graph, n, eager_views).bytes for n in c.owned)
         names[cid] = group_name(graph, kind, nodes, anchor)
-        groups.append(Group(gid[cid], kind, nodes, inputs, outputs, names[cid], anchor, cost.bytes_in,
-                            cost.bytes_out, eager - cost.bytes, cost.flops, lb, bound,
-                            _reason(graph, kind, nodes, anchor, outputs)))
+        fields.append(dict(id=gid[cid], kind=kind, nodes=nodes, inputs=inputs, outputs=outputs, name=names[cid],
+                           anchor=anchor, bytes_in=cost.bytes_in, bytes_out=cost.bytes_out,
+                           bytes_saved=eager - cost.bytes, flops=cost.flops, lower_bound_us=lb, bound=bound,
+                           reason=_reason(graph, kind, nodes, anchor, outputs),
+                           spec=derive_spec(graph, kind, nodes, anchor, gid[cid])))
     rejected, refused = _refusals(state, gid, names)
     decisions: list[Recompute] = []
     for move, before, after in applied:
@@ -190,9 +195,10 @@ def build_plan(state: State, applied: list[tuple[Move, State, State]], machine: 
             continue   # the consumer later merged with the owner: nothing is recomputed in the end
         decisions.append(Recompute(move.node, graph.node(move.node).op, g, True, a, b,
                                    f"recomputing {describe(graph, move.node)} saves {b - a} bytes"))
-        groups[g].reason = "; ".join(filter(None, [groups[g].reason, f"recomputes {describe(graph, move.node)}"]))
+        fields[g]["reason"] = "; ".join(filter(None, [fields[g]["reason"], f"recomputes {describe(graph, move.node)}"]))
     for move, after in refused:
         b, a = _local_bytes(state, after)
         decisions.append(Recompute(move.node, graph.node(move.node).op, gid[move.b], False, a, b,
                                    f"recomputing {describe(graph, move.node)} would cost {a - b} more bytes"))
+    groups = [Group(**f) for f in fields]
     return Plan(graph.name, groups, rejected, ledger.unfused_bytes(graph), machine.name, decisions)

@@ -87,7 +87,7 @@ class Cost:
 
 class NodeLookup(Protocol):
     """What the per-group functions below need of a graph: its Node records by id. A
-    `Graph` is one; the planner passes its own faster index (`fusion_state.Context`)."""
+    `Graph` is one; the planner passes its own faster index (`state.Context`)."""
 
     def node(self, nid: int) -> Node: ...
 

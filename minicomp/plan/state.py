@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import networkx as nx
 
 from minicomp.ir.graph import Graph
-from minicomp.passes import cost as ledger
-from minicomp.passes.fusion_rules import describe
+from minicomp.plan import cost as ledger
+from minicomp.plan.rules import describe
 
 
 @dataclass(frozen=True)

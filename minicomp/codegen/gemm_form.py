@@ -1,0 +1,195 @@
+"""What a GEMM group's kernel is, before any text: its operands folded to memory, its form
+(pointer loads or TMA descriptors) and its autotuning configs. `gemm.py` writes the text.
+
+The group's `GemmSpec` (minicomp/plan/specs.py) says what the planner decided: the matmuls
+(the anchor first), the operands each reads and the output shape. This module derives what
+depends on strides, which are chosen after planning: each operand's view chain folded into
+an offset (`epilogue.fold_operand`), and the batch dims that fold into M (those operand B
+does not read). It raises `Unsupported` (the group then runs through PyTorch) for what the
+kernel cannot do: 1-D operands (matrix-vector), dtypes other than fp32/fp16/bf16, matmuls
+of different shapes or not sharing operand A once folded, an output of another shape.
+
+Index symbols: `am`/`ak` (A tile rows/cols), `bk`/`bn` (B tile), `rm`/`rn` (output tile),
+`z0`, `z1`... (batch coordinates).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from minicomp.codegen import indexing as ix
+from minicomp.codegen.common import KernelCtx, Unsupported, group_spec, next_pow2
+from minicomp.codegen.epilogue import Operand, fold_operand
+from minicomp.plan.specs import GemmSpec
+
+DOT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): Hopper-sized tiles first, then smaller
+# ones for small problems; `configs` drops those larger than the problem.
+HALF_CONFIGS = [
+    (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4),
+    (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
+]
+FP32_CONFIGS = [
+    (128, 128, 32, 3, 8), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 64, 32, 4, 4), (32, 32, 32, 4, 4),
+]
+DUAL_CONFIGS = [  # two accumulators: smaller tiles per warp
+    (128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 3, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
+]
+# the TMA form (persistent): the ablation's best three, then smaller tiles for small problems
+TMA_CONFIGS = [
+    (128, 256, 64, 3, 8), (128, 128, 64, 5, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4),
+    (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
+]
+# 128x256 output tiles at least this many (two waves on 132 SMs): only the largest configs are tried
+BIG_TILES = 264
+CPU_PROGRAMS = 3        # the TMA form's persistent grid under the interpreter (a program walks several tiles)
+GROUP_M = 8
+
+
+@dataclass
+class GemmForm:
+    """The GEMM as the kernel computes it: the plan's matmuls with operands folded to memory."""
+    mms: list[int]             # the matmuls, anchor first; all share operand A
+    shape: tuple[int, ...]     # the matmul output shape [..., M, N]
+    batch: tuple[int, ...]     # batch dims decoded from the program id (the rest folded into M)
+    m: int                     # M after folding
+    n: int
+    k: int
+    out_idx: ix.Index          # the output tile's index (symbols rm, rn, z*)
+    a: Operand
+    bs: list[Operand]
+
+
+def _batch_and_m(batch: tuple[int, ...], m: int, nfold: int, msym: str) -> tuple[list[ix.Expr], ix.Expr, int]:
+    """Exprs of each batch coordinate and of M when the innermost `nfold` batch dims fold into M."""
+    keep = len(batch) - nfold
+    folded_m = math.prod(batch[keep:]) * m
+    s = ix.sym(msym, folded_m)
+    zs = [ix.sym(f"z{i}", batch[i]) for i in range(keep)]
+    below, inner = m, []
+    for i in reversed(range(keep, len(batch))):
+        inner.insert(0, ix.mod(ix.floordiv(s, below), batch[i]))
+        below *= batch[i]
+    return zs + inner, ix.mod(s, m), folded_m
+
+
+def _operands(ctx: KernelCtx, spec: GemmSpec, nfold: int) -> tuple[Operand, list[Operand]]:
+    g = ctx.graph
+    first = g.node(spec.matmuls[0])
+    batch, (m, n) = first.shape[:-2], first.shape[-2:]
+    k = g.node(spec.operands[0][0]).shape[-1]
+    za, ma, _ = _batch_and_m(batch, m, nfold, "am")
+    zb, _, _ = _batch_and_m(batch, m, nfold, "bm")   # B never depends on folded dims (checked)
+    a_full = ix.dims_index(tuple(batch) + (m, k), za + [ma, ix.sym("ak", k)])
+    b_full = ix.dims_index(tuple(batch) + (k, n), zb + [ix.sym("bk", k), ix.sym("bn", n)])
+    a_op, bs = None, []
+    for nid, (a_id, b_id) in zip(spec.matmuls, spec.operands):
+        a = fold_operand(ctx, a_id, ix.broadcast(a_full, g.node(a_id).shape))
+        if a_op is None:
+            a_op = a
+        elif (a.leaf, a.casts, a.offset) != (a_op.leaf, a_op.casts, a_op.offset):
+            raise Unsupported(f"{g.node(nid).describe()}: the matmuls of one group must share operand A")
+        bs.append(fold_operand(ctx, b_id, ix.broadcast(b_full, g.node(b_id).shape)))
+    return a_op, bs
+
+
+def analyse(ctx: KernelCtx) -> GemmForm:
+    """The group's GEMM (its `GemmSpec`) with the operands folded to memory."""
+    g, group = ctx.graph, ctx.group
+    spec = group_spec(ctx, GemmSpec)
+    mms, shape = list(spec.matmuls), spec.shape
+    for nid, (a_id, b_id) in zip(mms, spec.operands):
+        node, a, b = g.node(nid), g.node(a_id), g.node(b_id)
+        if len(a.shape) < 2 or len(b.shape) < 2:
+            raise Unsupported(f"{node.describe()}: matrix-vector product (1-D operand)")
+        if a.dtype not in DOT_DTYPES or b.dtype != a.dtype:
+            raise Unsupported(f"{node.describe()}: matmul of {a.dtype} x {b.dtype}")
+        if node.shape != shape:
+            raise Unsupported(f"{node.describe()}: the matmuls of one group differ in shape")
+    for out in group.outputs:
+        if g.node(out).shape != shape:
+            raise Unsupported(f"{g.node(out).describe()}: output shape differs from the matmul's")
+
+    batch, (m, n) = shape[:-2], shape[-2:]
+    k = g.node(spec.operands[0][0]).shape[-1]
+    # fold the innermost batch dims that B does not read into M
+    _, bs = _operands(ctx, spec, 0)
+    used = set().union(*(ix.syms(b.offset) for b in bs))
+    nfold = 0
+    while nfold < len(batch) and f"z{len(batch) - 1 - nfold}" not in used:
+        nfold += 1
+    a_op, bs = _operands(ctx, spec, nfold)
+    for b in bs:
+        if ix.syms(b.offset) - {"bk", "bn"} - {f"z{i}" for i in range(len(batch) - nfold)}:
+            raise Unsupported("operand B depends on a folded batch dim")  # cannot happen; be safe
+    zs, mo, folded_m = _batch_and_m(batch, m, nfold, "rm")
+    out_idx = ix.dims_index(shape, zs + [mo, ix.sym("rn", n)])
+    return GemmForm(mms, shape, tuple(batch[:len(batch) - nfold]), folded_m, n, k, out_idx, a_op, bs)
+
+
+@dataclass
+class TmaOperand:
+    """A matrix operand as a TMA descriptor sees it: `rows x cols` with unit stride along cols."""
+    ld: int               # leading stride, elements
+    transposed: bool      # stored the other way round: A as [K, M], B as [N, K] (nn.Linear)
+
+
+def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str) -> TmaOperand | None:
+    """How `op` reads a plain matrix indexed (row, col), or None when a descriptor cannot say it."""
+    if op.casts or op.dtype not in (torch.float16, torch.bfloat16) or op.offset.const:
+        return None
+    coeff = {}
+    for atom, k in op.offset.terms:
+        if not isinstance(atom, ix.Sym) or atom.name not in (row, col):
+            return None
+        coeff[atom.name] = k
+    if set(coeff) != {row, col}:
+        return None
+    elem = op.dtype.itemsize
+    if coeff[col] == 1 and (coeff[row] * elem) % 16 == 0:
+        return TmaOperand(coeff[row], False)
+    if coeff[row] == 1 and (coeff[col] * elem) % 16 == 0:
+        return TmaOperand(coeff[col], True)
+    return None
+
+
+def tma_form(ctx: KernelCtx, spec: GemmForm) -> tuple[TmaOperand, list[TmaOperand]] | None:
+    """The operands as TMA descriptors, when the persistent TMA kernel applies (module docstring)."""
+    if (ctx.device_type != "cuda" and not ctx.target.tma_on_cpu) or spec.batch or needs_int64(ctx):
+        return None
+    a = _tma_operand(ctx, spec.a, "am", "ak")
+    bs = [_tma_operand(ctx, b, "bk", "bn") for b in spec.bs]
+    if a is None or any(b is None for b in bs):
+        return None
+    return a, bs
+
+
+def configs(spec: GemmForm, device_type: str, tma: bool = False) -> list[tuple[int, int, int, int, int]]:
+    if device_type != "cuda":
+        clamp = lambda v: min(max(next_pow2(v), 16), 64)  # noqa: E731  (interpreter: few, large programs)
+        return [(clamp(spec.m), clamp(spec.n), clamp(spec.k), 1, 4)]
+    table = DUAL_CONFIGS if len(spec.mms) > 1 else (
+        TMA_CONFIGS if tma else FP32_CONFIGS if spec.a.dtype == torch.float32 else HALF_CONFIGS)
+    fit = [c for c in table if c[0] <= max(32, next_pow2(spec.m)) and c[1] <= max(32, next_pow2(spec.n))
+           and c[2] <= max(32, next_pow2(spec.k))]
+    if -(-spec.m // 128) * -(-spec.n // 256) >= BIG_TILES:
+        # a big problem: small tiles never win, and each config autotuned costs a compile of
+        # seconds on the first call (a block's first call took 26-34 s, mostly that). The TMA
+        # form's 128x256 config won all four cases of the ablation (two shapes x two weight
+        # layouts, by 5-10%), so it alone is compiled; two or three configs otherwise
+        fit = fit[:1] if tma and len(spec.mms) == 1 else fit[:2] if len(spec.mms) > 1 else fit[:3]
+    return fit or [min(table, key=lambda c: c[0] * c[1])]
+
+
+def needs_int64(ctx: KernelCtx) -> bool:
+    """True when some tensor the kernel touches spans 2**31 elements or more."""
+    for nid in set(ctx.group.inputs) | set(ctx.group.outputs):
+        node = ctx.graph.node(nid)
+        span = sum((d - 1) * abs(s) for d, s in zip(node.shape, ctx.strides(nid)) if d > 0)
+        if span >= 2 ** 31 - 1:
+            return True
+    return False

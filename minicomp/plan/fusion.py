@@ -1,0 +1,35 @@
+"""The fusion planner's entry: which nodes share a kernel, decided by the bytes that fusion saves.
+
+`plan_graph(graph, machine) -> Plan`. Start: one cluster per node (eager, `state.py`).
+Greedy: apply the legal move (`moves.py`) that saves the most bytes, until none saves any
+(`search.py`, incremental); then the final state becomes a Plan (`build.py`), with the
+refused candidates that remain and their reasons. The planner reads the graph's nodes,
+operands, shapes, dtypes and attributes, never its strides: layout is assigned after
+planning, from the plan (`layout.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from minicomp.ir.graph import Graph
+from minicomp.plan import cost as ledger
+from minicomp.plan.build import build_plan
+from minicomp.plan.records import Plan
+from minicomp.plan.search import search
+from minicomp.plan.state import initial_state
+
+
+def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseline: Graph | None = None) -> Plan:
+    """Group the nodes of `graph` into kernels for `machine`; see the module docstring and
+    contracts.md. Planning is deterministic and leaves `graph` as it is.
+
+    `baseline`: the program as written (before the passes), whose eager bytes the plan's
+    `unfused_bytes` should count; by default `graph` itself.
+    """
+    m = ledger.get_machine(machine)
+    final, recomputed = search(initial_state(graph))
+    plan = build_plan(final, recomputed, m)
+    if baseline is not None:
+        plan = replace(plan, unfused_bytes=ledger.unfused_bytes(baseline))
+    return plan
