@@ -162,7 +162,7 @@ def cmd_compile(args) -> int:
         plan = compiled.plan
         print(plan.table(fallbacks=fallbacks), end="\n\n")
     if args.dump_graph:
-        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan, fallbacks):
+        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan, fallbacks=fallbacks):
             print(f"wrote {path}")
     if args.emit:
         path = compiled.generated.write(args.emit)
@@ -175,7 +175,7 @@ def cmd_compile(args) -> int:
         if args.bench and device != "cuda":
             print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter)")
         elif args.bench:
-            for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs), fallbacks):
+            for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs), fallbacks=fallbacks):
                 print(line)
     return 0
 

@@ -2,7 +2,8 @@
 
 - `fallback_notes(plan, graph, fallbacks)`: one line per node or group that runs through
   PyTorch instead of a Triton kernel, and why (printed by `minicomp compile` on stderr).
-- `graph_dot(graph, plan, fallbacks)` / `write_graph(path, graph, plan, fallbacks)`: the graph as DOT, each node
+- `graph_dot(graph, plan, fallbacks)` / `write_graph(path, graph, plan, fallbacks)`: the graph
+  as DOT, each node
   filled with the colour of the group that writes it (else the first that computes it),
   with a legend of the groups; SVG beside it when Graphviz's `dot` is installed.
 - `bench(compiled, inputs)` (CUDA only): the whole call's median time against the plan's
@@ -53,16 +54,18 @@ def node_groups(plan: Plan, graph: Graph) -> dict[int, int]:
     return out
 
 
-def graph_dot(graph: Graph, plan: Plan, fallbacks: Mapping[int, str]) -> str:
+def graph_dot(graph: Graph, plan: Plan, fallbacks: Mapping[int, str] | None = None) -> str:
     """DOT text: nodes coloured by group (the printer's palette) and a legend naming each group."""
+    fallbacks = fallbacks or {}
     text = to_dot(graph, node_groups(plan, graph)).rstrip()
     assert text.endswith("}")
-    rows = [f"g{g.id}: {g.kind} {g.name}".strip() + (" (PyTorch)" if fallbacks.get(g.id) else "") for g in plan.groups]
+    rows = [f"g{g.id}: {g.kind} {g.name}".strip() + (" (PyTorch)" if fallbacks.get(g.id) else "")
+            for g in plan.groups]
     legend = "\\l".join(rows) + "\\l"
     return text[:-1] + f'  legend [shape=note, label="{legend}", fillcolor="#ffffff"];\n}}\n'
 
 
-def write_graph(path: str | Path, graph: Graph, plan: Plan, fallbacks: Mapping[int, str]) -> list[Path]:
+def write_graph(path: str | Path, graph: Graph, plan: Plan, fallbacks: Mapping[int, str] | None = None) -> list[Path]:
     """Write the DOT file, and an SVG beside it when `dot` is on PATH; returns the files written."""
     path = Path(path)
     path.write_text(graph_dot(graph, plan, fallbacks))
@@ -122,7 +125,7 @@ def _pct(bound: float, measured: float) -> str:
     return f"{100.0 * bound / measured:5.1f}%" if measured > 0 else "    -"
 
 
-def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str]) -> list[str]:
+def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str] | None = None) -> list[str]:
     """The timings against the plan's bounds, one line for the call and one per group."""
     lines = [f"bench: {result.total_us:.1f} µs per call (median, triton.testing.do_bench); "
              f"plan's lower bound {plan.lower_bound_us:.1f} µs: {_pct(plan.lower_bound_us, result.total_us).strip()} "
@@ -137,6 +140,6 @@ def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str]) -
             lines.append(f"  g{g.id:<3} {what}  {us:9.1f} µs  bound {g.lower_bound_us:9.1f} µs  "
                          f"{_pct(g.lower_bound_us, us)} of bound")
         else:
-            why = "PyTorch" if fallbacks.get(g.id) else "no kernel"
+            why = "PyTorch" if (fallbacks or {}).get(g.id) else "no kernel"
             lines.append(f"  g{g.id:<3} {what}  {'-':>9}     bound {g.lower_bound_us:9.1f} µs  ({why})")
     return lines

@@ -215,7 +215,7 @@ def test_the_gluon_kernel_is_first_in_the_warm_up_pool(on_hopper):
     w = g.add_input("w", (64, 64), torch.bfloat16)
     q = C.transpose(g, g.add("reshape", g.add("matmul", x, w), shape=(2, 128, 1, 64)), 1, 2)
     g.set_outputs([C.attention(g, q, q, q, is_causal=True)])
-    from minicomp.passes.fusion import plan_graph
+    from minicomp.plan import plan_graph
     plan = plan_graph(g)
     from minicomp.codegen import generate
     gen = generate(g, plan, SM90)

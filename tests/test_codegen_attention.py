@@ -13,7 +13,7 @@ from conftest import tol
 from minicomp.codegen import generate
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
-from minicomp.passes.plan import Group, Plan
+from minicomp.plan import Group, Plan
 from minicomp.runtime import load
 
 ATOL32 = dict(atol=2e-4, rtol=2e-4)   # fp32 online softmax vs PyTorch's: a few ulps of exp and sums
@@ -23,8 +23,9 @@ def one_group(g: Graph, device_type: str = "cpu"):
     nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
     reads = sorted({a for nid in nodes for a in g.node(nid).args if g.node(a).kind in ("input", "constant")})
     anchor = next(n for n in nodes if g.node(n).op == "attention")
-    group = Group(0, "attention", nodes=nodes, inputs=reads, outputs=list(g.outputs), anchor=anchor)
-    return generate(g, Plan(g.name, [group]), device_type), group
+    plan = Plan(g.name, [Group(0, "attention", nodes=nodes, inputs=reads, outputs=list(g.outputs), anchor=anchor)])
+    plan = plan.with_specs(g)
+    return generate(g, plan, device_type), plan.groups[0]
 
 
 def run_attention(g: Graph, inputs, device: str = "cpu"):

@@ -15,7 +15,7 @@ from conftest import tol
 from minicomp.codegen import generate
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
-from minicomp.passes.plan import Group, Plan
+from minicomp.plan import Group, Plan
 from minicomp.runtime import load
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -26,8 +26,9 @@ def one_group(g: Graph, device_type: str = "cpu"):
     nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
     reads = sorted({a for nid in nodes for a in g.node(nid).args if g.node(a).kind in ("input", "constant")})
     mms = [n for n in nodes if g.node(n).op == "matmul"]
-    group = Group(0, "gemm", nodes=nodes, inputs=reads, outputs=list(g.outputs), anchor=mms[0])
-    return generate(g, Plan(g.name, [group]), device_type), group
+    plan = Plan(g.name, [Group(0, "gemm", nodes=nodes, inputs=reads, outputs=list(g.outputs), anchor=mms[0])])
+    plan = plan.with_specs(g)
+    return generate(g, plan, device_type), plan.groups[0]
 
 
 def run_gemm(g: Graph, inputs, device: str = "cpu", expect_kernel: bool = True, target=None):
@@ -288,7 +289,7 @@ def test_matmuls_not_sharing_a_fall_back():
     w = g.add_input("w", (16, 8), torch.float32)
     g.set_outputs([g.add("add", g.add("matmul", x, w), g.add("matmul", y, w))])
     gen, group = one_group(g)
-    assert "share operand A" in group.fallback
+    assert "share operand A" in gen.fallbacks[group.id]
     xv, yv, wv = randn(8, 16), randn(8, 16), randn(16, 8)
     (out,) = load(gen, "cpu")(xv, yv, wv)
     torch.testing.assert_close(out, xv @ wv + yv @ wv, **tol(torch.float32))
@@ -300,7 +301,7 @@ def test_matrix_vector_falls_back():
     v = g.add_input("v", (16,), torch.float32)
     g.set_outputs([g.add("matmul", a, v)])
     gen, group = one_group(g)
-    assert "matrix-vector" in group.fallback
+    assert "matrix-vector" in gen.fallbacks[group.id]
     av, vv = randn(8, 16), randn(16)
     torch.testing.assert_close(load(gen, "cpu")(av, vv)[0], av @ vv, **tol(torch.float32))
 

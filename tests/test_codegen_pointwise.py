@@ -17,7 +17,7 @@ from minicomp import runtime
 from minicomp.codegen import generate
 from minicomp.ir.graph import Graph
 from minicomp.ir.interpret import run
-from minicomp.passes.plan import Group, Plan
+from minicomp.plan import Group, Plan
 from minicomp.runtime.cache import ModuleCache
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -32,7 +32,7 @@ def one_group(g: Graph, kind: str = "pointwise", name: str = "") -> Plan:
     nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
     leaves = [n.id for n in g.nodes() if n.kind in ("input", "constant") and g.users(n.id)]
     return Plan(g.name, [Group(0, kind, nodes=nodes, inputs=leaves, outputs=list(dict.fromkeys(g.outputs)),
-                               name=name)])
+                               name=name)]).with_specs(g)
 
 
 def compile_run(g: Graph, inputs, cache, plan: Plan | None = None):
@@ -241,14 +241,14 @@ def test_gemm_and_opaque_fall_back_to_pytorch(cache):
     go = Group(1, "opaque", nodes=[odd], inputs=[mm], outputs=[odd])
     gp = Group(2, "pointwise", nodes=[n for n in g.topo_order() if g.node(n).op in ("add", "relu")],
                inputs=[odd], outputs=[y])
-    plan = Plan("mlp", [ga, go, gp])
+    plan = Plan("mlp", [ga, go, gp]).with_specs(g)
     a = rand((3, 8), torch.float32)
     out, gen = compile_run(g, [a], cache, plan)
     torch.testing.assert_close(out[0], torch.relu(torch.cumsum(a @ g.node(w).attrs["value"], 1) + 0.5))
-    assert go.fallback == "opaque op"
-    assert ga.fallback is not None or "mc_gemm" in gen.source
+    assert gen.fallbacks[go.id] == "opaque op"
+    assert ga.id in gen.fallbacks or "mc_gemm" in gen.source
     assert "OPAQUE[0](buf" in gen.source and "# runs through PyTorch: opaque op" in gen.source
-    assert gp.fallback is None and gen.kernel_names[-1].startswith("mc_pw_")
+    assert gp.id not in gen.fallbacks and gen.kernel_names[-1].startswith("mc_pw_")
 
 
 def test_unsupported_group_falls_back(cache):
@@ -261,7 +261,7 @@ def test_unsupported_group_falls_back(cache):
     plan = one_group(g)
     a_in = rand((3, 4), torch.float32)
     out, gen = compile_run(g, [a_in], cache, plan)
-    assert "different shapes" in plan.groups[0].fallback
+    assert "different shapes" in gen.fallbacks[0]
     torch.testing.assert_close(out[1], a_in.exp().reshape(12))
 
 

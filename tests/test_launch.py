@@ -377,7 +377,7 @@ def test_generated_cuda_modules_warm_every_launch():
     from minicomp.api import Options, optimise, set_input_layouts
     from minicomp.codegen import generate
     from minicomp.frontend.fx import capture
-    from minicomp.passes.fusion import plan_graph
+    from minicomp.plan import assign_layout, plan_graph
 
     def fn(x, w, b, y):
         h = torch.softmax(torch.nn.functional.gelu(x @ w + b), -1)
@@ -388,7 +388,8 @@ def test_generated_cuda_modules_warm_every_launch():
     graph = capture(fn, inputs)
     set_input_layouts(graph, inputs)
     optimised, _ = optimise(graph, Options())
-    source = generate(optimised, plan_graph(optimised, Options().machine, baseline=graph), "cuda").source
+    plan = plan_graph(optimised, Options().machine, baseline=graph)
+    source = generate(assign_layout(optimised, plan), plan, "cuda").source
     tree = ast.parse(source)
     launches = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
                 and n.func.id == "_launch" and isinstance(n.args[0], ast.Name) and n.args[0].id.startswith("mc_")]

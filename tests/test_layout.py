@@ -1,5 +1,6 @@
-"""The `layout` pass: strides for every tensor a kernel writes, permutes folded into strides,
-reduced axes innermost for row kernels, misaligned transposed weights stored transposed."""
+"""Layout assignment (minicomp/plan/layout.py): strides for every tensor a kernel writes, from
+the plan; permutes folded into strides, reduced axes innermost for row kernels. And the
+`pretranspose` pass: misaligned transposed weights stored transposed."""
 
 from pathlib import Path
 
@@ -9,15 +10,22 @@ import torch
 from minicomp.frontend.fx import capture
 from minicomp.frontend.loader import load_model_file
 from minicomp.ir import composites as C
-from minicomp.ir.graph import Graph
+from minicomp.errors import CompileError
+from minicomp.ir.graph import Graph, contiguous_strides
 from minicomp.ir.interpret import run
-from minicomp.passes.fusion import plan_graph
-from minicomp.passes.layout import choose_layout, contiguous_strides, strides_for_order
 from minicomp.passes.manager import run_pipeline
 from minicomp.passes.registry import PASSES
+from minicomp.plan import assign_layout, plan_graph
+from minicomp.plan.layout import strides_for_order
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 F32 = torch.float32
+
+
+def choose_layout(g: Graph) -> Graph:
+    """What compile_graph does after the passes: weights pre-transposed, plan, strides from the plan."""
+    g = run_pipeline(g, ["pretranspose"])[0]
+    return assign_layout(g, plan_graph(g))
 
 
 def test_strides_helpers():
@@ -68,8 +76,8 @@ def test_permuted_reader_makes_the_view_contiguous():
 @pytest.mark.parametrize("name", ["gpt_block", "llama_block"])
 def test_attention_output_written_in_the_order_the_projection_reads(name):
     fn, ins = load_model_file(SAMPLES / f"{name}.py")
-    g = run_pipeline(capture(fn, ins, name=name), ["constant_fold", "simplify", "cse", "dce", "attention",
-                                                   "dce", "layout"])[0]
+    g = choose_layout(run_pipeline(capture(fn, ins, name=name), ["constant_fold", "simplify", "cse", "dce",
+                                                                 "attention", "dce"])[0])
     [att] = [n for n in g.nodes() if n.op == "attention"]
     b, h, s, d = att.shape
     assert att.layout == (s * h * d, d, h * d, 1)
@@ -102,6 +110,19 @@ def test_aligned_weight_is_left_alone():
     assert [n.op for n in out.nodes() if n.op in ("permute", "constant")] == ["constant", "permute"]
 
 
-def test_layout_pass_is_registered_and_idempotent():
-    g = run_pipeline(_weight_graph(13, 8), ["layout"])[0]
-    assert PASSES["layout"].run(g)[1] == {}
+def test_pretranspose_pass_is_registered_and_idempotent():
+    g = run_pipeline(_weight_graph(13, 8), ["pretranspose"])[0]
+    assert PASSES["pretranspose"].run(g)[1] == {}
+
+
+def test_layout_keeps_the_plan_valid_and_refuses_another_graphs_plan():
+    # the planner never reads strides: planning the laid-out graph gives the plan it was laid out by
+    g = run_pipeline(_weight_graph(13, 8), ["pretranspose"])[0]
+    plan = plan_graph(g)
+    out = assign_layout(g, plan)
+    assert plan_graph(out) == plan
+    assert all(n.layout is None for n in g.nodes() if n.op not in ("input", "constant"))   # g untouched
+    other = Graph("other")
+    other.set_outputs([other.add("exp", other.add_input("x", (2, 2), F32))])
+    with pytest.raises(CompileError, match="lays out only the graph it was made for"):
+        assign_layout(other, plan)

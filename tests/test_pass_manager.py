@@ -64,8 +64,8 @@ def test_default_pipeline():
     assert DEFAULT_PIPELINE[:4] == CLEANUP_PIPELINE
     if "attention" in PASSES:
         assert DEFAULT_PIPELINE[4:9] == ["attention"] + CLEANUP_PIPELINE
-    if "layout" in PASSES:
-        assert DEFAULT_PIPELINE[-1] == "layout"
+    if "pretranspose" in PASSES:
+        assert DEFAULT_PIPELINE[-1] == "pretranspose"
     out, records = run_pipeline(two_round_graph())
     assert [r.name for r in records][:12] == CLEANUP_PIPELINE * 3
 

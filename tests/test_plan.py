@@ -16,13 +16,13 @@ from minicomp.frontend.loader import load_model_file
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
 from minicomp.ir.interpret import run
-from minicomp.passes import cost
-from minicomp.passes.fusion import live_nodes, plan_graph
+from minicomp.plan import cost
+from minicomp.plan import live_nodes, plan_graph
 from minicomp.passes.manager import run_pipeline
-from minicomp.passes.plan import Plan
+from minicomp.plan import Plan
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-PIPELINE = ["constant_fold", "simplify", "cse", "dce", "attention", "dce", "layout"]
+PIPELINE = ["constant_fold", "simplify", "cse", "dce", "attention", "dce", "pretranspose"]
 F32, BF16 = torch.float32, torch.bfloat16
 
 
@@ -58,7 +58,7 @@ def assert_contract(g: Graph, plan: Plan) -> None:
         if grp.kind in ("gemm", "attention", "opaque", "reduction"):
             assert grp.anchor in nodes and g.node(grp.anchor).kind == {"opaque": "opaque"}.get(grp.kind, grp.kind)
         if grp.kind == "opaque":
-            assert grp.nodes == [grp.anchor]
+            assert grp.nodes == (grp.anchor,)
     shared = Counter(n for grp in plan.groups for n in grp.nodes)
     for nid, count in shared.items():
         if count > 1:   # recomputed in several groups: only cheap nodes
@@ -220,7 +220,7 @@ def test_gpt_block_plan():
     #   views of qkv (its prologue), no copy of q, k or v.
     # - c_proj (attention) and c_proj (MLP): GEMM + bias + residual add in the epilogue;
     #   the first reads the attention output through transpose+view (written in
-    #   [B, S, H, D] order by the layout pass, so that view is contiguous).
+    #   [B, S, H, D] order by layout assignment, so that view is contiguous).
     # - c_fc: GEMM + bias + GELU epilogue. GEMMs in series never share a kernel.
     captured, g, plan, _ = sample_plan("gpt_block")
     assert _groups(plan) == sorted([
@@ -365,7 +365,7 @@ def test_cat_feeding_a_matmul_is_materialised_by_a_pointwise_kernel():
     c = g.add("cat", g.add("exp", a), b, dim=1)
     g.set_outputs([g.add("matmul", c, w)])
     plan = plan_graph(g)
-    assert plan.kinds() == ["pointwise", "gemm"] and plan.groups[0].outputs == [c]
+    assert plan.kinds() == ["pointwise", "gemm"] and plan.groups[0].outputs == (c,)
     assert_contract(g, plan)
 
 

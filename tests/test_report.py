@@ -26,7 +26,7 @@ from minicomp.explain import BenchResult
 from minicomp.frontend.fx import capture
 from minicomp.frontend.loader import load_model_file
 from minicomp.ir.graph import Graph
-from minicomp.passes.cost import get_machine
+from minicomp.plan import get_machine
 from minicomp.report import roofline
 from minicomp.report.graph_svg import graph_layout
 from minicomp.report.layout import layered_layout

@@ -18,7 +18,7 @@ from minicomp.codegen import generate
 from minicomp.errors import GuardError
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
-from minicomp.passes.plan import Group, Plan
+from minicomp.plan import Group, Plan
 from minicomp.runtime import cache as cache_mod
 from minicomp.runtime.cache import ModuleCache, cache_key, cache_root
 
@@ -30,7 +30,8 @@ def rmsnorm_graph(shape=(6, 40), dtype=torch.float32, weight: torch.Tensor | Non
     g.set_outputs([C.rms_norm(g, x, 1, w, 1e-6)])
     nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
     leaves = [n.id for n in g.nodes() if n.kind in ("input", "constant") and g.users(n.id)]
-    return g, Plan(g.name, [Group(0, "reduction", nodes=nodes, inputs=leaves, outputs=list(g.outputs), name="rmsnorm")])
+    plan = Plan(g.name, [Group(0, "reduction", nodes=nodes, inputs=leaves, outputs=list(g.outputs), name="rmsnorm")])
+    return g, plan.with_specs(g)
 
 
 def rand(shape, dtype=torch.float32, seed=0):
