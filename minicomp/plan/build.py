@@ -3,9 +3,10 @@ the refused candidates and the recompute decisions.
 
 Groups are listed in a topological order of the group graph (ties: earliest node first),
 so codegen can launch them in plan order. Each reduction, GEMM and attention group gets its
-spec (`specs.derive_spec`). The Plan is built whole, at the end: it is immutable. `bytes_saved` of a group is what its own nodes
-cost eagerly (each its own kernel) minus what the group costs; the sum over the plan is
-unfused minus planned bytes (up to views the plan must write as graph outputs).
+spec (`specs.derive_spec`). The Plan is built whole, at the end: it is immutable.
+`bytes_saved` of a group is what its own nodes cost eagerly (each its own kernel) minus
+what the group costs; the sum over the plan is unfused minus planned bytes (up to views
+the plan must write as graph outputs).
 """
 
 from __future__ import annotations
