@@ -66,9 +66,7 @@ def _reduced_axes(g: Graph, nid: int, plan: Plan, writer: Group) -> tuple[int, .
         for r in grp.nodes:
             rn = g.node(r)
             if rn.kind == "reduction" and rn.args[0] == nid:
-                rank = len(g.node(nid).shape)
-                axes = tuple(rn.attrs.get("axes", ())) or tuple(range(rank))
-                found.add(tuple(sorted(a % rank for a in axes)))
+                found.add(grp.spec.axes)   # the group's domain: every reduction in it reduces these
             elif nid in rn.args:
                 return None   # read elementwise too: leave it contiguous
     return found.pop() if len(found) == 1 else None
