@@ -10,7 +10,7 @@ Module-level lists the loader fills: `CONSTANTS` (tensor constants, already in t
 layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
 (`python mod.py [inputs.pt [outputs.pt]]`) it reads `<its name>.constants.pt` beside itself
 (checking the digest its file name carries, `GeneratedModule.write`), runs on the given or on
-seeded random inputs, and prints the output shapes.
+seeded random inputs, and prints the output shapes (that block: codegen/script.py).
 
 The machinery around the kernels is imported, not written into each module: launches, the
 first call's compiles and the input checks from `minicomp.runtime.launcher` (`_rt`), the
@@ -43,6 +43,7 @@ from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, warm_entry
 from minicomp.codegen.lowering import ident, user_label
 from minicomp.codegen.names import comment_text
+from minicomp.codegen.script import DIGEST_CHARS, script_block
 from minicomp.errors import CompileError
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
@@ -93,8 +94,6 @@ class GeneratedModule:
         path.write_text(self.source)
         return path
 
-
-DIGEST_CHARS = 16
 
 
 def _emitter(kind: str) -> tuple[Callable[[KernelCtx], Kernel] | None, str]:
@@ -318,40 +317,8 @@ class ModuleWriter:
         out.splice(self.call.getvalue().rstrip("\n"))
         out.writeline("")
         out.writeline("")
-        out.splice(self._main_block())
+        out.splice(script_block(self.graph, bool(self.constants), len(self.opaque)))
         return out.getvalue()
-
-    def _main_block(self) -> str:
-        g = self.graph
-        b = CodeBuilder()
-        with b.block('if __name__ == "__main__":'):
-            b.writeline('_device = torch.device("cuda" if DEVICE_TYPE == "cuda" else "cpu")')
-            if self.constants:
-                with b.block("with open(__file__, 'rb') as _f, open(__file__[:-3] + '.constants.pt', 'rb') as _c:"):
-                    b.writeline("_source, _blob = _f.read(), _c.read()")
-                b.writeline("import hashlib, io")
-                with b.block("if hashlib.sha256(_source + _blob).hexdigest()[:%d] != os.path.basename(__file__)[-%d:-3]:"
-                             % (DIGEST_CHARS, DIGEST_CHARS + 3)):
-                    b.writeline('sys.exit("these constants were not written with this module (digest mismatch)")')
-                b.writeline("CONSTANTS[:] = [t.to(_device) for t in torch.load(io.BytesIO(_blob), weights_only=True)]")
-            if self.opaque:
-                b.writeline(f'sys.exit("this module calls {len(self.opaque)} PyTorch function(s) that have no text form; '
-                            'run it through minicomp")')
-            with b.block("if len(sys.argv) > 1:"):
-                b.writeline("_inputs = [t.to(_device) for t in torch.load(sys.argv[1])]")
-            with b.block("else:"):
-                b.writeline("_gen = torch.Generator().manual_seed(0)")
-                b.writeline("_inputs = [")
-                with b.indent():
-                    for nid in g.inputs:
-                        b.writeline(f"{_random_text(g.node(nid))}.to(_device),")
-                b.writeline("]")
-            b.writeline("_outputs = call(*_inputs)")
-            with b.block("for _i, _t in enumerate(_outputs):"):
-                b.writeline('print(f"output {_i}: {tuple(_t.shape)} {_t.dtype}")')
-            with b.block("if len(sys.argv) > 2:"):
-                b.writeline("torch.save([t.cpu() for t in _outputs], sys.argv[2])")
-        return b.getvalue()
 
 
 def _call_names(graph: Graph) -> dict[int, str]:
@@ -373,15 +340,6 @@ def _line_order(origin: str) -> tuple:
     """`file:line` origins in file order, then line order."""
     path, _, line = origin.rpartition(":")
     return (path, int(line)) if line.isdigit() else (origin, 0)
-
-
-def _random_text(n: Node) -> str:
-    shape = tuple(n.shape)
-    if n.dtype.is_floating_point:
-        return f"torch.randn({shape!r}, generator=_gen).to({n.dtype})"
-    if n.dtype == torch.bool:
-        return f"(torch.rand({shape!r}, generator=_gen) > 0.5)"
-    return f"torch.randint(-8, 8, {shape!r}, generator=_gen).to({n.dtype})"
 
 
 def generate(graph: Graph, plan: Plan, target: Target | str,
