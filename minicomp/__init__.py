@@ -5,7 +5,7 @@
     @minicomp.compile
     def f(x, w): ...
 
-See README.md and DESIGN.md; the stages live in `ir`, `frontend`, `passes`, `codegen`, `runtime`.
+See README.md and DESIGN.md; the stages live in `ir`, `frontend`, `passes`, `plan`, `codegen`, `runtime`.
 """
 
 import os as _os

@@ -7,7 +7,7 @@ Invariants (checked by `verify.verify`):
   edge arg -> user for every distinct arg, with the attribute `positions` listing where
   it is used, so networkx algorithms (topological sort, ancestors, cycles) work;
 - shapes are concrete tuples of ints (DSL symbols are bound before a graph is built);
-- `layout` is None ("free") until the layout pass fixes a tuple of strides;
+- `layout` is None ("free") until layout assignment (plan/layout.py) fixes a tuple of strides;
 - `origin` says where the node came from (`model.py:12`, `prog.mc:3:7`), for errors.
 
 `Graph.add` infers shape and dtype through the registry (meta tensors), so a builder only
