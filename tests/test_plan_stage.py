@@ -14,7 +14,7 @@ from conftest import tol
 from minicomp.api import Options, compile_graph
 from minicomp.codegen import generate
 from minicomp.errors import CompileError
-from minicomp.frontend.fx import capture
+from minicomp.frontend.fx import call_inputs, capture
 from minicomp.frontend.loader import load_model_file
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
@@ -150,11 +150,13 @@ def test_fallbacks_live_on_the_generated_module_and_the_table_shows_them():
 @pytest.mark.parametrize("machine", ["h200", "a100"])
 def test_compile_plans_for_the_machine_asked_and_lays_out_from_that_plan(machine):
     fn, inputs = load_model_file(SAMPLES / "gpt_block.py")
-    c = compile_graph(capture(fn, inputs, name="gpt_block"), list(inputs), Options(machine=machine))
+    graph = capture(fn, inputs, name="gpt_block")
+    args = call_inputs(graph, inputs)                                  # the inputs, then the weights
+    c = compile_graph(graph, args, Options(machine=machine))
     assert c.plan.machine == machine.upper()
     assert plan_graph(c.graph, machine).groups == c.plan.groups        # the planner ignores strides
     again = assign_layout(c.graph, c.plan)
     assert [n.layout for n in again.nodes()] == [n.layout for n in c.graph.nodes()]
     with torch.no_grad():
         want = fn(*inputs)
-    torch.testing.assert_close(c.call(*inputs)[0], want, **tol(want.dtype))
+    torch.testing.assert_close(c.call(*args)[0], want, **tol(want.dtype))
