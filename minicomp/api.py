@@ -209,6 +209,7 @@ class CompiledFunction:
         self._last: Compiled | None = None
         self._lock = threading.RLock()
         self._name = getattr(fn, "__name__", type(fn).__name__)
+        self.compiles = 0                  # specialisations compiled so far (capture to loaded module)
         functools.update_wrapper(self, fn, updated=())
 
     def compile_for(self, *args: Any) -> Compiled:
@@ -329,6 +330,7 @@ class CompiledFunction:
         inputs = plain + [resolved(w) for w in weights]
         signature_of(inputs)                    # arguments and weights on one device
         compiled = compile_graph(graph, inputs, self.options)
+        self.compiles += 1
         outputs = OutputPlan.of(getattr(graph, "out_alias", None), compiled.graph)
         rerun = Rerun(fn, len(tensors), outputs.fresh, graph.binding, getattr(graph, "random_ops", []), self._name)
         return Specialisation(compiled, graph.binding, outputs, rerun, getattr(graph, "out_spec", None),

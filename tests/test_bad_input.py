@@ -440,3 +440,19 @@ def test_strides_of_size_one_dims_do_not_recompile_and_stay_correct():
     torch.testing.assert_close(f(x, y), x * y + 1)
     torch.testing.assert_close(f(x_t, y), x_t * y + 1)
     assert len(f._cache) == 1
+
+
+def _sdpa_with(q, k, v, m):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+
+@pytest.mark.parametrize("mask", [torch.zeros(8), torch.zeros(3, 8, 8), torch.zeros(8, 8, dtype=torch.float16)],
+                         ids=["1-d", "does-not-broadcast", "other-dtype"])
+def test_an_attention_mask_eager_refuses_is_refused_at_capture(mask):
+    """The eager tracer hands the user's own error to make_fx, whose stand-in used to accept
+    any mask: a 1-D mask eager rejects was compiled and gave an answer."""
+    q = k = v = torch.randn(2, 4, 8, 16)
+    with pytest.raises(Exception):
+        _sdpa_with(q, k, v, mask)
+    with pytest.raises(minicomp.MinicompError, match="capturing _sdpa_with failed"):
+        minicomp.compile(_sdpa_with)(q, k, v, mask)

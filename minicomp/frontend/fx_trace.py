@@ -106,7 +106,28 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Ten
 
 
 def _sdpa_checked_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """Eager's refusals, on fake tensors: a call eager rejects must not be captured (the eager
+    tracer hands a user's error to make_fx, which runs this)."""
     _one_dtype("scaled_dot_product_attention", q, k, v)
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2 or not (q.dim() == k.dim() == v.dim()):
+        raise RuntimeError(f"scaled_dot_product_attention: query, key and value must have one rank of at least 2, "
+                           f"got {q.dim()}, {k.dim()} and {v.dim()}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise RuntimeError(f"scaled_dot_product_attention: shapes {list(q.shape)}, {list(k.shape)} and "
+                           f"{list(v.shape)} do not fit (query and key head dims, key and value lengths)")
+    if attn_mask is not None:
+        scores = tuple(q.shape[:-1]) + (k.shape[-2],)
+        if attn_mask.dim() < 2:
+            raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape {list(attn_mask.shape)} must have "
+                               f"at least 2 dimensions and broadcast to the scores' shape {list(scores)}")
+        if tuple(torch.broadcast_shapes(attn_mask.shape, scores)) != scores:
+            raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape {list(attn_mask.shape)} does not "
+                               f"broadcast to the scores' shape {list(scores)}")
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
+            raise RuntimeError(f"scaled_dot_product_attention: attn_mask must be bool or {q.dtype} like the query, "
+                               f"got {attn_mask.dtype}")
+        if is_causal:
+            raise RuntimeError("scaled_dot_product_attention: attn_mask cannot be given with is_causal=True")
     return _sdpa_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
