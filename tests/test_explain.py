@@ -191,16 +191,27 @@ class _FakeTuner:
         return {c: self._bench(*args, config=c, **kwargs) for c in self.prune_configs(kwargs)}
 
 
-def test_long_autotuning_prints_progress_after_a_second():
+def test_long_autotuning_shows_one_line_updated_in_place_on_a_terminal():
     clock = [0.0]
     out = io.StringIO()
     tuner = _FakeTuner(6, clock, step=0.4)
-    assert progress.watch(tuner, progress.SweepProgress("mc_gemm_3 (group 3)", out, clock=lambda: clock[0]))
+    assert progress.watch(tuner, progress.SweepProgress("mc_gemm_3 (group 3)", out, clock=lambda: clock[0], tty=True))
     timings = tuner.run(1, 2, BLOCK=16)
     assert timings == {c: [float(c)] for c in range(6)}                 # results untouched
-    lines = out.getvalue().splitlines()
-    # configs 3..6 finish after 1.2, 1.6, 2.0, 2.4 s: past the threshold
-    assert lines == [f"minicomp: autotuning mc_gemm_3 (group 3): config {k}/6, {0.4 * k:.1f} s" for k in range(3, 7)]
+    text = out.getvalue()
+    # configs 3..6 finish after 1.2, 1.6, 2.0, 2.4 s: past the threshold; one line, rewritten
+    assert text.count("\n") == 1 and text.endswith("config 6/6, 2.4 s\x1b[K\n")
+    assert text.split("\r")[1:] == [f"minicomp: autotuning mc_gemm_3 (group 3): config {k}/6, {0.4 * k:.1f} s\x1b[K"
+                                    for k in range(3, 6)] + ["minicomp: autotuning mc_gemm_3 (group 3): config 6/6, 2.4 s\x1b[K\n"]
+
+
+def test_long_autotuning_writes_one_summary_line_to_a_log():
+    clock = [0.0]
+    out = io.StringIO()
+    tuner = _FakeTuner(6, clock, step=0.4)
+    progress.watch(tuner, progress.SweepProgress("mc_gemm_3 (group 3)", out, clock=lambda: clock[0], tty=False))
+    tuner.run(1, 2, BLOCK=16)
+    assert out.getvalue() == "minicomp: autotuned mc_gemm_3 (group 3): 6 configs in 2.4 s\n"
 
 
 def test_quick_autotuning_prints_nothing():
