@@ -4,6 +4,10 @@ Every error a user can cause derives from `MinicompError`. The CLI and the decor
 print such an error as one paragraph (no traceback) and the CLI exits 1. Anything else
 that escapes is a bug in minicomp and keeps its traceback.
 
+`UsageError` is a command line or API call that names something that does not exist or is
+ambiguous (an unknown pass or machine, a bad `--dim`, an entry that cannot be chosen): the
+CLI exits 2 for it, as for argparse's own usage errors.
+
 `SourceError` carries a position in a source file and renders the classic compiler
 diagnostic: `file:line:col: message`, then the line and a caret under the column.
 """
@@ -13,6 +17,10 @@ from __future__ import annotations
 
 class MinicompError(Exception):
     """A problem with the user's program or inputs, reported without a traceback."""
+
+
+class UsageError(MinicompError):
+    """Bad usage: an option's value, or a choice (the entry function) the user must make."""
 
 
 class SourceError(MinicompError):

@@ -251,7 +251,7 @@ def test_functions_inline_with_their_own_symbols_multi_returns_and_shadow_builti
 def test_entry_selection_dims_and_origins():
     src = "func a(x: f32[N]) -> f32[N] {\n  return x\n}\nfunc b(x: f32[N]) -> f32[N] {\n  return exp(x) + 1\n}\n"
     assert list_functions(src, "e.mc") == ["a", "b"]
-    g = load_dsl(src, "e.mc", dims={"N": 5})
+    g = load_dsl(src, "e.mc", entry="b", dims={"N": 5})    # neither calls the other: no default
     assert g.name == "b" and g.node(g.inputs[0]).shape == (5,)
     add = g.node(g.outputs[0])
     assert add.op == "add" and add.origin == "e.mc:5:17"           # a binary node: its operator
@@ -261,7 +261,7 @@ def test_entry_selection_dims_and_origins():
     with pytest.raises(MinicompError, match="no function named 'c'; it defines a, b"):
         load_dsl(src, "e.mc", entry="c", dims={"N": 5})
     # dims and example inputs together, consistent
-    assert load_dsl(src, "e.mc", dims={"N": 3}, example_inputs=[rand(3)]).node(0).shape == (3,)
+    assert load_dsl(src, "e.mc", entry="b", dims={"N": 3}, example_inputs=[rand(3)]).node(0).shape == (3,)
 
 
 def test_half_precision_stays_half_with_python_scalars_and_scalar_params():

@@ -32,11 +32,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from minicomp.errors import MinicompError, SourceError
+from minicomp.errors import SourceError
 from minicomp.frontend.dsl_ast import (BinOp, Bool, Call, Expr, FuncDef, ListExpr, Module, Name, Neg, Num, Pos,
                                        Return, Source, Str)
 from minicomp.frontend.dsl_builtins import (BUILTINS, REQUIRED, CallError, Emit, TensorVal, Value, bind_args,
                                             call_builtin, describe, pointwise)
+from minicomp.frontend.dsl_entry import pick_entry
 from minicomp.frontend.dsl_parse import parse_module
 from minicomp.frontend.dsl_symbols import Bound, Mismatch, bind_symbols, check_dtypes, shown, unify
 from minicomp.ir.dtypes import parse_dtype
@@ -57,16 +58,13 @@ def list_functions(source: str, filename: str) -> list[str]:
 
 def load_dsl(source: str, filename: str, entry: str | None = None, dims: dict[str, int] | None = None,
              example_inputs: Sequence[torch.Tensor] | None = None) -> Graph:
-    """Parse DSL text and lower function `entry` (default: the last one) to a Graph."""
+    """Parse DSL text and lower function `entry` to a Graph (default: `main`, else the only
+    function no other one calls; see `dsl_entry`)."""
     module = parse_module(source, filename)
     src = module.source
     if not module.funcs:
         raise src.error("this file defines no function (expected 'func name(...) { ... }')", Pos(1, 1))
-    if entry is None:
-        entry = list(module.funcs)[-1]
-    if entry not in module.funcs:
-        raise MinicompError(f"{filename}: no function named '{entry}'; it defines "
-                            f"{', '.join(module.funcs)}")
+    entry = pick_entry(module, filename, entry)
     check_dtypes(src, module.funcs.values())
     f = module.funcs[entry]
     symbols = bind_symbols(src, f, dict(dims or {}), example_inputs)

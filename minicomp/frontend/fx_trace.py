@@ -30,8 +30,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from minicomp.errors import MinicompError, SourceError
+from minicomp.errors import MinicompError
 from minicomp.frontend.fx_eager import eager_trace
+from minicomp.frontend.pyframes import frame_error
 
 _log = logging.getLogger(__name__)
 # which tracer captured last: "eager" (fx_eager) or "fake" (make_fx); read by tests
@@ -249,9 +250,7 @@ def _user_error(exc: BaseException, what: str) -> MinicompError:
                     "minicomp captures one static graph, so compute it with tensor ops such as torch.where)")
     if not frames:
         return MinicompError(message)
-    f = frames[-1]
-    col = (getattr(f, "colno", None) or 0) + 1
-    return SourceError(message, short_path(f.filename), f.lineno or 0, col, f.line)
+    return frame_error(message, frames[-1], short_path(frames[-1].filename))   # the line as written
 
 
 @contextlib.contextmanager

@@ -8,8 +8,9 @@ A model file (the CLI's `.py` input) defines:
 
 An `nn.Module` class is instantiated with no arguments; every module is put in `eval()`
 (model files describe inference). Everything a user can get wrong — a missing file, a
-syntax error, an exception while importing or building inputs, an ambiguous or missing
-entry — raises MinicompError, with `file:line` where one is known, never a traceback.
+syntax error, an exception while importing or building inputs — raises MinicompError, with
+`file:line:col`, the line as written and a caret where one is known, never a traceback. An
+ambiguous entry, or an `entry` that the file lacks, is a `UsageError` (the CLI exits 2).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from minicomp.errors import MinicompError, SourceError
+from minicomp.errors import MinicompError, SourceError, UsageError
+from minicomp.frontend.pyframes import frame_error, shown_line
 
 
 def _shown(path: Path) -> str:
@@ -43,8 +45,7 @@ def _in_file_error(exc: BaseException, path: Path, what: str) -> MinicompError:
     message = f"{what}: {type(exc).__name__}" + (f": {text}" if text else "")
     if not frames:
         return MinicompError(f"{_shown(path)}: {message}")
-    f = frames[-1]
-    return SourceError(message, _shown(path), f.lineno or 0, (getattr(f, "colno", None) or 0) + 1, f.line)
+    return frame_error(message, frames[-1], _shown(path))
 
 
 def import_file(path: str | Path) -> ModuleType:
@@ -62,7 +63,9 @@ def import_file(path: str | Path) -> ModuleType:
         spec.loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(name, None)
-        raise SourceError(f"syntax error: {e.msg}", _shown(path), e.lineno or 0, e.offset or 1, e.text) from None
+        # e.text is the whole line and e.offset a 1-based character column into it
+        raise SourceError(f"syntax error: {e.msg}", _shown(path), e.lineno or 0, e.offset or 1,
+                          shown_line(e.text)) from None
     except Exception as e:
         sys.modules.pop(name, None)
         raise _in_file_error(e, path, "error while importing the model file") from None
@@ -87,7 +90,7 @@ def _pick(module: ModuleType, path: Path, entry: str | None) -> tuple[str, Any]:
     if entry is not None:
         if not hasattr(module, entry):
             options = ", ".join(n for n, _ in _candidates(module)) or "none"
-            raise MinicompError(f"{_shown(path)}: no entry named {entry!r} (candidates: {options})")
+            raise UsageError(f"{_shown(path)}: no entry named {entry!r} (candidates: {options})")
         return entry, getattr(module, entry)
     if hasattr(module, "model"):
         return "model", module.model
@@ -97,7 +100,7 @@ def _pick(module: ModuleType, path: Path, entry: str | None) -> tuple[str, Any]:
     if not found:
         raise MinicompError(f"{_shown(path)}: defines no model: add a function or nn.Module named `model` "
                             "(or pass --entry NAME)")
-    raise MinicompError(f"{_shown(path)}: several possible models ({', '.join(n for n, _ in found)}); "
+    raise UsageError(f"{_shown(path)}: several possible models ({', '.join(n for n, _ in found)}); "
                         "name one `model` or pass --entry NAME")
 
 
