@@ -120,17 +120,32 @@ def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
                         dump_dir=options.dump_dir, time_passes=options.time_passes)
 
 
-def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None) -> Compiled:
-    """Graph (fresh from a frontend) -> passes -> plan -> layout -> generated module -> loaded call."""
+def _not_loaded(*inputs: Any) -> list[torch.Tensor]:
+    raise MinicompError("this graph was compiled with load=False: its module was generated, not loaded, "
+                        "so it cannot run")
+
+
+def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None, *,
+                  device: str | torch.device | None = None, load: bool = True) -> Compiled:
+    """Graph (fresh from a frontend) -> passes -> plan -> layout -> generated module -> loaded call.
+
+    `inputs` give the shapes, dtypes and strides the module is specialised on; `device` (default:
+    the inputs', else cuda when present) what it is generated for. With `load=False` it stops
+    after generating the module (its `call` raises), and meta tensors will do for `inputs`:
+    what the CLI's dumps and `--emit` use, which run nothing and need no memory for inputs."""
     from minicomp.codegen import generate
     from minicomp.plan import assign_layout, plan_graph
-    from minicomp.runtime import load
+    from minicomp.runtime import load as load_module
 
     options = options or Options()
     start = time.perf_counter()
-    if inputs:
+    if device is not None:
+        device = torch.device(device)
+    else:
+        device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if load:
         from minicomp.runtime.prime import prime_triton
-        prime_triton(inputs[0].device)      # Triton's one-time state, built while the passes run
+        prime_triton(device)                # Triton's one-time state, built while the passes run
     verify(graph)
     set_input_layouts(graph, inputs)
     captured = graph
@@ -138,10 +153,9 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     # the unfused baseline is the user's program as written (before attention matching)
     plan = plan_graph(graph, options.machine, baseline=captured)
     graph = assign_layout(graph, plan)            # strides of what the plan's kernels write
-    device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     target = Target.for_device(device.type, verify_target=options.verify_target)
     generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
-    call = load(generated, device)
+    call = load_module(generated, device) if load else _not_loaded
     return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)
 
 

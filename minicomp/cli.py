@@ -2,10 +2,24 @@
 
     minicomp compile FILE [--dump-ir] [--dump-plan] [--check] [--emit DIR] ...
     minicomp report FILE [-o report.html] [--bench]
+    minicomp --version                   (also: python -m minicomp ...)
 
-FILE is a `.py` model file (a callable plus `example_inputs()`) or a `.mc` DSL program.
-Exit status: 0 success, 1 a user error (printed as one paragraph, no traceback) or a
-failed `--check`, 2 bad usage (argparse's own convention).
+FILE is a `.py` model file (a callable plus `example_inputs()`) or a `.mc` DSL program,
+whose entry is `--entry NAME`, else the function named `main`, else the only function that
+no other function of the file calls (and whose name does not start with `_`).
+
+Exit status: 0 success; 1 an error in the input (one paragraph on stderr, with
+`file:line:col`, the line and a caret where there is one, never a traceback) or a failed
+`--check`; 2 bad usage: an unknown option or command (argparse's own convention), a bad
+`--dim`, `--passes` or `--machine`, or an entry the user must choose (`UsageError`).
+
+Invariants:
+- every option is checked before FILE is read, so a typo costs no capture;
+- nothing runs, and a `.mc` program's random inputs are not built, unless `--check` or
+  `--bench` asks: dumps and `--emit` need only shapes and strides, which meta tensors
+  carry without memory (so `--dump-ir` of a 100000 x 100000 program allocates nothing);
+- times in the plan are roofline bounds on a machine *model* (`--machine`), labelled so,
+  beside the device the kernels run, or would run, on.
 """
 
 from __future__ import annotations
@@ -13,10 +27,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-from minicomp import explain
-from minicomp.errors import MinicompError
+from minicomp import __version__, check, explain
+from minicomp.errors import MinicompError, UsageError
 
 
 def _parse_dims(items: list[str]) -> dict[str, int]:
@@ -24,21 +40,31 @@ def _parse_dims(items: list[str]) -> dict[str, int]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
-            raise SystemExit(_usage_error(f"--dim expects NAME=INT, got {item!r}"))
+            raise UsageError(f"--dim expects NAME=INT, got {item!r}")
         try:
             dims[name] = int(value)
         except ValueError:
-            raise SystemExit(_usage_error(f"--dim {name}: {value!r} is not an integer")) from None
+            raise UsageError(f"--dim {name}: {value!r} is not an integer") from None
+        if dims[name] < 0:
+            raise UsageError(f"--dim {name}={value}: a dimension is a non-negative integer")
     return dims
 
 
-def _usage_error(message: str) -> int:
-    print(f"minicomp: usage error: {message}", file=sys.stderr)
-    return 2
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = [f"minicomp {__version__}"]
+    for dist in ("torch", "triton"):   # read from metadata: importing triton here would cost ~1 s
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    return ", ".join(parts)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minicomp", description="A small graph-to-Triton-kernel compiler.")
+    p.add_argument("--version", action="version", version=_versions())
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a model file (.py) or DSL program (.mc)")
     c.add_argument("file", help="a .py model file or a .mc DSL program")
@@ -58,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-dir", metavar="DIR", help="write the IR after every pass to DIR/00N_<pass>.txt")
     c.add_argument("--time-passes", action="store_true", help="print how long each pass took")
-    c.add_argument("--machine", default="h200", help="machine model for the cost model (default h200)")
+    c.add_argument("--machine", default="h200",
+                   help="machine model for the cost model's bounds: h200 (default), h100, a100")
 
     # `minicomp report`: the HTML page (minicomp/report/); its own block, kept apart from `compile`'s
     r = sub.add_parser("report", help="write one self-contained HTML page: fused graph, plan, kernels, roofline")
@@ -74,136 +101,169 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load(args, dims):
-    """-> (graph, inputs, eager) where eager() computes the reference outputs."""
-    import torch
+@dataclass
+class Job:
+    """What `_load` found: the graph, and how to get inputs and the reference, on demand."""
+    graph: Any                                     # minicomp.ir.graph.Graph, fresh from a frontend
+    inputs: Callable[[], list]                     # the example inputs (a .mc program's are built here)
+    shapes: Callable[[], list]                     # tensors with the inputs' shapes and strides, for layouts
+    eager: Callable[[list], list]                  # inputs -> the reference outputs, flat
+    reference: str                                 # what --check compares with, in words
+    inputs_from: str                               # where the inputs come from, in words
+    n_args: int | None = None                      # the user's arguments among the inputs (the rest: weights)
 
-    from minicomp.ir.interpret import random_inputs, run
+
+def _load(args, dims) -> Job:
+    import torch
 
     path = Path(args.file)
     if not path.exists():
         raise MinicompError(f"{args.file}: no such file")
     if path.suffix == ".mc":
         from minicomp.frontend.dsl import load_dsl
+        from minicomp.ir.interpret import random_inputs, run
         graph = load_dsl(path.read_text(), str(args.file), entry=args.entry, dims=dims)
-        inputs = random_inputs(graph, seed=0)
         reference = graph.copy()
-        return graph, inputs, lambda ins: run(reference, ins)
+        metas = [torch.empty(n.shape, dtype=n.dtype, device="meta") for n in map(graph.node, graph.inputs)]
+        return Job(graph, lambda: random_inputs(graph, seed=0), lambda: metas, lambda ins: run(reference, ins),
+                   "minicomp's reference interpreter (the program run op by op in PyTorch)",
+                   "random, seed 0: normal floats, small integers, coin-flip bools")
+    if dims:
+        raise UsageError(f"--dim binds the symbols of a .mc program; {args.file} is not one")
     if path.suffix == ".py":
         from minicomp.frontend.fx import call_inputs, capture
         from minicomp.frontend.loader import load_model_file
         fn, inputs = load_model_file(str(path), args.entry)
         graph = capture(fn, inputs)
         count = len(inputs)
+        every = call_inputs(graph, inputs)      # the arguments, then the weights (graph inputs too)
 
         def eager(ins):
             with torch.no_grad():
                 out = fn(*ins[:count])      # the arguments; the rest are the weights, which fn reads itself
             flat, _ = torch.utils._pytree.tree_flatten(out)
             return flat
-        return graph, call_inputs(graph, inputs), eager
+        return Job(graph, lambda: list(every), lambda: list(every), eager, "eager PyTorch (the model file's "
+                   "callable on the same inputs)", "from the file's example_inputs()", count)
     raise MinicompError(f"{args.file}: expected a .py model file or a .mc program, not {path.suffix or 'no suffix'!r}")
 
 
-def _check(compiled, inputs, eager) -> bool:
+def _options(args):
+    """The compile options, every name checked (a bad one is a UsageError: exit 2)."""
+    from minicomp.api import Options
+    from minicomp.plan.cost import get_machine
+    from minicomp.passes.manager import resolve_pipeline
+
+    try:
+        get_machine(args.machine)
+        passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
+        resolve_pipeline(passes)
+    except UsageError:
+        raise
+    except MinicompError as e:
+        raise UsageError(str(e)) from None
+    return Options(passes=passes, machine=args.machine, print_after_all=getattr(args, "print_after_all", False),
+                   dump_dir=getattr(args, "dump_dir", None), time_passes=getattr(args, "time_passes", False))
+
+
+def _device(args) -> str:
     import torch
 
-    from minicomp.api import run_compiled
-    _, got = run_compiled(compiled, inputs)   # a kernel Triton rejects on this GPU runs through PyTorch
-    want = eager(inputs)
-    ok = len(got) == len(want)
-    print(f"check: {len(got)} output(s) against eager PyTorch on {inputs[0].device if inputs else 'cpu'}")
-    for k, (a, b) in enumerate(zip(got, want)):
-        a32, b32 = a.detach().float().cpu(), b.detach().float().cpu()
-        same_shape = a.shape == b.shape and a.dtype == b.dtype
-        finite = torch.isfinite(b32)
-        diff = (a32 - b32).abs()
-        diff = torch.where(finite | (a32 != b32), diff, torch.zeros_like(diff))  # equal infs: no error
-        max_abs = float(diff.max()) if diff.numel() else 0.0
-        max_rel = float((diff / b32.abs().clamp_min(1e-6)).max()) if diff.numel() else 0.0
-        tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}.get(b.dtype, 0.0)
-        try:
-            torch.testing.assert_close(a.cpu(), b.cpu(), atol=tol, rtol=tol, equal_nan=True)
-            good = same_shape
-        except AssertionError:
-            good = False
-        ok &= good
-        print(f"  output {k}: {'ok  ' if good else 'FAIL'} {str(b.dtype).replace('torch.', '')}{list(b.shape)}"
-              f"  max abs err {max_abs:.3g}  max rel err {max_rel:.3g}  (tolerance {tol:g})")
-    print("check: " + ("compiled kernels agree with eager" if ok else "MISMATCH with eager"))
-    return ok
-
-
-def cmd_compile(args) -> int:
-    import torch
-
-    from minicomp.api import Options, compile_graph
-
-    dims = _parse_dims(args.dim)
-    graph, inputs, eager = _load(args, dims)
-    if args.dump_input_ir:
-        print(graph.dump(), end="\n\n")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise MinicompError("--device cuda: no CUDA device is available here")
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    inputs = [t.to(device) for t in inputs]
-    passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
-    options = Options(passes=passes, machine=args.machine, print_after_all=args.print_after_all,
-                      dump_dir=args.dump_dir, time_passes=args.time_passes)
-    compiled = compile_graph(graph, inputs, options)
+    return device
+
+
+def _check(compiled, inputs, job: Job, device: str):
+    """-> (all outputs agree, the Compiled that ran: another one when Triton rejected a kernel)."""
+    from minicomp.api import run_compiled
+
+    compiled, got = run_compiled(compiled, inputs)   # a kernel Triton rejects on this GPU runs through PyTorch
+    want = job.eager(inputs)
+    names = [job.graph.node(i).attrs.get("name", f"#{k}") for k, i in enumerate(job.graph.inputs)]
+    n = len(inputs) if job.n_args is None else job.n_args
+    shown = f"{check.describe_inputs(inputs[:n], names)} ({job.inputs_from})"
+    if len(inputs) > n:    # the weights are inputs of the compiled call too; the model reads its own
+        shown += f", and the model's {len(inputs) - n} weight tensor(s)"
+    ok, lines = check.report(check.compare(got, want), len(got), len(want), job.reference,
+                             explain.device_words(device), shown)
+    print("\n".join(lines))
+    return ok, compiled
+
+
+def cmd_compile(args) -> int:
+    from minicomp.api import compile_graph
+    from minicomp.plan.table import group_count
+
+    dims = _parse_dims(args.dim)
+    options = _options(args)
+    device = _device(args)
+    job = _load(args, dims)
+    if args.dump_input_ir:
+        print(job.graph.dump(), end="\n\n")
+    runs = args.check or args.bench    # timings of unchecked results mean nothing: --bench checks first
+    if runs:
+        inputs = [t.to(device) for t in job.inputs()]
+        compiled = compile_graph(job.graph, inputs, options)
+    else:
+        compiled = compile_graph(job.graph, job.shapes(), options, device=device, load=False)
     fallbacks = compiled.generated.fallbacks
     for note in explain.fallback_notes(compiled.plan, compiled.graph, fallbacks):
         print(note, file=sys.stderr)
     if args.dump_ir:
         print(compiled.graph.dump(), end="\n\n")
     if args.dump_plan:
-        plan = compiled.plan
-        print(plan.table(fallbacks=fallbacks), end="\n\n")
+        print(compiled.plan.table(fallbacks=fallbacks), end="\n\n")
     if args.dump_graph:
-        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan, fallbacks=fallbacks):
+        notes: list[str] = []
+        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan, fallbacks, notes):
             print(f"wrote {path}")
+        for note in notes:
+            print(note)
     if args.emit:
-        path = compiled.generated.write(args.emit)
-        print(f"wrote {path}")
-    print(f"compiled {compiled.graph.name}: {len(compiled.plan.groups)} kernel group(s) in "
-          f"{compiled.compile_seconds * 1000:.0f} ms (before Triton's JIT)")
-    if args.check or args.bench:   # timings of unchecked results mean nothing: --bench checks first
-        if not _check(compiled, inputs, eager):
+        print(f"wrote {compiled.generated.write(args.emit)}")
+    where = "runs on" if runs else "would run on"
+    print(f"compiled {compiled.graph.name}: {group_count(compiled.plan, fallbacks)} in "
+          f"{compiled.compile_seconds * 1000:.0f} ms (before Triton's JIT); {where} {explain.device_words(device)}" + ("" if runs else "; --check runs it"))
+    print(explain.bound_line(compiled.plan, device))
+    if runs:
+        ok, compiled = _check(compiled, inputs, job, device)
+        if not ok:
             return 1
         if args.bench and device != "cuda":
             print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter)")
         elif args.bench:
-            for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs), fallbacks=fallbacks):
+            for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs),
+                                            fallbacks=compiled.generated.fallbacks):   # the module that ran
                 print(line)
     return 0
 
 
 def _report_main(args) -> int:
-    """`minicomp report FILE -o report.html [--bench]`: compile as `compile` does, write the page."""
-    import torch
-
+    """`minicomp report FILE -o report.html [--bench]`: compile as `compile` does, write the page.
+    Only `--bench` on a GPU runs anything (and builds a .mc program's inputs)."""
     from minicomp import report
-    from minicomp.api import Options, compile_graph
+    from minicomp.api import compile_graph
 
-    graph, inputs, eager = _load(args, _parse_dims(args.dim))
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise MinicompError("--device cuda: no CUDA device is available here")
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    inputs = [t.to(device) for t in inputs]
-    passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
-    compiled = compile_graph(graph, inputs, Options(passes=passes, machine=args.machine))
+    dims = _parse_dims(args.dim)
+    options = _options(args)
+    device = _device(args)
+    job = _load(args, dims)
     timed = None
     if args.bench and device == "cuda":
-        if not _check(compiled, inputs, eager):   # timings of wrong results mean nothing
+        inputs = [t.to(device) for t in job.inputs()]
+        ok, compiled = _check(compile_graph(job.graph, inputs, options), inputs, job, device)
+        if not ok:   # timings of wrong results mean nothing
             return 1
         timed = explain.bench(compiled, inputs)
-    elif args.bench:
-        print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter); "
-              "the roofline shows bounds only")
+    else:
+        compiled = compile_graph(job.graph, job.shapes(), options, device=device, load=False)
+        if args.bench:
+            print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter); "
+                  "the roofline shows bounds only")
     try:
         path = report.write(args.output, compiled, machine=args.machine, source=args.file, bench=timed,
                             bench_requested=args.bench)
@@ -214,12 +274,15 @@ def _report_main(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)    # argparse's own usage errors exit 2 from here
     try:
         if args.command == "compile":
             return cmd_compile(args)
         if args.command == "report":
             return _report_main(args)
+    except UsageError as e:
+        print(f"minicomp: usage error: {e}", file=sys.stderr)
+        return 2
     except MinicompError as e:
         print(str(e), file=sys.stderr)
         return 1

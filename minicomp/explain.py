@@ -2,10 +2,13 @@
 
 - `fallback_notes(plan, graph, fallbacks)`: one line per node or group that runs through
   PyTorch instead of a Triton kernel, and why (printed by `minicomp compile` on stderr).
-- `graph_dot(graph, plan, fallbacks)` / `write_graph(path, graph, plan, fallbacks)`: the graph
-  as DOT, each node
-  filled with the colour of the group that writes it (else the first that computes it),
-  with a legend of the groups; SVG beside it when Graphviz's `dot` is installed.
+- `graph_dot(graph, plan, fallbacks)` / `write_graph(path, graph, plan, fallbacks, notes)`: the
+  graph as DOT, each node filled with the colour of the group that writes it (else the first
+  that computes it), with a legend of the groups; SVG beside it when Graphviz's `dot` is
+  installed, and else (or when `dot` fails) one line in `notes` saying why there is none.
+- `device_words(device)` / `bound_line(plan, device)`: the device the kernels run (or would
+  run) on, and the plan's roofline bound labelled with the machine model it is for; on a
+  device that model does not describe, the line says so.
 - `bench(compiled, inputs)` (CUDA only): the whole call's median time against the plan's
   lower bound, and each kernel group's own time (from the profiler) against its bound;
   `bench_lines` formats either, so the text is testable without a GPU.
@@ -26,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from minicomp.ir.graph import Graph
 from minicomp.ir.printer import to_dot
+from minicomp.plan.cost import MACHINES
 from minicomp.plan.records import Plan
 
 
@@ -65,18 +69,61 @@ def graph_dot(graph: Graph, plan: Plan, fallbacks: Mapping[int, str] | None = No
     return text[:-1] + f'  legend [shape=note, label="{legend}", fillcolor="#ffffff"];\n}}\n'
 
 
-def write_graph(path: str | Path, graph: Graph, plan: Plan, fallbacks: Mapping[int, str] | None = None) -> list[Path]:
-    """Write the DOT file, and an SVG beside it when `dot` is on PATH; returns the files written."""
+def write_graph(path: str | Path, graph: Graph, plan: Plan, fallbacks: Mapping[int, str] | None = None,
+                notes: list[str] | None = None) -> list[Path]:
+    """Write the DOT file, and an SVG beside it when `dot` is on PATH; returns the files written.
+    When no SVG is written, why is appended to `notes` (one line)."""
     path = Path(path)
     path.write_text(graph_dot(graph, plan, fallbacks))
     written = [path]
+    svg = path.with_suffix(".svg")
+    why = ""
     dot = shutil.which("dot")
-    if dot:
-        svg = path.with_suffix(".svg")
-        r = subprocess.run([dot, "-Tsvg", str(path), "-o", str(svg)], capture_output=True, text=True, timeout=120)
-        if r.returncode == 0:
-            written.append(svg)
+    if dot is None:
+        why = f"no {svg.name}: Graphviz's `dot` is not installed (install graphviz, or render {path.name} elsewhere)"
+    else:
+        try:
+            r = subprocess.run([dot, "-Tsvg", str(path), "-o", str(svg)], capture_output=True, text=True,
+                               timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"no {svg.name}: running {dot} failed ({type(e).__name__})"
+        else:
+            if r.returncode == 0:
+                written.append(svg)
+            else:
+                detail = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[0]
+                why = f"no {svg.name}: {dot} failed: {detail}"
+    if why and notes is not None:
+        notes.append(why)
     return written
+
+
+# ----------------------------------------------------------------------------- device and bounds
+
+def device_words(device: Any) -> str:
+    """`cpu (Triton's interpreter)` or `cuda:0 (NVIDIA H200)`."""
+    import torch
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return f"{device.type} (Triton's interpreter)"
+
+
+def bound_line(plan: Plan, device: Any) -> str:
+    """The plan's lower bound, named as the machine model's, and how that model relates to `device`."""
+    import torch
+    device = torch.device(device)
+    model = plan.machine
+    line = f"bound on the {model} model: {plan.lower_bound_us:.3f} µs (a roofline of the plan's bytes and flops)"
+    if device.type != "cuda":
+        return line + f"; not a time for {device.type}, where the kernels run under Triton's interpreter"
+    name = torch.cuda.get_device_name(device)
+    if model.lower() in name.lower():
+        return line + f"; this device is {name}"
+    like = [k for k in MACHINES if k in name.lower()]
+    hint = f"; --machine {like[0]} models it" if like else ""
+    return line + f"; this device is {name}, not the {model}{hint}"
 
 
 # ----------------------------------------------------------------------------- timings (CUDA)
@@ -128,8 +175,8 @@ def _pct(bound: float, measured: float) -> str:
 def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str] | None = None) -> list[str]:
     """The timings against the plan's bounds, one line for the call and one per group."""
     lines = [f"bench: {result.total_us:.1f} µs per call (median, triton.testing.do_bench); "
-             f"plan's lower bound {plan.lower_bound_us:.1f} µs: {_pct(plan.lower_bound_us, result.total_us).strip()} "
-             "of bound"]
+             f"bound on the {plan.machine} model {plan.lower_bound_us:.1f} µs: "
+             f"{_pct(plan.lower_bound_us, result.total_us).strip()} of bound"]
     if not result.group_us:
         return lines
     width = max(len(f"{g.kind} {g.name}") for g in plan.groups)

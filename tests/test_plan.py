@@ -412,7 +412,7 @@ def test_views_are_free_and_slices_cost_their_share():
 def test_table_lists_groups_totals_and_refusals():
     text = str(plan_graph(optimised(swiglu())))
     lines = text.splitlines()
-    assert lines[0].startswith("plan for swiglu on H200") and "bound µs" in lines[1]
+    assert lines[0].startswith("plan for swiglu; bounds on the H200 model (4265 GB/s") and "bound µs" in lines[1]
     assert "unfused" in text and "planned" in text and "fewer bytes" in text
     assert "refused:" in text and "dual GEMM" in text
 

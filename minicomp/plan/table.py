@@ -1,9 +1,10 @@
 """Text rendering of a Plan (what `--dump-plan` and `compiled.explain()` print).
 
-    plan for gpt_block on H200 (4265 GB/s, bf16 685 TFLOP/s)
+    plan for gpt_block; bounds on the H200 model (4265 GB/s, bf16 685 TFLOP/s)
      #  kind       name          nodes           in        out     saved   flops  bound µs  bound
      0  reduction  layernorm     %1-%12 (12)   2.1 MB   2.1 MB    8.4 MB  ...
-    unfused 40.3 MB  ->  planned 12.1 MB  (0.30 of unfused, 3.33x fewer bytes)
+    unfused 40.3 MB  ->  planned 12.1 MB  (0.30 of unfused, 3.33x fewer bytes); 9 groups (8 Triton
+    kernels, 1 through PyTorch), ... flops, lower bound on the H200 model 12.345 µs
     refused:
       g0 layernorm -> g1 bias: the gemm prologue holds only views and casts; ...
 """
@@ -12,7 +13,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from minicomp.plan.cost import fmt_bytes, fmt_flops
+from minicomp.errors import MinicompError
+from minicomp.plan.cost import fmt_bytes, fmt_flops, get_machine
+
+# The bounds are a roofline on a machine *model* (cost.MACHINES), whatever device runs the
+# kernels: every label that shows one names the model.
 
 
 def compress_ids(ids: list[int]) -> str:
@@ -27,6 +32,36 @@ def compress_ids(ids: list[int]) -> str:
         parts.append(f"%{ids[i]}" if i == j else f"%{ids[i]}-%{ids[j]}")
         i = j + 1
     return ",".join(parts)
+
+
+def _model_name(machine: str) -> str:
+    try:
+        return get_machine(machine).name
+    except MinicompError:        # a Plan built by hand may name a machine the table lacks
+        return machine
+
+
+def model_words(machine: str) -> str:
+    """`the H200 model (4265 GB/s, bf16 685 TFLOP/s)`."""
+    try:
+        m = get_machine(machine)
+    except MinicompError:
+        return f"the {machine} model"
+    peak = m.matmul_flops.get("bf16", m.vector_flops)
+    return f"the {m.name} model ({m.bytes_per_s / 1e9:.0f} GB/s, bf16 {peak / 1e12:.0f} TFLOP/s)"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def group_count(plan, fallbacks: Mapping[int, str]) -> str:
+    """`3 groups (2 Triton kernels, 1 through PyTorch)`: a fallback is no kernel of ours."""
+    torch_groups = sum(1 for g in plan.groups if fallbacks.get(g.id) or g.kind == "opaque")
+    parts = [_n(len(plan.groups) - torch_groups, "Triton kernel")]
+    if torch_groups:
+        parts.append(f"{torch_groups} through PyTorch")
+    return f"{_n(len(plan.groups), 'group')} ({', '.join(parts)})"
 
 
 def _row(cells: list[str], widths: list[int], right: set[int]) -> str:
@@ -46,13 +81,14 @@ def render(plan, fallbacks: Mapping[int, str]) -> str:
                      f"{g.lower_bound_us:.3f}", g.bound + (" (fallback)" if fallbacks.get(g.id) else "")])
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
     right = {0, 4, 5, 6, 7, 8}
-    lines = [f"plan for {plan.graph_name} on {plan.machine}", _row(head, widths, right)]
+    lines = [f"plan for {plan.graph_name}; bounds on {model_words(plan.machine)}", _row(head, widths, right)]
     lines += [_row(r, widths, right) for r in rows]
     planned, unfused = plan.total_bytes, plan.unfused_bytes
     fewer = f", {unfused / planned:.2f}x fewer bytes" if planned else ""
     lines.append(f"unfused {fmt_bytes(unfused)}  ->  planned {fmt_bytes(planned)}  "
-                 f"({plan.ratio:.2f} of unfused{fewer}); {len(plan.groups)} kernel(s), "
-                 f"{fmt_flops(plan.total_flops)} flops, lower bound {plan.lower_bound_us:.3f} µs")
+                 f"({plan.ratio:.2f} of unfused{fewer}); {group_count(plan, fallbacks)}, "
+                 f"{fmt_flops(plan.total_flops)} flops, lower bound on the {_model_name(plan.machine)} model "
+                 f"{plan.lower_bound_us:.3f} µs")
     for g in plan.groups:
         if g.reason:
             lines.append(f"  g{g.id} {g.name}: {g.reason}")
