@@ -60,10 +60,10 @@ def _num(x: float) -> str:
 
 
 def tolerance_words(dtype: torch.dtype) -> str:
-    """`atol 1e-4 + rtol 1e-4 x |expected| for float32`, or `exact for int64`."""
+    """`atol 1e-4 + rtol 1e-4 x |expected| for float32`, or `exact equality required for int64`."""
     tol = tolerance(dtype)
     if tol.exact:
-        return f"exact equality for {dtype_str(dtype)}"
+        return f"exact equality required for {dtype_str(dtype)}"
     return f"atol {_num(tol.atol)} + rtol {_num(tol.rtol)} x |expected| for {dtype_str(dtype)}"
 
 
@@ -87,11 +87,14 @@ class OutputCheck:
             return head + f"the compiled kernels give {self.got}, the reference {self.want}"
         if self.numel == 0:
             return head + "empty: nothing to compare"
+        exact = tolerance(self.dtype).exact
         if self.ok:
+            if exact:
+                return head + f"equal ({tolerance_words(self.dtype)})"
             return head + f"max abs error {self.max_abs:.2g} within {tolerance_words(self.dtype)}"
-        return (head + f"{self.bad} of {self.numel} element(s) outside {tolerance_words(self.dtype)}; "
-                f"worst at {list(self.worst)}: got {self.worst_got:.6g}, expected {self.worst_want:.6g} "
-                f"(max abs error {self.max_abs:.2g})")
+        where = f"differ ({tolerance_words(self.dtype)})" if exact else f"outside {tolerance_words(self.dtype)}"
+        return (head + f"{self.bad} of {self.numel} element(s) {where}; worst at {list(self.worst)}: "
+                f"got {self.worst_got:.6g}, expected {self.worst_want:.6g} (max abs error {self.max_abs:.2g})")
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:

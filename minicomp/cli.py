@@ -121,11 +121,11 @@ def _load(args, dims) -> Job:
         raise MinicompError(f"{args.file}: no such file")
     if path.suffix == ".mc":
         from minicomp.frontend.dsl import load_dsl
-        from minicomp.ir.interpret import random_inputs, run
+        from minicomp.ir.interpret import run
         graph = load_dsl(path.read_text(), str(args.file), entry=args.entry, dims=dims)
         reference = graph.copy()
         metas = [torch.empty(n.shape, dtype=n.dtype, device="meta") for n in map(graph.node, graph.inputs)]
-        return Job(graph, lambda: random_inputs(graph, seed=0), lambda: metas, lambda ins: run(reference, ins),
+        return Job(graph, lambda: _random_inputs(graph, args.file), lambda: metas, lambda ins: run(reference, ins),
                    "minicomp's reference interpreter (the program run op by op in PyTorch)",
                    "random, seed 0: normal floats, small integers, coin-flip bools")
     if dims:
@@ -146,6 +146,26 @@ def _load(args, dims) -> Job:
         return Job(graph, lambda: list(every), lambda: list(every), eager, "eager PyTorch (the model file's "
                    "callable on the same inputs)", "from the file's example_inputs()", count)
     raise MinicompError(f"{args.file}: expected a .py model file or a .mc program, not {path.suffix or 'no suffix'!r}")
+
+
+def _random_inputs(graph, shown: str) -> list:
+    """A .mc program's seeded random inputs, refused up front when they cannot fit in memory
+    (a program's dims are easily huge, and a failed allocation would be a traceback)."""
+    from minicomp.ir.dtypes import itemsize
+    from minicomp.ir.interpret import random_inputs
+    from minicomp.passes.cost import fmt_bytes
+
+    need = sum(n.numel * itemsize(n.dtype) for n in map(graph.node, graph.inputs))
+    have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else None
+    what = f"{shown}: --check needs random inputs for {graph.name}"
+    if have and need > have:
+        raise MinicompError(f"{what}: {fmt_bytes(need)}, more than this machine's {fmt_bytes(have)} of memory; "
+                            "bind smaller dims with --dim")
+    try:
+        return random_inputs(graph, seed=0)
+    except (RuntimeError, MemoryError) as e:    # the allocator's refusal
+        raise MinicompError(f"{what} ({fmt_bytes(need)}), which could not be built: "
+                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
 def _options(args):

@@ -1,9 +1,22 @@
-"""Test setup: CPU runs go through Triton's interpreter; `gpu` tests skip without CUDA."""
+"""Test setup: CPU runs go through Triton's interpreter; `gpu` tests skip without CUDA; the
+suite's generated modules go to a private temporary cache, never the user's.
+
+The cache: `MINICOMP_CACHE_DIR` is set, before minicomp is imported, to a fresh directory
+from `tempfile.mkdtemp` (mode 0700, owned by the user running the tests, as the cache
+requires), for this process and the subprocesses tests start; it is removed at the end.
+Triton's own cache (`TRITON_CACHE_DIR`) is left alone: under the CPU interpreter Triton
+writes nothing there, and on a GPU a fresh one would compile every kernel cold each run.
+"""
 
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
+
+_CACHE_DIR = tempfile.mkdtemp(prefix="minicomp-test-cache-")
+os.environ["MINICOMP_CACHE_DIR"] = _CACHE_DIR
 
 if not torch.cuda.is_available():
     # Read by Triton when kernels are defined: must be set before any generated module loads.
@@ -47,3 +60,7 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"GPU-true check ({os.environ.get('MINICOMP_VERIFY_TARGET')}): {s['kernels']} distinct kernels, "
             f"{s['configs']} (kernel, config) compiles, {s['seconds']:.1f} s waiting for Triton's compiler")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
