@@ -101,6 +101,12 @@ def test_unknown_option_and_command_exit_2():
     assert r.returncode == 2 and "unrecognized arguments: --frobnicate" in r.stderr
 
 
+def test_cuda_asked_for_without_a_gpu_is_an_input_error(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["compile", str(SAMPLES / "softmax.mc"), "--dim", "M=3", "--dim", "N=5", "--device", "cuda"]) == 1
+    assert "--device cuda: no CUDA device is available here" in capsys.readouterr().err
+
+
 def test_failed_check_exits_1_and_names_the_worst_element(monkeypatch, capsys):
     from minicomp.ir import interpret
     real = interpret.run
