@@ -14,7 +14,8 @@ Exit status: 0 success; 1 an error in the input (one paragraph on stderr, with
 `--dim`, `--passes` or `--machine`, or an entry the user must choose (`UsageError`).
 
 Invariants:
-- every option is checked before FILE is read, so a typo costs no capture;
+- option values that need no FILE (`--dim`'s form, `--passes`, `--machine`, `--device`) are
+  checked before FILE is read, so a typo costs no capture;
 - nothing runs, and a `.mc` program's random inputs are not built, unless `--check` or
   `--bench` asks: dumps and `--emit` need only shapes and strides, which meta tensors
   carry without memory (so `--dump-ir` of a 100000 x 100000 program allocates nothing);
@@ -124,8 +125,8 @@ def _load(args, dims) -> Job:
         from minicomp.ir.interpret import run
         graph = load_dsl(path.read_text(), str(args.file), entry=args.entry, dims=dims)
         reference = graph.copy()
-        metas = [torch.empty(n.shape, dtype=n.dtype, device="meta") for n in map(graph.node, graph.inputs)]
-        return Job(graph, lambda: _random_inputs(graph, args.file), lambda: metas, lambda ins: run(reference, ins),
+        return Job(graph, lambda: _random_inputs(graph, args.file), lambda: _meta_inputs(graph, args.file),
+                   lambda ins: run(reference, ins),
                    "minicomp's reference interpreter (the program run op by op in PyTorch)",
                    "random, seed 0: normal floats, small integers, coin-flip bools")
     if dims:
@@ -148,6 +149,25 @@ def _load(args, dims) -> Job:
     raise MinicompError(f"{args.file}: expected a .py model file or a .mc program, not {path.suffix or 'no suffix'!r}")
 
 
+def _meta_inputs(graph, shown: str) -> list:
+    """Tensors with the shapes, dtypes and (contiguous) strides of a .mc program's inputs, and
+    no memory: what the layout pass needs when nothing runs."""
+    import torch
+
+    try:
+        return [torch.empty(n.shape, dtype=n.dtype, device="meta") for n in map(graph.node, graph.inputs)]
+    except (RuntimeError, TypeError, OverflowError) as e:      # sizes past int64
+        raise MinicompError(f"{shown}: the inputs of {graph.name} are too large to describe: "
+                            f"{str(e).splitlines()[0]}") from None
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):             # no sysconf, or no such name here
+        return None
+
+
 def _random_inputs(graph, shown: str) -> list:
     """A .mc program's seeded random inputs, refused up front when they cannot fit in memory
     (a program's dims are easily huge, and a failed allocation would be a traceback)."""
@@ -156,7 +176,7 @@ def _random_inputs(graph, shown: str) -> list:
     from minicomp.passes.cost import fmt_bytes
 
     need = sum(n.numel * itemsize(n.dtype) for n in map(graph.node, graph.inputs))
-    have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else None
+    have = _memory_bytes()
     what = f"{shown}: --check needs random inputs for {graph.name}"
     if have and need > have:
         raise MinicompError(f"{what}: {fmt_bytes(need)}, more than this machine's {fmt_bytes(have)} of memory; "
