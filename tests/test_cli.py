@@ -381,6 +381,3 @@ def test_the_suite_writes_into_a_private_temporary_cache():
     assert root == Path(os.environ["MINICOMP_CACHE_DIR"])
     assert Path.home() / ".cache" not in root.parents and root.name.startswith("minicomp-test-cache-")
     assert stat.S_IMODE(root.stat().st_mode) == 0o700 and root.stat().st_uid == os.getuid()
-    if not torch.cuda.is_available():          # where the CPU suite's ahead-of-time sm_90 compiles go
-        triton_dir = Path(os.environ["TRITON_CACHE_DIR"])
-        assert triton_dir.name.startswith("minicomp-test-triton-cache-") and Path.home() not in triton_dir.parents
