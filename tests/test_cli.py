@@ -357,7 +357,11 @@ def test_dumps_and_emit_of_a_huge_mc_program_build_no_inputs(tmp_path, monkeypat
     assert time.perf_counter() - start < 60
     out = capsys.readouterr().out
     assert "input x : f32[100000, 100000]" in out and "40.00 GB" in out
-    assert (tmp_path / "out" / "main.py").exists()
+    emitted = list((tmp_path / "out").glob("main*.py"))
+    assert len(emitted) == 1 and f"wrote {emitted[0]}" in out
+    page = tmp_path / "huge.html"                         # `minicomp report` without --bench: none either
+    assert main(["report", str(tmp_path / "huge.mc"), "--dim", "M=100000", "--dim", "N=100000", "-o", str(page)]) == 0
+    assert page.stat().st_size > 0
 
 
 def test_check_builds_inputs_and_refuses_ones_that_cannot_fit(tmp_path, monkeypatch, capsys):
