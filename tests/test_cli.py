@@ -42,6 +42,8 @@ def test_blocks_dump_ir_without_opaque_nodes_and_check_against_eager(sample, cap
     assert "opaque" not in out.out
     assert "graph " in out.out and "return %" in out.out
     assert "check: compiled kernels agree with eager" in out.out
+    assert re.search(r"inputs: x float32\[2, 13, 64\] \(from the file's example_inputs\(\)\), and the model's "
+                     r"\d+ weight tensor\(s\)", out.out), out.out          # weights are inputs, named apart
     assert "FAIL" not in out.out
 
 
