@@ -173,7 +173,7 @@ def _random_inputs(graph, shown: str) -> list:
     (a program's dims are easily huge, and a failed allocation would be a traceback)."""
     from minicomp.ir.dtypes import itemsize
     from minicomp.ir.interpret import random_inputs
-    from minicomp.passes.cost import fmt_bytes
+    from minicomp.plan.cost import fmt_bytes
 
     need = sum(n.numel * itemsize(n.dtype) for n in map(graph.node, graph.inputs))
     have = _memory_bytes()
