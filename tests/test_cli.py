@@ -366,6 +366,17 @@ def test_dumps_and_emit_of_a_huge_mc_program_build_no_inputs(tmp_path, monkeypat
     assert page.stat().st_size > 0
 
 
+def test_compile_graph_without_loading_takes_meta_inputs_and_refuses_to_run():
+    from minicomp.api import MinicompError, compile_graph
+    from minicomp.frontend.dsl import load_dsl
+    g = load_dsl(HUGE, "huge.mc", dims={"M": 100000, "N": 100000})
+    metas = [torch.empty(g.node(i).shape, dtype=g.node(i).dtype, device="meta") for i in g.inputs]
+    c = compile_graph(g, metas, device="cpu", load=False)
+    assert c.generated.device_type == "cpu" and c.plan.groups and "def call(" in c.generated.source
+    with pytest.raises(MinicompError, match="load=False"):
+        c.call(*metas)
+
+
 def test_check_builds_inputs_and_refuses_ones_that_cannot_fit(tmp_path, monkeypatch, capsys):
     from minicomp.ir import interpret
     built = []
