@@ -121,18 +121,16 @@ def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
 
 
 def _not_loaded(*inputs: Any) -> list[torch.Tensor]:
-    raise MinicompError("this graph was compiled with load=False: its module was generated, not loaded, "
-                        "so it cannot run")
+    raise MinicompError("this graph was compiled with load=False: its module was generated, not loaded")
 
 
 def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None, *,
                   device: str | torch.device | None = None, load: bool = True) -> Compiled:
     """Graph (fresh from a frontend) -> passes -> plan -> layout -> generated module -> loaded call.
 
-    `inputs` give the shapes, dtypes and strides the module is specialised on; `device` (default:
-    the inputs', else cuda when present) what it is generated for. With `load=False` it stops
-    after generating the module (its `call` raises), and meta tensors will do for `inputs`:
-    what the CLI's dumps and `--emit` use, which run nothing and need no memory for inputs."""
+    `inputs` give the shapes, dtypes and strides to specialise on; `device` (default: the inputs',
+    else cuda when present) the target. `load=False` stops at the generated module (`call` raises)
+    and takes meta tensors as `inputs`: the CLI's dumps and `--emit`, which run nothing."""
     from minicomp.codegen import generate
     from minicomp.plan import assign_layout, plan_graph
     from minicomp.runtime import load as load_module
