@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--time-passes", action="store_true", help="print how long each pass took")
     c.add_argument("--machine", default="h200",
                    help="machine model for the cost model's bounds: h200 (default), h100, a100")
+    c.add_argument("--verify-target", metavar="cuda:NN",
+                   help="also compile every kernel for this GPU with Triton's own compiler, no GPU needed "
+                        "(cuda:90, cuda:80, ...; default $MINICOMP_VERIFY_TARGET)")
 
     # `minicomp report`: the HTML page (minicomp/report/); its own block, kept apart from `compile`'s
     r = sub.add_parser("report", help="write one self-contained HTML page: fused graph, plan, kernels, roofline")
@@ -191,11 +194,13 @@ def _random_inputs(graph, shown: str) -> list:
 def _options(args):
     """The compile options, every name checked (a bad one is a UsageError: exit 2)."""
     from minicomp.api import Options
-    from minicomp.plan.cost import get_machine
     from minicomp.passes.manager import resolve_pipeline
+    from minicomp.plan.cost import get_machine
+    from minicomp.target import parse_verify_target
 
     try:
         get_machine(args.machine)
+        parse_verify_target(getattr(args, "verify_target", None))
         passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
         resolve_pipeline(passes)
     except UsageError:
@@ -203,7 +208,8 @@ def _options(args):
     except MinicompError as e:
         raise UsageError(str(e)) from None
     return Options(passes=passes, machine=args.machine, print_after_all=getattr(args, "print_after_all", False),
-                   dump_dir=getattr(args, "dump_dir", None), time_passes=getattr(args, "time_passes", False))
+                   dump_dir=getattr(args, "dump_dir", None), time_passes=getattr(args, "time_passes", False),
+                   verify_target=getattr(args, "verify_target", None))
 
 
 def _device(args) -> str:

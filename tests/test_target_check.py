@@ -164,3 +164,16 @@ def test_gpu_a_kernel_rejected_at_run_time_falls_back_to_pytorch_visibly(monkeyp
     assert any("rejected by Triton's compiler" in str(w.message) for w in caught)
     assert "runs through PyTorch: kernel mc_pw_add_gelu_0 was rejected by Triton's compiler" in f.explain()
     torch.testing.assert_close(f(x, y), gelu_of_sum(x, y), **tol(torch.float32))   # the second call: no kernel
+
+
+def test_the_cli_checks_a_target_and_names_a_bad_one(tmp_path):
+    import subprocess
+    import sys
+    prog = tmp_path / "prog.mc"
+    prog.write_text("func main(x: f32[4, 9], w: f32[9]) -> f32[4, 9] {\n  return exp(x) * w\n}\n")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "minicomp", "compile", str(prog), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=300)
+    ok = run("--verify-target", "cuda:80", "--dump-plan")
+    assert ok.returncode == 0, ok.stderr
+    bad = run("--verify-target", "cuda:75")
+    assert bad.returncode == 2 and "expected cuda:NN" in bad.stderr and "Traceback" not in bad.stderr
