@@ -160,13 +160,16 @@ def test_probabilities_used_elsewhere_leave_the_graph_alone():
     assert not attention_nodes(after) and len(after) == len(run_pipeline(g, ["dce"])[0])
 
 
-def test_finite_fill_on_a_general_mask_is_left_alone():
+def test_finite_fill_on_a_general_mask_becomes_the_nodes_fill():
+    # masked scores take the fill itself (a fully masked row averages its keys, as eager);
+    # tests/test_attention_masks.py runs such rows through the kernel
     g = Graph("finite")
     q, k, v = qkv(g)
     keep = g.add_input("keep", (S, S), torch.bool)
     s = g.add("where", keep, scores(g, q, k), g.constant(-1e30))
     g.set_outputs([g.add("matmul", C.softmax(g, s), v)])
-    assert not attention_nodes(matched(g))
+    [att] = attention_nodes(matched(g))
+    assert att.attrs["mask_fill"] == float(torch.tensor(-1e30)) and att.attrs["empty_rows"] == "nan"
 
 
 def test_pass_is_registered_idempotent_and_leaves_the_input_graph():

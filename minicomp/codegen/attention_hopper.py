@@ -18,7 +18,7 @@ block-language kernel's source then records in a comment. The kernel covers the 
 case only (the block-language kernel covers the rest):
 
 - a CUDA device of compute capability 9.0 and a Triton with Gluon's Hopper API;
-- no mask tensor, a positive scale; causal only with Sq == Sk (PyTorch's top-left
+- no mask tensor, sliding window or soft-capping, a positive scale; causal only with Sq == Sk (PyTorch's top-left
   alignment then puts the diagonal on the tile diagonal);
 - q, k, v of one half dtype (fp16/bf16), read as they are (no casts in the group);
 - Sq and Sk multiples of 128 (the kernel masks nothing but the causal diagonal); D == Dv,
@@ -129,6 +129,8 @@ def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> 
         return "this Triton has no Gluon for Hopper"
     if spec.mask is not None:
         return "a mask tensor"
+    if spec.window or spec.softcap:
+        return "a sliding window or soft-capping"
     if spec.scale <= 0:
         return f"scale {spec.scale} is not positive"
     if spec.q.dtype not in (torch.float16, torch.bfloat16):

@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from minicomp.ir.attention_ref import EXTRA_DEFAULTS
 from minicomp.ir.dtypes import HALF_DTYPES
 from minicomp.ir.graph import Graph
 
@@ -121,9 +122,17 @@ def causal_mask(g: Graph, sq: int, sk: int, origin=None) -> int:
 
 
 def attention(g: Graph, q: int, k: int, v: int, mask: int | None = None, scale: float | None = None,
-              is_causal: bool = False, enable_gqa: bool = False, origin=None) -> int:
+              is_causal: bool = False, enable_gqa: bool = False, origin=None, **extra) -> int:
+    """An `attention` node: SDPA's arguments, plus any of attention_ref.EXTRA_DEFAULTS
+    (softcap, window, mask_fill, score_dtype, empty_rows; attention_ref.py defines them)."""
+    unknown = set(extra) - set(EXTRA_DEFAULTS)
+    if unknown:
+        raise TypeError(f"attention() got unknown attribute(s) {sorted(unknown)}")
     if scale is None:
         scale = 1.0 / math.sqrt(g.node(q).shape[-1])
+    attrs = {**EXTRA_DEFAULTS, **extra}
+    attrs["softcap"], attrs["window"], attrs["mask_fill"] = (float(attrs["softcap"]), int(attrs["window"]),
+                                                             float(attrs["mask_fill"]))
     args = (q, k, v) + ((mask,) if mask is not None else ())
     return g.add("attention", *args, scale=float(scale), is_causal=bool(is_causal),
-                 enable_gqa=bool(enable_gqa), origin=origin)
+                 enable_gqa=bool(enable_gqa), origin=origin, **attrs)

@@ -2,27 +2,36 @@
 
 Pattern, read from the output back (`out = P @ V`):
 
-    P      = [cast back](softmax(z))         softmax as amax / sub / exp / sum / div
-    z      = layers over S = Q @ K^T, in any order, each at most once:
-               a cast (the `.float()` upcast),
-               scales: mul by a scalar constant, div by one (`/ sqrt(d)`; several multiply),
-               a mask: where(keep, s, -inf) / where(drop, -inf, s) (masked_fill) or s + M
+    P      = [casts, leading-axis reshapes] softmax(z)   softmax as amax / sub / exp / sum / div
+    z      = layers over S = Q @ K^T (attention_scores.py): casts, scalar scales, soft-capping
+             (tanh), additive masks and biases (any number: padding masks, ALiBi), one
+             where / masked_fill with a scalar fill, reshapes of the leading axes (Bloom's
+             [B*H, S, S] views)
     Q      = q, or q * c (a scale folded into the query or key operand)
     K^T    = a permute of k (or anything: k becomes its transpose)
 
-becomes `attention(q, k, v[, mask], scale, is_causal, enable_gqa)`:
-- a mask that depends on no input is evaluated at compile time; if it keeps exactly
-  the lower triangle (top-left aligned, `tril(ones(Sq, Sk))`) in every batch and head,
-  the node gets `is_causal=True` and no mask (the usual `tril(full)` / registered-buffer
-  / additive `-inf` spellings); otherwise the mask is passed along (a boolean `keep`
-  mask, or an additive float mask in q's dtype);
-- k and v reached through reshape(expand(reshape(k0))) that repeats each KV head R
-  times consecutively (`repeat_interleave` on the head axis) are replaced by k0, v0 with
-  `enable_gqa=True`.
+becomes one `attention` node (attention_ref.py defines its attributes) that computes what
+eager computes, fully masked rows included:
+- the additive terms become one float mask, kept in the dtype eager added it in (an fp32
+  `finfo.min` mask under fp16 scores is not cast to fp16's -inf); `score_dtype` records a
+  half-precision add, which rounds the masked scores (in fp16, `s + finfo.min` keeps only
+  multiples of 32, so a fully masked row is an average weighted as eager weights it);
+- a where/masked_fill becomes a boolean mask with `mask_fill`, masked scores taking
+  exactly that value (a finite fill averages a fully masked row); both together only with
+  a -inf fill (then the fill is folded into the float mask);
+- a row whose scores are all -inf is NaN (`empty_rows="nan"`), as softmax gives, where SDPA
+  gives 0;
+- a mask that depends on no input is evaluated at compile time: all visible (no mask), causal
+  (`tril(ones(Sq, Sk))` top-left, `is_causal=True`) or a causal band of width W (Mistral's
+  sliding window: `is_causal=True, window=W`), the same in every batch and head, with every
+  masked value at or below STRUCTURAL_FILL; otherwise it is passed along;
+- k and v reached through reshape(expand(reshape(k0))) that repeats each KV head R times
+  consecutively (`repeat_kv`, `repeat_interleave`) are replaced by k0, v0 with
+  `enable_gqa=True`; a single KV head broadcast over the query heads (Falcon's multi-query
+  `q @ k.transpose(-1, -2)` with k [B, 1, S, D]) is marked `enable_gqa=True` as well.
 Guards: nothing changes if any intermediate (scores, probabilities, softmax pieces) has a
-user outside the pattern or is a graph output; a -inf boolean mask under a negative
-scale, or a finite fill on a mask that is not causal, is left alone (their meaning
-differs from SDPA's on fully masked rows).
+user outside the pattern or is a graph output, or the layers do not fit the node's form
+(attention_scores.fold says which).
 """
 
 from __future__ import annotations
@@ -34,37 +43,28 @@ import networkx as nx
 import torch
 
 from minicomp.ir import composites
-from minicomp.ir.graph import Graph, Node
+from minicomp.ir.graph import Graph
 from minicomp.ir.interpret import eval_node
+from minicomp.passes.attention_scores import STRUCTURAL_FILL, Scores, fold, leading_reshape, peel, scalar, structure
 from minicomp.passes.registry import Changes, register_pass
 
-NEG_FILL = -1e30          # a finite masked_fill value at or below this counts as -inf
 MAX_MASK_EVAL = 1 << 26   # elements of a constant mask evaluated at compile time
 
 
 @dataclass
 class Match:
     out: int
-    q: int
-    kt: int
-    v: int
-    scale: float = 1.0
-    scale_above_mask: float = 1.0      # scale factors applied after the mask (they scale it too)
-    mask: int | None = None
-    mask_kind: str = ""                # "keep", "drop" or "add"
-    mask_fill: float = -math.inf
+    q: int = 0
+    kt: int = 0
+    v: int = 0
+    raw: int = 0                       # S = Q @ K^T
+    scores: Scores = field(default_factory=Scores)
+    z_shape: tuple[int, ...] = ()      # the softmax's shape: the attention node's batch and [Sq, Sk]
+    reshaped: bool = False             # a reshape of the leading axes between S and P @ V
     interior: set[int] = field(default_factory=set)
 
 
-def _scalar(g: Graph, nid: int) -> float | None:
-    n = g.node(nid)
-    if n.op != "constant" or n.numel != 1:
-        return None
-    v = n.attrs["value"]
-    return float(v.item() if isinstance(v, torch.Tensor) else v)
-
-
-def _last_axis(g: Graph, n: Node) -> bool:
+def _last_axis(g: Graph, n) -> bool:
     rank = len(g.node(n.args[0]).shape)
     return tuple(n.attrs.get("axes", ())) == (rank - 1,) and bool(n.attrs.get("keepdim"))
 
@@ -87,50 +87,6 @@ def _softmax_input(g: Graph, nid: int, m: Match) -> int | None:
     return sub.args[0]
 
 
-def _peel(g: Graph, nid: int, m: Match, seen: set[str]) -> int | None:
-    """Walk down from the softmax input through casts, scales and a mask to S = Q @ K^T."""
-    n = g.node(nid)
-    if n.op == "matmul":
-        return nid
-    m.interior.add(nid)
-    if n.op == "cast" and "cast" not in seen and n.dtype.is_floating_point:
-        return _peel(g, n.args[0], m, seen | {"cast"})
-    if n.op in ("mul", "div"):
-        # mul by a scalar constant on either side; div by one on the right
-        pairs = ((1, 0), (0, 1)) if n.op == "mul" else ((1, 0),)
-        for c, x in pairs:
-            value = _scalar(g, n.args[c])
-            if value is None or value == 0:
-                continue
-            factor = value if n.op == "mul" else 1.0 / value
-            m.scale *= factor
-            if "mask" not in seen:
-                m.scale_above_mask *= factor
-            return _peel(g, n.args[x], m, seen)
-        return None
-    if "mask" in seen:
-        return None
-    if n.op == "where":
-        cond, a, b = n.args
-        for keep, fill_pos, s_pos, kind in ((cond, 2, 1, "keep"), (cond, 1, 2, "drop")):
-            fill = _scalar(g, n.args[fill_pos])
-            if fill is not None and fill <= NEG_FILL and g.node(cond).dtype == torch.bool:
-                m.mask, m.mask_kind, m.mask_fill = cond, kind, fill
-                return _peel(g, n.args[s_pos], m, seen | {"mask"})
-        return None
-    if n.op == "add":
-        for s_pos, mask_pos in ((0, 1), (1, 0)):
-            mask = g.node(n.args[mask_pos])
-            if mask.numel <= 1 or not mask.dtype.is_floating_point:
-                continue
-            trial = Match(m.out, 0, 0, 0, interior=set())
-            if _peel(g, n.args[s_pos], trial, seen | {"mask"}) is None:
-                continue
-            m.mask, m.mask_kind = mask.id, "add"
-            return _peel(g, n.args[s_pos], m, seen | {"mask"})
-    return None
-
-
 def _constant_subgraph(g: Graph, nid: int) -> bool:
     anc = nx.ancestors(g.nx, nid) | {nid}
     return all(g.node(a).op not in ("input", "opaque") for a in anc)
@@ -144,27 +100,6 @@ def _evaluate(g: Graph, nid: int) -> torch.Tensor:
             node = g.node(a)
             env[a] = eval_node(node, [env[x] for x in node.args], "cpu")
     return env[nid]
-
-
-def _is_causal(g: Graph, m: Match, sq: int, sk: int) -> bool:
-    """Does the (constant) mask keep exactly tril(ones(sq, sk)) in every batch and head?"""
-    mask = g.node(m.mask)
-    if not _constant_subgraph(g, m.mask) or mask.numel > MAX_MASK_EVAL:
-        return False
-    value = _evaluate(g, m.mask)
-    if m.mask_kind == "keep":
-        keep = value.bool()
-    elif m.mask_kind == "drop":
-        keep = ~value.bool()
-    else:
-        masked = value <= NEG_FILL
-        if not bool(((value == 0) | masked).all()):
-            return False
-        keep = ~masked
-    if keep.dim() < 2 or tuple(keep.shape[-2:]) != (sq, sk):
-        return False
-    want = torch.ones(sq, sk, dtype=torch.bool).tril()
-    return bool((keep.reshape(-1, sq, sk) == want).all())
 
 
 def _gqa_source(g: Graph, nid: int) -> tuple[int, int] | None:
@@ -190,33 +125,39 @@ def find(g: Graph, out: int) -> Match | None:
     o = g.node(out)
     if o.op != "matmul":
         return None
-    m = Match(out, 0, 0, o.args[1], interior={out})
+    m = Match(out, v=o.args[1], interior={out})
     p = o.args[0]
-    if g.node(p).op == "cast":
+    while g.node(p).op == "cast" or leading_reshape(g, p):   # P's cast back, Bloom's view
+        m.reshaped |= g.node(p).op == "reshape"
         m.interior.add(p)
         p = g.node(p).args[0]
     z = _softmax_input(g, p, m)
     if z is None:
         return None
-    raw = _peel(g, z, m, set())
-    if raw is None:
+    peeled = peel(g, z, m.interior)
+    if peeled is None:
         return None
-    m.interior.add(raw)
-    m.q, m.kt = g.node(raw).args
+    m.raw, layers = peeled
+    m.interior.add(m.raw)
+    m.q, m.kt = g.node(m.raw).args
+    operand_scale = 1.0
     for attr in ("q", "kt"):       # a scale folded into an operand: (q * c) @ k^T
         x = g.node(getattr(m, attr))
         if x.op == "mul":
             for c, y in ((1, 0), (0, 1)):
-                value = _scalar(g, x.args[c])
+                value = scalar(g, x.args[c])
                 if value is not None and g.node(x.args[y]).shape == x.shape and value != 0:
                     m.interior.add(x.id)
-                    m.scale *= value
+                    operand_scale *= value
                     setattr(m, attr, x.args[y])
                     break
+    scores = fold(layers, operand_scale, g.node(m.raw).shape)
+    if scores is None:
+        return None
+    m.scores, m.z_shape = scores, tuple(g.node(z).shape)
+    m.reshaped |= scores.reshaped
     inner = m.interior - {out}
     if any(u not in m.interior for i in inner for u in g.users(i)) or inner & set(g.outputs):
-        return None
-    if m.mask_kind in ("keep", "drop") and m.scale_above_mask <= 0:
         return None
     return m
 
@@ -236,46 +177,125 @@ def _key(g: Graph, kt: int) -> int:
     return g.add("permute", kt, dims=tuple(swap), origin=n.origin)
 
 
+def _batched(g: Graph, nid: int, batch: tuple[int, ...], origin) -> int | None:
+    """`nid` [.., R, C] reshaped to batch + [R, C] (Bloom's [B*H, S, D] operands), or None."""
+    n = g.node(nid)
+    lead = tuple(n.shape[:-2])
+    if len(lead) == len(batch) and all(a in (b, 1) for a, b in zip(lead, batch)):
+        return nid       # already batched (a broadcast KV head included)
+    if math.prod(lead) != math.prod(batch):
+        return None
+    return g.add("reshape", nid, shape=batch + tuple(n.shape[-2:]), origin=origin)
+
+
+def _at_level(g: Graph, nid: int, level: tuple[int, ...], final: tuple[int, ...], origin) -> int | None:
+    """A mask term or condition added to scores of shape `level`, seen at the scores' final shape."""
+    shape = tuple(g.node(nid).shape)
+    if level == final:
+        return nid
+    shape = (1,) * (len(level) - len(shape)) + shape
+    tail = shape[-2:]
+    if all(d == 1 for d in shape[:-2]):
+        return g.add("reshape", nid, shape=(1,) * (len(final) - 2) + tail, origin=origin)
+    full = g.add("expand", nid, shape=tuple(level[:-2]) + tail, origin=origin) if shape[:-2] != level[:-2] else nid
+    if full == nid and len(shape) != len(g.node(nid).shape):
+        full = g.add("reshape", nid, shape=shape, origin=origin)
+    return g.add("reshape", full, shape=tuple(final[:-2]) + tail, origin=origin)
+
+
+def _mask(g: Graph, m: Match, origin) -> tuple[int | None, dict] | None:
+    """The attention node's mask operand and attributes for the match's scores, or None."""
+    sc, final = m.scores, m.z_shape
+    attrs: dict = {"mask_fill": -math.inf, "score_dtype": None}
+    cond = None
+    if sc.keep is not None:
+        cond = _at_level(g, sc.keep, sc.keep_level, final, origin)
+        if sc.keep_kind == "drop" and not sc.terms:
+            cond = g.add("logical_not", cond, origin=origin)
+    if not sc.terms:
+        if cond is not None:
+            attrs["mask_fill"] = sc.fill
+        return cond, attrs
+    total = None
+    for t in sc.terms:
+        x = _at_level(g, t.node, t.level, final, origin)
+        if t.weight != 1.0:
+            x = g.add("mul", x, g.constant(t.weight), origin=origin)
+        total = x if total is None else g.add("add", total, x, origin=origin)
+    if cond is not None:          # fill is -inf here: where(keep, s + B, -inf)
+        ninf = g.constant(-math.inf)
+        total = (g.add("where", cond, total, ninf, origin=origin) if sc.keep_kind == "keep"
+                 else g.add("where", cond, ninf, total, origin=origin))
+    attrs["score_dtype"] = sc.score_dtype
+    return total, attrs
+
+
+def _structural(g: Graph, mask: int, fill: float, sq: int, sk: int) -> tuple[bool, int] | None:
+    """(is_causal, window) when the mask is a constant that only hides keys, in a fixed pattern."""
+    node = g.node(mask)
+    if not _constant_subgraph(g, mask) or node.numel > MAX_MASK_EVAL:
+        return None
+    value = _evaluate(g, mask)
+    if value.dtype == torch.bool:
+        keep = value
+        if fill > STRUCTURAL_FILL and not bool(keep.all()):
+            return None
+    else:
+        hidden = value <= STRUCTURAL_FILL
+        if not bool(((value == 0) | hidden).all()):
+            return None
+        keep = ~hidden
+    lead = tuple(keep.shape[:-2]) if keep.dim() >= 2 else ()
+    return structure(torch.broadcast_to(keep, lead + (sq, sk)), sq, sk)
+
+
 def rewrite(g: Graph, m: Match) -> bool:
     """Replace the pattern by one attention node; False (graph untouched) if shapes disagree."""
     before = set(g.nx.nodes)
     o = g.node(m.out)
+    origin = o.origin
     q, v = m.q, m.v
-    if min(len(g.node(n).shape) for n in (q, v, m.kt)) < 2:
+    if min(len(g.node(n).shape) for n in (q, v, m.kt)) < 2 or len(m.z_shape) < 2:
         return False   # a matrix-vector product: no [.., S, D] query or value to attend with
-    sq, sk = g.node(q).shape[-2], g.node(v).shape[-2]
+    batch = m.z_shape[:-2]
+    sq, sk = m.z_shape[-2:]
     k = _key(g, m.kt)
+    if m.reshaped:
+        q, k, v = (_batched(g, x, batch, origin) for x in (q, k, v))
+        if None in (q, k, v):
+            return _undo(g, before)
     gqa = False
     src_k, src_v = _gqa_source(g, k), _gqa_source(g, v)
     if src_k and src_v and src_k[1] == src_v[1]:
         k, v, gqa = src_k[0], src_v[0], True
-    mask, causal = None, False
-    if m.mask is not None:
-        causal = _is_causal(g, m, sq, sk)
-        if not causal:
-            if m.mask_kind != "add" and m.mask_fill != -math.inf:
-                return _undo(g, before)
-            mask = m.mask
-            if m.mask_kind == "drop":
-                mask = g.add("logical_not", mask, origin=o.origin)
-            if m.mask_kind == "add":
-                if m.scale_above_mask != 1.0:
-                    mask = g.add("mul", mask, g.constant(m.scale_above_mask), origin=o.origin)
-                if g.node(mask).dtype != g.node(q).dtype:
-                    mask = g.add("cast", mask, dtype=g.node(q).dtype, origin=o.origin)
+    elif len(g.node(k).shape) >= 3 and g.node(k).shape[-3] == g.node(v).shape[-3] == 1 < g.node(q).shape[-3]:
+        gqa = True           # one KV head for all query heads (multi-query attention)
+    made = _mask(g, m, origin)
+    mask, attrs = made
+    causal, window = False, 0
+    if mask is not None:
+        found = _structural(g, mask, attrs["mask_fill"], sq, sk)
+        if found is not None:
+            (causal, window), mask = found, None
+            attrs = {"mask_fill": -math.inf, "score_dtype": None}
     dts = {g.node(x).dtype for x in (q, k, v)}
     if len(dts) != 1:
         return _undo(g, before)
+    sc = m.scores
+    softcap, scale = (sc.alpha, sc.tanh_scale * sc.alpha) if sc.tanh_scale is not None else (0.0, sc.alpha)
     try:
-        att = composites.attention(g, q, k, v, mask, m.scale, causal, gqa, origin=o.origin)
+        att = composites.attention(g, q, k, v, mask, scale, causal, gqa, origin=origin, softcap=softcap,
+                                   window=window, empty_rows="nan", **attrs)
     except ValueError:
         return _undo(g, before)
     if g.node(att).shape != o.shape:
-        return _undo(g, before)
+        if math.prod(g.node(att).shape) != math.prod(o.shape):
+            return _undo(g, before)
+        att = g.add("reshape", att, shape=tuple(o.shape), origin=origin)
     if g.node(att).dtype != o.dtype:
-        att = g.add("cast", att, dtype=o.dtype, origin=o.origin)
+        att = g.add("cast", att, dtype=o.dtype, origin=origin)
     g.replace_all_uses(m.out, att)
-    _sweep(g, m.interior | set(nx.ancestors(g.nx, m.out)) | {m.out})
+    _sweep(g, m.interior | set(nx.ancestors(g.nx, m.out)) | {m.out} | (set(g.nx.nodes) - before))
     return True
 
 
@@ -318,6 +338,23 @@ def group_kv_heads(g: Graph, nid: int) -> bool:
     return True
 
 
+def structured_mask(g: Graph, nid: int) -> bool:
+    """attention(q, k, v, constant causal or band mask) -> attention(q, k, v, is_causal=True[,
+    window=W]): a mask built from aranges (an SDPA call's sliding window) need not be read."""
+    n = g.node(nid)
+    if n.op != "attention" or len(n.args) < 4 or n.attrs["is_causal"]:
+        return False
+    sq, sk = n.shape[-2], g.node(n.args[1]).shape[-2]
+    found = _structural(g, n.args[3], n.attrs.get("mask_fill", -math.inf), sq, sk)
+    if found is None:
+        return False
+    old_mask = n.args[3]
+    g.set_args(nid, n.args[:3])
+    n.attrs.update(is_causal=found[0], window=found[1], mask_fill=-math.inf, score_dtype=None)
+    _sweep(g, {old_mask})
+    return True
+
+
 def _match(graph: Graph) -> tuple[Graph, int]:
     g = graph.copy()
     count = 0
@@ -327,8 +364,9 @@ def _match(graph: Graph) -> tuple[Graph, int]:
         m = find(g, nid)
         if m is not None and rewrite(g, m):
             count += 1
-        elif group_kv_heads(g, nid):
-            count += 1
+            continue
+        count += group_kv_heads(g, nid)
+        count += structured_mask(g, nid)
     return g, count
 
 

@@ -144,7 +144,9 @@ def _attention(graph: Graph, gid: int, nodes: Sequence[int], anchor: int | None)
     groups: int | None = 1
     if batch and len(k.shape) >= 3 and k.shape[-3] != q.shape[-3]:
         heads, kv_heads = q.shape[-3], k.shape[-3]
-        groups = heads // kv_heads if node.attrs["enable_gqa"] and heads % kv_heads == 0 else None
+        # one KV head broadcast over every query head (multi-query attention) needs no enable_gqa
+        grouped = node.attrs["enable_gqa"] or (kv_heads == 1 and v.shape[-3] == 1)
+        groups = heads // kv_heads if grouped and heads % kv_heads == 0 and v.shape[-3] == kv_heads else None
     return AttentionSpec(anchor, q.id, k.id, v.id, node.args[3] if len(node.args) > 3 else None, batch,
                          q.shape[-2], q.shape[-1], v.shape[-2], v.shape[-1], float(node.attrs["scale"]),
                          bool(node.attrs["is_causal"]), groups, _after(graph, [anchor], nodes))

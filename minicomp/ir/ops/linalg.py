@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 
+from minicomp.ir import attention_ref
 from minicomp.ir.ops import OpDef, register
 from minicomp.ir.ops.rules import FLOATS, broadcast
 from minicomp.ir.ops.text import py_value
@@ -40,14 +40,6 @@ register(OpDef("matmul", "gemm", _matmul, arity=2, flops_per_element=0, emitter=
                      "baddbmm.default", "addmv.default", "minicomp::matmul.default")))
 
 
-def _attention(q, k, v, *mask, scale, is_causal, enable_gqa):
-    if not (q.dtype == k.dtype == v.dtype):
-        raise RuntimeError(f"expected q, k and v to have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    attn_mask = mask[0] if mask else None
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                          scale=scale, enable_gqa=enable_gqa)
-
-
 def _attention_rule(operands, attrs):
     (q, dq), (k, dk), (v, dv), *mask = operands
     if not dq == dk == dv or dq not in FLOATS or not len(q) == len(k) == len(v) == 4:
@@ -66,15 +58,25 @@ def _attention_rule(operands, attrs):
 
 
 def _attention_text(x: Sequence[str], attrs: Mapping[str, Any], shape: tuple[int, ...]) -> str:
-    mask = f", attn_mask={x[3]}" if len(x) > 3 else ""
+    extra = {k: attrs.get(k, d) for k, d in attention_ref.EXTRA_DEFAULTS.items()}
+    if extra != attention_ref.EXTRA_DEFAULTS or len(x) > 3:
+        # soft-capping, a window, a fill, eager's rounding, or a mask (whose dtype may differ from
+        # q's, which SDPA refuses): the node's reference runs, as in the interpreter; it calls SDPA
+        # itself where SDPA means the same. Every value passed is a literal.
+        kwargs = ", ".join(f"{k}={py_value(attrs[k])}" for k in ("scale", "is_causal", "enable_gqa"))
+        kwargs += "".join(f", {k}={py_value(v)}" for k, v in extra.items())
+        return f"__import__('minicomp.ir.attention_ref', fromlist=['reference']).reference({', '.join(x)}, {kwargs})"
     gqa = ", enable_gqa=True" if attrs.get("enable_gqa") else ""
-    return (f"torch.nn.functional.scaled_dot_product_attention({x[0]}, {x[1]}, {x[2]}{mask}, "
+    return (f"torch.nn.functional.scaled_dot_product_attention({x[0]}, {x[1]}, {x[2]}, "
             f"is_causal={attrs['is_causal']}, scale={py_value(attrs['scale'])}{gqa})")
 
 
 # attention(q, k, v[, mask]): q [.., Hq, Sq, D], k/v [.., Hkv, Sk, D]; mask boolean (True keeps)
-# or additive, broadcastable to [.., Hq, Sq, Sk]. minicomp::sdpa is the traced stand-in for
-# F.scaled_dot_product_attention (frontend/fx_trace.py).
-register(OpDef("attention", "attention", _attention, arity=None, flops_per_element=0, emitter="attention",
-               attrs=("scale", "is_causal", "enable_gqa"), shape=_attention_rule, pytorch=_attention_text,
+# or additive, broadcastable to [.., Hq, Sq, Sk]. SDPA's arguments, and the attributes of
+# attention_ref.py (soft-capping, a sliding window, masked_fill's value, eager's rounding, what
+# a row with no visible key gives), whose docstring defines them. minicomp::sdpa is the traced
+# stand-in for F.scaled_dot_product_attention (frontend/fx_trace.py).
+register(OpDef("attention", "attention", attention_ref.reference, arity=None, flops_per_element=0,
+               emitter="attention", attrs=("scale", "is_causal", "enable_gqa") + tuple(attention_ref.EXTRA_DEFAULTS),
+               shape=_attention_rule, pytorch=_attention_text,
                aten=("_scaled_dot_product_flash_attention_for_cpu.default", "minicomp::sdpa.default")))
