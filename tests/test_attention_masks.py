@@ -526,3 +526,30 @@ def test_gpu_bloom_alibi_and_falcon_multi_query():
     check(bloom_attention, q, k, v, build_alibi(pad, h).to(F16).cuda(), mask, dtype=F16)
     q, k, v = cuda(*qkv(b, h, 1, s, d, dtype=BF16))
     check(falcon_multi_query, q, k, v, additive(causal_padding_keep(b, s, [64, 0]), BF16).cuda(), dtype=BF16)
+
+
+# --------------------------------------------------------------------------- the PyTorch path
+
+
+@pytest.mark.parametrize("case", ["softcap_window", "masked_fill_min", "fp32_mask_under_bf16"])
+def test_a_group_run_through_pytorch_computes_the_same(case):
+    """When an attention group cannot run its kernel (Triton rejects it on a GPU, say), the
+    PyTorch line calls the node's reference: soft-capping, windows, fills and a mask dtype SDPA
+    refuses keep eager's meaning there too."""
+    from minicomp.codegen import generate
+    from minicomp.runtime import load
+    if case == "softcap_window":
+        fn, args = gemma2_eager(5.0, 0.125, window=6), qkv(1, 2, 2, 17, 32, scale=4.0)
+    elif case == "masked_fill_min":
+        fn, args = masked_fill_min, qkv(2, 2, 2, 9, 32) + (causal_padding_keep(2, 9, [3, 0]),)
+    else:
+        fn, args = eager_attention, qkv(2, 2, 2, 9, 32, dtype=BF16) + (additive(causal_padding_keep(2, 9, [3, 0]), F32),)
+    dtype = args[0].dtype
+    compiled = minicomp.compile(fn)
+    compiled(*args)
+    last = compiled._last
+    [gid] = [g.id for g in last.plan.groups if g.kind == "attention"]
+    gen = generate(last.graph, last.plan, "cpu", forced_fallbacks={gid: "forced by the test"})
+    assert gen.fallbacks == {gid: "forced by the test"} and "attention_ref" in gen.source
+    out = load(gen, "cpu")(*args)
+    torch.testing.assert_close(out[0], fn(*args), equal_nan=True, **tol(dtype))

@@ -263,7 +263,9 @@ def test_every_registry_op_has_a_pytorch_fallback_form():
     sample_attrs = {"approximate": "tanh", "exponent": 2.0, "min": -1.0, "max": 1.0, "dtype": torch.float16,
                     "diagonal": 0, "shape": (2, 3), "value": 1.0, "start": 0, "end": 3, "step": 1,
                     "axes": (1,), "keepdim": True, "correction": 1, "dims": (1, 0), "dim": 1,
-                    "scale": 0.5, "is_causal": True, "enable_gqa": False, "fn": abs, "target": "abs"}
+                    "scale": 0.5, "is_causal": True, "enable_gqa": False, "fn": abs, "target": "abs",
+                    "softcap": 0.0, "window": 0, "mask_fill": float("-inf"), "score_dtype": None,
+                    "empty_rows": "zero"}
     for name, d in ops.REGISTRY.items():
         if d.kind in ("input", "constant"):
             continue
