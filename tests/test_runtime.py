@@ -263,7 +263,10 @@ def test_every_registry_op_has_a_pytorch_fallback_form():
     sample_attrs = {"approximate": "tanh", "exponent": 2.0, "min": -1.0, "max": 1.0, "dtype": torch.float16,
                     "diagonal": 0, "shape": (2, 3), "value": 1.0, "start": 0, "end": 3, "step": 1,
                     "axes": (1,), "keepdim": True, "correction": 1, "dims": (1, 0), "dim": 1,
-                    "scale": 0.5, "is_causal": True, "enable_gqa": False, "fn": abs, "target": "abs"}
+                    "scale": 0.5, "is_causal": True, "enable_gqa": False, "fn": abs, "target": "abs",
+                    "decimals": 1, "nan": None, "posinf": 2.0, "neginf": None, "alpha": 1.0, "input_scale": 1.0,
+                    "negative_slope": 0.1, "min_val": -1.0, "max_val": 1.0, "beta": 1.0, "threshold": 20.0,
+                    "eps": None, "shifts": (1,), "pad": (1, 1)}
     for name, d in ops.REGISTRY.items():
         if d.kind in ("input", "constant"):
             continue
