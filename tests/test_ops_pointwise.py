@@ -43,6 +43,18 @@ def _outputs(out) -> list[torch.Tensor]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+def _closer_to_f64(case: Case, inputs: list[torch.Tensor], i: int, got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Half types: kernels compute in fp32 and round once; eager may round every step (its strided
+    batch norm does), so where they differ, the kernel's answer must be the nearer to fp64's."""
+    if want.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    wide = [t.double() if t.dtype.is_floating_point else t for t in inputs]
+    ref = _outputs(case.fn(*wide))[i].to(want.dtype).double()
+    g, w = got.double(), want.double()
+    both_nan = torch.isnan(g) & torch.isnan(ref)
+    return bool(((g - ref).abs() <= (w - ref).abs() + tol(want.dtype)["atol"])[~both_nan].all())
+
+
 def check(case: Case, inputs: list[torch.Tensor]) -> None:
     """Compile `case.fn`, compare it with eager on `inputs`, and require kernels only."""
     want = _outputs(case.fn(*inputs))
@@ -51,8 +63,13 @@ def check(case: Case, inputs: list[torch.Tensor]) -> None:
     for i, (g, w) in enumerate(zip(got, want)):
         where = f"{case.name} output {i} on {[f'{t.dtype}{list(t.shape)}' for t in inputs]}"
         assert (g.shape, g.dtype) == (w.shape, w.dtype), where
-        torch.testing.assert_close(g, w, equal_nan=True, **tolerance(w.dtype), msg=lambda m: f"{where}: {m}")
-    fallbacks = [g.fallback for g in compiled.plan.groups if g.fallback]
+        try:
+            torch.testing.assert_close(g, w, equal_nan=True, **tolerance(w.dtype), msg=lambda m: f"{where}: {m}")
+        except AssertionError:
+            if not _closer_to_f64(case, inputs, i, g, w):
+                raise
+    # a reduction over an empty axis runs through PyTorch by design (docs/bad_input.md); nothing else may
+    fallbacks = [g.fallback for g in compiled.plan.groups if g.fallback and "empty axis" not in g.fallback]
     assert not fallbacks and "opaque" not in compiled.plan.kinds(), (case.name, fallbacks, compiled.plan.kinds())
 
 

@@ -363,28 +363,21 @@ def roll(idx: Index, shape: tuple[int, ...], shifts, dims) -> Index:
 
 
 def pad_source(idx: Index, shape: tuple[int, ...], pad) -> tuple[Index | None, list[tuple[Expr, str, int]]]:
-    """`idx` indexes constant_pad_nd(x, pad) (x of `shape`; `pad` as aten spells it, (low, high)
+    """`idx` indexes constant_pad_nd(x, pad) (x of `shape`; `pad` as aten spells it: (low, high)
     pairs from the last dimension back, negative ones crop). Returns the index into x and the
-    tests `(expr, "<" or ">=", bound)` that say the element comes from x rather than the pad
-    value; the index is None when a test fails for every element this index names."""
+    tests `(expr, ">=" or "<", bound)` under which the element is x's, not the pad value; the
+    index is None when a test fails for every element `idx` names (or x is empty)."""
     dims = list(idx.to_dims())
-    src = list(dims)
-    tests: list[tuple[Expr, str, int]] = []
+    src, tests = list(dims), []
     for k in range(len(pad) // 2):
-        d = len(shape) - 1 - k
-        lo, hi = pad[2 * k], pad[2 * k + 1]
+        d, lo, hi = len(shape) - 1 - k, pad[2 * k], pad[2 * k + 1]
         src[d] = dims[d] - lo
-        wanted = ([(">=", lo)] if lo > 0 else []) + ([("<", lo + shape[d])] if hi > 0 or shape[d] == 0 else [])
-        for rel, bound in wanted:
-            e = dims[d]
-            if e.is_const():
-                if not (e.const >= bound if rel == ">=" else e.const < bound):
-                    return None, []
-                continue
-            tests.append((e, rel, bound))
-    if any(s == 0 for s in shape):
-        return None, []
-    return dims_index(shape, src), tests
+        for rel, bound in ([(">=", lo)] if lo > 0 else []) + ([("<", lo + shape[d])] if hi > 0 else []):
+            if not dims[d].is_const():
+                tests.append((dims[d], rel, bound))
+            elif not (dims[d].const >= bound if rel == ">=" else dims[d].const < bound):
+                return None, []
+    return (None, []) if 0 in shape else (dims_index(shape, src), tests)
 
 
 def unit_stride_in(e: Expr, name: str, run: int = 16) -> bool:

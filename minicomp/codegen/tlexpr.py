@@ -93,8 +93,10 @@ def _operand_texts(how: str, args: list[Val], dtype: torch.dtype, ranks: Sequenc
     if how == "cond":
         return [tensor_of(args[0], torch.bool)] + [convert(v, dtype) for v in args[1:]]
     if how == "promoted":
-        # PyTorch's promotion, where a 0-d operand (a Python scalar) decides only by a higher category
-        dtype = result_type(*[((1,) * r, v.dtype) for v, r in zip(args, ranks)])
+        # PyTorch's promotion: a 0-d operand decides only by a higher category, and a Python scalar
+        # (a 0-d literal) ranks below a 0-d tensor (`int8[] < 300` compares in int8)
+        dtype = result_type(*[((1,) * r, v.dtype) for v, r in zip(args, ranks) if r or not v.literal],
+                            wrapped=[v.dtype for v, r in zip(args, ranks) if not r and v.literal])
     texts = [convert(v, dtype) for v in args]
     if args and all(v.literal for v in args):
         texts[0] = tensor_of(args[0], dtype)   # one literal must be a tensor for the result to be one

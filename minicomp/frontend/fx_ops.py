@@ -35,7 +35,7 @@ from minicomp.errors import MinicompError
 from minicomp.frontend import fx_trace  # noqa: F401  (defines the minicomp:: stand-ins the table names)
 from minicomp.ir import ops
 from minicomp.ir.graph import Graph
-from minicomp.ir.ops.text import fits
+from minicomp.ir.ops.text import fits, wrap_int
 
 aten = torch.ops.aten
 
@@ -66,7 +66,20 @@ class Ctx:
         """A tensor operand's id; a Python scalar becomes a 0-d constant (PyTorch's promotion)."""
         if isinstance(v, T):
             return v.id
+        if isinstance(v, int) and not isinstance(v, bool) and not fits(v, torch.int64):
+            # beside a float tensor it is that float; eager unpacks it as a 64-bit pattern for an
+            # integer one (2**63 wraps to -2**63) and refuses it from 2**64 on
+            if self.out_dtype.is_floating_point:
+                return self.const(float(v))
+            if not -2**63 <= v < 2**64:
+                raise self.refuse(f"the scalar {v} does not fit 64 bits (eager raises RuntimeError: Overflow)")
+            return self.const(wrap_int(v, torch.int64))
         if isinstance(v, (bool, int, float)):
+            out = self.val.dtype if isinstance(self.val, torch.Tensor) and self.val.dim() == 0 else None
+            if out is not None and out != torch.bool and _category(v) <= _category(out):
+                # every operand is 0-d: a Python scalar must not promote them (int8[] << 3 is int8),
+                # so it becomes a constant of the result's type, converted as eager converts it
+                return self.const(wrap_int(v, out) if not out.is_floating_point else v, dtype=out)
             return self.const(v)
         raise Unmapped(f"operand {v!r}")
 
@@ -103,6 +116,13 @@ class Ctx:
             raise self.refuse(f"{what}={value!r} does not fit {dtype} (eager raises RuntimeError: value "
                               "cannot be converted without overflow)")
         return value
+
+
+def _category(v: Any) -> int:
+    """bool < int < float, for a Python scalar or a dtype."""
+    if isinstance(v, torch.dtype):
+        return 0 if v == torch.bool else 2 if v.is_floating_point or v.is_complex else 1
+    return 0 if isinstance(v, bool) else 1 if isinstance(v, int) else 2
 
 
 def _id(v: int | T) -> int:

@@ -58,10 +58,10 @@ def _combine(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dty
     return higher
 
 
-def result_type(*operands: Operand) -> torch.dtype:
+def result_type(*operands: Operand, wrapped: Sequence[torch.dtype] = ()) -> torch.dtype:
     """torch.result_type of tensors of these (shape, dtype)s, any dtypes: dimensioned tensors
-    decide, a 0-d one (a Python scalar made a constant) only where its category is higher
-    (`int8 < 300` compares in int8, `int8 < 2.5` in float32)."""
+    decide, a 0-d one only where its category is higher (`int8 < 0-d int64` compares in int8,
+    `int8 < 0-d float32` in float32), and `wrapped` (Python scalars) below those."""
     def promoted(ds: list[torch.dtype]) -> torch.dtype | None:
         out = None
         for d in ds:
@@ -69,7 +69,7 @@ def result_type(*operands: Operand) -> torch.dtype:
         return out
     dims = promoted([d for s, d in operands if len(s)])
     zero = promoted([d for s, d in operands if not len(s)])
-    out = _combine(dims, zero)
+    out = _combine(dims, _combine(zero, promoted(list(wrapped))))
     assert out is not None, "result_type of no operands"
     return out
 
