@@ -146,7 +146,10 @@ class Lowering:
         s = ix.syms(off)
         if not s:
             addr = ptr if off.is_const() and off.const == 0 else f"{ptr} + {self.render(off)}"
-            text = f"tl.load({addr})"
+            # one element for every lane. Triton's interpreter stores a 0-d comparison's result as
+            # floats, and `&` of it with a block then fails (`(e > 1.0) & (offs < n)`): under the
+            # interpreter the element is loaded as a one-element block instead (the GPU text is 0-d)
+            text = f"tl.load({addr} + tl.zeros([1], tl.int32))" if self.cpu else f"tl.load({addr})"
         else:
             addr = f"{ptr} + {self.render(off)}"
             mask = self.full_mask(s, cond)

@@ -5,7 +5,8 @@ and the composites' `aten`, collected in `ops.ATEN`). This file builds `LOWERING
 - a name claimed by an op lowers generically (`direct`): the call's first `arity` arguments
   become the operands (a Python scalar becomes a 0-d constant, PyTorch's promotion) and the
   schema arguments named like the op's attributes become its attributes;
-- a name with a handler (`@lowers`: pointwise and casts here, `fx_ops_reductions.py`,
+- a name with a handler (`@lowers`: pointwise and casts here, `fx_ops_pointwise.py` for
+  rounding modes, pow, index remaps and the pointwise composites, `fx_ops_reductions.py`,
   `fx_ops_shapes.py` for composites, views, GEMMs and generators) lowers through it: alpha
   arguments, rounding modes, axes, views, composites. `lowers` refuses a name the table does
   not claim, so every lowered aten op is listed in `docs/ops.md`.

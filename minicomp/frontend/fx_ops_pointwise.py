@@ -199,17 +199,20 @@ def _mse_loss(cx: Ctx, x, target, reduction=1):
 
 
 def _quadratic_then_linear(cx: Ctx, x, target, width: float, scale_quadratic: bool) -> int:
-    """|d| < width: 0.5 d^2 (/ width for smooth_l1); else linear in |d| (eager's formulas)."""
+    """|d| < width: 0.5 d^2 (/ width for smooth_l1); else linear in |d| (eager's formulas, its
+    constants in the operands' dtype, so 0-d operands are not promoted)."""
     z = cx.add("abs", cx.add("sub", x, target))
     if width == 0:
-        return z                        # smooth_l1 with beta 0 is l1; huber with delta 0 is 0 * ...
-    quad = cx.add("mul", cx.add("mul", z, z), cx.const(0.5))
+        return z                        # smooth_l1 with beta 0 is l1
+    dt = cx.graph.node(z).dtype
+    c = lambda v: cx.const(float(torch.tensor(v, dtype=dt)), dtype=dt)  # noqa: E731
+    quad = cx.add("mul", cx.add("mul", z, z), c(0.5))
     if scale_quadratic:
-        quad = cx.add("div", quad, cx.const(float(width)))
-        lin = cx.add("sub", z, cx.const(0.5 * width))
+        quad = cx.add("div", quad, c(width))
+        lin = cx.add("sub", z, c(0.5 * width))
     else:
-        lin = cx.add("mul", cx.add("sub", z, cx.const(0.5 * width)), cx.const(float(width)))
-    return cx.add("where", cx.add("lt", z, cx.const(float(width))), quad, lin)
+        lin = cx.add("mul", cx.add("sub", z, c(0.5 * width)), c(width))
+    return cx.add("where", cx.add("lt", z, c(width)), quad, lin)
 
 
 @lowers("smooth_l1_loss.default")

@@ -287,10 +287,28 @@ def int_div(let: Let, a: str, b: str, dtype: torch.dtype, mode: str) -> str:
     return q
 
 
+def fmod(let: Let, a: str, b: str, dtype: torch.dtype) -> str:
+    """C's fmod(a, b), exact where |a / b| < 2**24 (fp32; 2**53 fp64) on every target. Triton's float
+    `%` is LLVM's frem, which NVPTX writes as a - b * trunc(a / b): a quotient that rounds up to an
+    integer leaves a remainder of the wrong sign there. Here the quotient is truncated, the product
+    taken off with one rounding (fma: the remainder is representable, so exact), and a quotient one
+    too large (the only error a correctly rounded division can make) is undone. Larger quotients
+    use `%` (exact in the interpreter; the GPU's frem is not)."""
+    q = let("q", f"tl.div_rn({a}, {b})" if not is_f64(dtype) else f"({a} / {b})")
+    q = let("qt", trunc(q))
+    r = let("r", f"tl.fma(-{q}, {b}, {a})")
+    step = f"tl.where(({a} < 0.0) != ({b} < 0.0), -{b}, {b})"
+    r = let("r", f"tl.where(({r} != 0.0) & (({r} < 0.0) != ({a} < 0.0)), {r} + {step}, {r})")
+    big = 2.0 ** (53 if is_f64(dtype) else 24)
+    r = let("r", f"tl.where(tl.abs({q}) < {big!r}, {r}, {a} % {b})")
+    r = let("r", f"tl.where((tl.abs({b}) == {INF}) & (tl.abs({a}) != {INF}), {a}, {r})")   # fmod(x, inf) = x
+    return let("fmod", f"tl.where({r} == 0.0, {a} * 0.0, {r})")                            # the sign of a
+
+
 def float_floor_div(let: Let, a: str, b: str, dtype: torch.dtype) -> str:
     """floor(a / b) as eager computes it: from fmod, so that the quotient of values that divide
     exactly is exact, then snapped to the nearest integer; a / b where b is 0."""
-    mod = let("mod", f"{a} % {b}")
+    mod = fmod(let, a, b, dtype)
     div = let("div", fdiv(f"({a} - {mod})", b, dtype))
     div = let("div", f"tl.where(({mod} != 0.0) & (({b} < 0.0) != ({mod} < 0.0)), {div} - 1.0, {div})")
     fl = let("fl", f"tl.floor({div})")
@@ -299,7 +317,7 @@ def float_floor_div(let: Let, a: str, b: str, dtype: torch.dtype) -> str:
     return let("floordiv", f"tl.where({b} == 0.0, {q}, tl.where({div} == 0.0, {q} * 0.0, {fl}))")
 
 
-def float_remainder(let: Let, a: str, b: str) -> str:
+def float_remainder(let: Let, a: str, b: str, dtype: torch.dtype) -> str:
     """a - b * floor(a / b) as eager computes it: fmod, moved to the sign of b."""
-    mod = let("mod", f"{a} % {b}")
+    mod = fmod(let, a, b, dtype)
     return let("rem", f"tl.where(({mod} != 0.0) & (({b} < 0.0) != ({mod} < 0.0)), {mod} + {b}, {mod})")

@@ -15,8 +15,8 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from minicomp.ir.ops import OpDef, TritonForm, register
-from minicomp.ir.ops.mathtext import (fdiv, float_floor_div, float_remainder, int_div, round_half_even, signbit,
-                                      trunc, unsigned)
+from minicomp.ir.ops.mathtext import (fdiv, float_floor_div, float_remainder, fmod, int_div, round_half_even,
+                                      signbit, trunc, unsigned)
 from minicomp.ir.ops.rules import LOGICAL, SAME_FLOAT, elementwise, same_float
 from minicomp.ir.ops.text import Let, Unsupported, as_tensor, compute_tl, py_literal
 
@@ -127,8 +127,8 @@ binary("floor_divide", torch.floor_divide, _division("floor_divide", float_floor
 binary("div_trunc", _div_trunc_ref,
        _division("div_trunc", lambda let, a, b, dt: trunc(let("quot", fdiv(a, b, dt))), "trunc"), flops=2,
        pytorch="torch.div({0}, {1}, rounding_mode='trunc')", aten=())
-binary("remainder", torch.remainder, _division("remainder", lambda let, a, b, dt: float_remainder(let, a, b), "mod"),
+binary("remainder", torch.remainder, _division("remainder", float_remainder, "mod"),
        flops=3, pytorch="torch.remainder({0}, {1})",
        aten=("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor"))
-binary("fmod", torch.fmod, _division("fmod", lambda let, a, b, dt: f"{a} % {b}", "fmod"),
+binary("fmod", torch.fmod, _division("fmod", fmod, "fmod"),
        pytorch="torch.fmod({0}, {1})", aten=("fmod.Tensor", "fmod.Scalar"))
