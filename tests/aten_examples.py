@@ -131,7 +131,8 @@ EXAMPLES: dict[str, Example] = {
     "bitwise_left_shift.Tensor": lambda: call(ri(5, 7, dtype=torch.int8), ri(7, lo=-2, hi=10, dtype=torch.int8)),
     "bitwise_left_shift.Tensor_Scalar": lambda: call(ri(5, 7), 5),
     "bitwise_left_shift.Scalar_Tensor": lambda: call(3, ri(5, 7, lo=0, hi=20)),
-    "bitwise_right_shift.Tensor": lambda: call(ri(5, 7, lo=-128, hi=127, dtype=torch.int8), ri(7, lo=0, hi=10, dtype=torch.int8)),
+    "bitwise_right_shift.Tensor": lambda: call(ri(5, 7, lo=-128, hi=127, dtype=torch.int8),
+                                               ri(7, lo=0, hi=10, dtype=torch.int8)),
     "bitwise_right_shift.Tensor_Scalar": lambda: call(ri(5, 7), 33),
     "bitwise_right_shift.Scalar_Tensor": lambda: call(-1000, ri(5, 7, lo=0, hi=20)),
     # --- unary math

@@ -122,7 +122,8 @@ def _bn(x, mean, var, weight, bias):
 
 CASES: list[Case] = [
     # predicates and repairs
-    Case("isnan", torch.isnan, ALL), Case("isinf", torch.isinf, ALL), Case("isfinite", torch.isfinite, (F32, F16, torch.int32, torch.bool)),
+    Case("isnan", torch.isnan, ALL), Case("isinf", torch.isinf, ALL),
+    Case("isfinite", torch.isfinite, (F32, F16, torch.int32, torch.bool)),
     Case("signbit", torch.signbit, ALL), Case("sign", torch.sign, ALL), Case("sgn", torch.sgn, (F32, torch.int32)),
     Case("nan_to_num", torch.nan_to_num, FLOATS + INTS),
     Case("nan_to_num_values", lambda x: torch.nan_to_num(x, 1.5, 100.0, -7.0), FLOATS),

@@ -115,7 +115,8 @@ def examples(draw):
             layouts.append(((shape[1],), draw(st.sampled_from(["contiguous", "strided"]))))
             continue
         # later operands broadcast: drop leading dims or set some to 1
-        s = shape if i == 0 else tuple(d if draw(st.booleans()) else 1 for d in shape[draw(st.integers(0, len(shape))):])
+        lead = draw(st.integers(0, len(shape)))
+        s = shape if i == 0 else tuple(d if draw(st.booleans()) else 1 for d in shape[lead:])
         layouts.append((s, draw(st.sampled_from(["contiguous", "transposed", "strided", "expanded"]))))
     seed = draw(st.integers(0, 2**16))
     specials = draw(st.booleans())

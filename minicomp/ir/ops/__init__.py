@@ -179,8 +179,8 @@ def flops(op: str, arg_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]
 
 
 # The families register themselves, in the order the table lists ops.
-from minicomp.ir.ops import (leaves, arith, unary, select, bitwise, rounding, special, activations,  # noqa: E402,F401,I001
-                             reductions, views, linalg, composite)
+from minicomp.ir.ops import (  # noqa: E402,F401,I001
+    leaves, arith, unary, select, bitwise, rounding, special, activations, reductions, views, linalg, composite)
 from minicomp.ir.ops.composite import COMPOSITES, Composite  # noqa: E402
 
 __all__ = ["ATEN", "COMPOSITES", "Composite", "EMITTERS", "KINDS", "OPERANDS", "OpDef", "REGISTRY",
