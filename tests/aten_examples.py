@@ -38,6 +38,31 @@ def tr(*shape: int) -> torch.Tensor:
     return r(shape[1], shape[0]).t()
 
 
+def ri(*shape: int, lo: int = -50, hi: int = 50, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """Integers from [lo, hi)."""
+    return torch.randint(lo, hi, shape, generator=_gen).to(dtype)
+
+
+def nz(*shape: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """Non-zero integers of both signs (divisors)."""
+    v = torch.randint(1, 9, shape, generator=_gen)
+    return torch.where(torch.rand(shape, generator=_gen) > 0.5, v, -v).to(dtype)
+
+
+def sp(*shape: int) -> torch.Tensor:
+    """Floats with NaN, +-inf and -0.0 among them."""
+    x = r(*shape).flatten()
+    x[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+    return x.reshape(shape)
+
+
+def prob(*shape: int) -> torch.Tensor:
+    """Floats in (0, 1), a few very near the ends."""
+    x = torch.rand(*shape, generator=_gen).flatten()
+    x[:2] = torch.tensor([1e-6, 1 - 1e-6])
+    return x.reshape(shape)
+
+
 Example = Callable[[], tuple[tuple, dict]]
 
 
@@ -64,8 +89,10 @@ EXAMPLES: dict[str, Example] = {
     "square.default": lambda: call(tr(5, 7)),
     "div.Tensor": lambda: call(r(5, 7), pos(7)),
     "div.Scalar": lambda: call(r(5, 7), 4),
-    "div.Tensor_mode": lambda: call(r(5, 7), pos(5, 7), rounding_mode=None),
-    "div.Scalar_mode": lambda: call(r(5, 7), 3.0, rounding_mode=None),
+    "div.Tensor_mode": lambda: call(ri(5, 7), nz(7), rounding_mode="floor"),
+    "div.Scalar_mode": lambda: call(r(5, 7) * 9, -2.5, rounding_mode="trunc"),
+    "floor_divide.default": lambda: call(ri(5, 7), nz(5, 1)),
+    "floor_divide.Scalar": lambda: call(tr(5, 7), 0.7),
     "reciprocal.default": lambda: call(pos(5, 7)),
     "maximum.default": lambda: call(r(5, 7), r(7)),
     "max.other": lambda: call(r(5, 7), r(5, 7)),
@@ -85,17 +112,29 @@ EXAMPLES: dict[str, Example] = {
     "ge.Tensor": lambda: call(small(5, 7), small(7)),
     "ge.Scalar": lambda: call(small(5, 7), 1.0),
     "logical_xor.default": lambda: call(b(5, 7), small(7)),
-    "bitwise_xor.Tensor": lambda: call(b(5, 7), b(7)),
+    "bitwise_xor.Tensor": lambda: call(ri(5, 7), ri(7, dtype=torch.int64)),
     "bitwise_xor.Scalar": lambda: call(b(5, 7), True),
     # --- logical
     "logical_and.default": lambda: call(r(5, 7), b(5, 7)),
-    "bitwise_and.Tensor": lambda: call(b(5, 7), b(5, 7)),
+    "bitwise_and.Tensor": lambda: call(ri(5, 7, dtype=torch.int8), ri(5, 7, dtype=torch.int8)),
     "bitwise_and.Scalar": lambda: call(b(5, 7), True),
     "logical_or.default": lambda: call(b(5, 7), small(7)),
     "bitwise_or.Tensor": lambda: call(b(5, 7), b(1, 7)),
     "bitwise_or.Scalar": lambda: call(b(5, 7), False),
     "logical_not.default": lambda: call(small(5, 7)),
-    "bitwise_not.default": lambda: call(b(5, 7)),
+    "bitwise_not.default": lambda: call(ri(5, 7)),
+    # --- shifts (amounts past the width included)
+    "__lshift__.Scalar": lambda: call(ri(5, 7), 3),
+    "__lshift__.Tensor": lambda: call(ri(5, 7), ri(7, lo=-2, hi=40)),
+    "__rshift__.Scalar": lambda: call(ri(5, 7, dtype=torch.int64), 2),
+    "__rshift__.Tensor": lambda: call(ri(5, 7), ri(5, 1, lo=-3, hi=70)),
+    "bitwise_left_shift.Tensor": lambda: call(ri(5, 7, dtype=torch.int8), ri(7, lo=-2, hi=10, dtype=torch.int8)),
+    "bitwise_left_shift.Tensor_Scalar": lambda: call(ri(5, 7), 5),
+    "bitwise_left_shift.Scalar_Tensor": lambda: call(3, ri(5, 7, lo=0, hi=20)),
+    "bitwise_right_shift.Tensor": lambda: call(ri(5, 7, lo=-128, hi=127, dtype=torch.int8),
+                                               ri(7, lo=0, hi=10, dtype=torch.int8)),
+    "bitwise_right_shift.Tensor_Scalar": lambda: call(ri(5, 7), 33),
+    "bitwise_right_shift.Scalar_Tensor": lambda: call(-1000, ri(5, 7, lo=0, hi=20)),
     # --- unary math
     "neg.default": lambda: call(tr(5, 7)),
     "abs.default": lambda: call(r(5, 7)),
@@ -116,6 +155,51 @@ EXAMPLES: dict[str, Example] = {
     "clamp_min.default": lambda: call(r(5, 7), -0.2),
     "clamp_max.default": lambda: call(r(5, 7), 0.3),
     "clamp.Tensor": lambda: call(r(5, 7), r(7) - 1, r(5, 1) + 1),
+    # --- more math
+    "expm1.default": lambda: call(sp(5, 7) * 1e-3),
+    "log1p.default": lambda: call(pos(5, 7) - 0.5),
+    "log2.default": lambda: call(pos(5, 7)),
+    "erfc.default": lambda: call(r(5, 7) * 4),
+    "erfinv.default": lambda: call(prob(5, 7) * 2 - 1),
+    "xlogy.Tensor": lambda: call(sp(5, 7), pos(7)),
+    "xlogy.Scalar_Self": lambda: call(3.0, pos(5, 7)),
+    "xlogy.Scalar_Other": lambda: call(r(5, 7), 2.0),
+    "lerp.Scalar": lambda: call(r(5, 7), r(7), 0.3),
+    "lerp.Tensor": lambda: call(tr(5, 7), r(5, 7), pos(7) - 0.25),
+    "pow.Tensor_Tensor": lambda: call(r(5, 7), small(7)),
+    "pow.Scalar": lambda: call(2, ri(5, 7, lo=0, hi=40)),
+    "isnan.default": lambda: call(sp(5, 7)),
+    "isinf.default": lambda: call(sp(5, 7)),
+    "nan_to_num.default": lambda: call(sp(5, 7), 0.5, 10.0, None),
+    "fmax.default": lambda: call(sp(5, 7), sp(7)),
+    "fmin.default": lambda: call(sp(5, 7), r(5, 1)),
+    # --- rounding and integer-valued division
+    "floor.default": lambda: call(sp(5, 7) * 3),
+    "ceil.default": lambda: call(tr(5, 7) * 3),
+    "trunc.default": lambda: call(sp(5, 7) * 3),
+    "fix.default": lambda: call(r(5, 7) * 3),
+    "frac.default": lambda: call(r(5, 7) * 3),
+    "round.default": lambda: call(small(5, 7) - 0.5),
+    "round.decimals": lambda: call(r(5, 7) * 100, decimals=1),
+    "sign.default": lambda: call(sp(5, 7)),
+    "sgn.default": lambda: call(ri(5, 7)),
+    "signbit.default": lambda: call(sp(5, 7)),
+    "remainder.Tensor": lambda: call(ri(5, 7), nz(7)),
+    "remainder.Scalar": lambda: call(r(5, 7) * 5, -1.5),
+    "remainder.Scalar_Tensor": lambda: call(7, nz(5, 7)),
+    "fmod.Tensor": lambda: call(ri(5, 7, dtype=torch.int64), nz(5, 1, dtype=torch.int64)),
+    "fmod.Scalar": lambda: call(r(5, 7) * 5, 0.75),
+    # --- activations
+    "elu.default": lambda: call(r(5, 7) * 3, 1.0, 1.05, 1.0),
+    "celu.default": lambda: call(r(5, 7) * 3, 0.7),
+    "leaky_relu.default": lambda: call(tr(5, 7), 0.2),
+    "hardswish.default": lambda: call(r(5, 7) * 4),
+    "hardsigmoid.default": lambda: call(r(5, 7) * 4),
+    "hardtanh.default": lambda: call(r(5, 7) * 2, -0.5, 1.5),
+    "softplus.default": lambda: call(r(5, 7) * 5, 2.0, 3.0),
+    "mish.default": lambda: call(r(5, 7) * 4),
+    "logit.default": lambda: call(prob(5, 7), 1e-3),
+    "glu.default": lambda: call(r(5, 8), -1),
     # --- selection and casts
     "where.self": lambda: call(b(5, 7), r(5, 7), r(7)),
     "masked_fill.Scalar": lambda: call(r(5, 7), b(7), -1.0),
@@ -185,6 +269,9 @@ EXAMPLES: dict[str, Example] = {
     "split.Tensor": lambda: call(r(5, 9), 4, 1),
     "split_with_sizes.default": lambda: call(r(5, 9), [2, 7], 1),
     "cat.default": lambda: call([r(5, 7), r(5, 2)], 1),
+    "flip.default": lambda: call(tr(5, 7), [0, -1]),
+    "roll.default": lambda: call(r(5, 7), [2, -9], [0, 1]),
+    "constant_pad_nd.default": lambda: call(r(3, 5, 7), [1, 2, -1, 1], 0.5),
     "stack.default": lambda: call([r(5, 7), r(5, 7)], 1),
     # --- GEMM and attention
     "mm.default": lambda: call(r(9, 12), tr(12, 10)),
@@ -219,6 +306,12 @@ EXAMPLES: dict[str, Example] = {
     "rms_norm.default": lambda: call(r(3, 5, 7), [7], r(7), 1e-6),
     "_fused_rms_norm.default": lambda: call(r(3, 5, 7), [7], r(7), 1e-6),
     "linear.default": lambda: call(r(3, 5, 12), r(10, 12), r(10)),
+    "native_batch_norm.default": lambda: call(r(2, 6, 5), r(6), r(6), r(6), pos(6), False, 0.1, 1e-5),
+    "_native_batch_norm_legit_no_training.default": lambda: call(r(2, 6, 5, 3, dtype=torch.float16), r(6), None,
+                                                                 r(6), pos(6), 0.1, 1e-3),
+    "mse_loss.default": lambda: call(r(5, 7), tr(5, 7), 1),
+    "smooth_l1_loss.default": lambda: call(r(5, 7) * 2, r(5, 7), 2, 0.5),
+    "huber_loss.default": lambda: call(r(5, 7) * 2, r(5, 7), 1, 0.7),
     "minicomp::linear.default": lambda: call(r(5, 12), r(10, 12), None),
 }
 

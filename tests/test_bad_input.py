@@ -389,8 +389,14 @@ def test_softmax_of_a_single_element_and_all_ones_shapes():
     (lambda a, b: torch.where(a > 0, a, b) + (a == b).to(torch.int64), (torch.randint(-3, 3, (6,)),
                                                                          torch.randint(-3, 3, (6,)))),
     (lambda a: torch.softmax(a, -1) * 2, (torch.randn(3, 5, dtype=torch.float64),)),
+    (lambda a, b: (a // b, a % b, torch.fmod(a, b)), (torch.arange(-6, 6), torch.tensor([4, -4, 3] * 4))),
+    (lambda a: (a * 2**31, a * 300, a < 300), (torch.arange(-6, 6, dtype=torch.int32),)),   # scalars wrap first
+    (lambda a, b: (a << b, a >> b), (torch.arange(-6, 6), torch.arange(-1, 71, 6))),         # past the width
+    (lambda a: torch.pow(a, 87), (torch.arange(-6, 6, dtype=torch.int32),)),
+    (lambda a, b: (a + b, a * b), (torch.rand(9) < 0.5, torch.rand(9) < 0.5)),               # or, and
 ], ids=["int32-arith", "int-true-div", "int64-reductions", "int8", "int32-overflow", "uint8-wrap", "bool-logic",
-        "bool-sum", "int-where-compare", "f64-softmax"])
+        "bool-sum", "int-where-compare", "f64-softmax", "floordiv-remainder", "int-scalar-wraps", "shifts",
+        "int-pow", "bool-arith"])
 def test_integer_bool_and_f64_tensors_compile(fn, inputs):
     c = same_as_eager(fn, *inputs, exact=True)
     fallbacks = c._need().generated.fallbacks
@@ -399,9 +405,8 @@ def test_integer_bool_and_f64_tensors_compile(fn, inputs):
 
 @pytest.mark.parametrize("fn, inputs, why", [
     (lambda a, b: a @ b, (torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (4, 2))), "matmul of torch.int64"),
-    (lambda a, b: a // b + a % b, (torch.arange(-6, 6), torch.full((12,), 4)), "opaque"),
     (lambda a: a * 2, (torch.randn(4, dtype=torch.complex64),), "complex64 has no Triton type"),
-], ids=["int-matmul", "floordiv-remainder", "complex"])
+], ids=["int-matmul", "complex"])
 def test_integer_cases_without_kernels_fall_back_visibly(fn, inputs, why):
     c = same_as_eager(fn, *inputs, exact=True)
     reasons = [c._need().generated.fallbacks.get(g.id, "") for g in c.plan.groups] + [g.kind for g in c.plan.groups]

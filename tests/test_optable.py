@@ -63,12 +63,19 @@ def test_every_op_names_who_writes_its_code():
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.bool]
 EXPR_OPS = [n for n, d in ops.REGISTRY.items() if d.emitter == "expr"]
 ATTRS = {"gelu": [{"approximate": "none"}, {"approximate": "tanh"}],
-         "pow": [{"exponent": e} for e in (2, 3, -1, 0.5, 2.5)],
-         "clamp": [{"min": -0.5, "max": 0.75}, {"min": None, "max": 0.0}]}
+         "pow": [{"exponent": e} for e in (2, 3, -1, 0.5, 2.5, 87)],
+         "clamp": [{"min": -0.5, "max": 0.75}, {"min": None, "max": 0.0}],
+         "round": [{"decimals": 0}, {"decimals": 2}, {"decimals": -1}],
+         "nan_to_num": [{"nan": None, "posinf": None, "neginf": None}, {"nan": 1.0, "posinf": 2.0, "neginf": -3.0}],
+         "elu": [{"alpha": 1.0, "scale": 1.0, "input_scale": 1.0}, {"alpha": 0.7, "scale": 1.05, "input_scale": 2.0}],
+         "leaky_relu": [{"negative_slope": 0.01}, {"negative_slope": -0.5}],
+         "hardtanh": [{"min_val": -1.0, "max_val": 1.0}, {"min_val": 0.0, "max_val": 6.0}],
+         "softplus": [{"beta": 1.0, "threshold": 20.0}, {"beta": 2.0, "threshold": 1.0}],
+         "logit": [{"eps": None}, {"eps": 1e-3}]}
 POSITIVE = ("log", "sqrt", "rsqrt")       # the reference of these is NaN below zero; keep to its domain
 # ops whose Triton form is float-only today: a reference on integer operands gives an
-# integer result the form cannot compute exactly (issue 20 adds integer pow, for one)
-FLOAT_ONLY = {"pow"}
+# integer result the form cannot compute exactly
+FLOAT_ONLY: set[str] = set()
 
 
 def _tol(dtype: torch.dtype) -> dict:

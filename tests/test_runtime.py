@@ -265,7 +265,10 @@ def test_every_registry_op_has_a_pytorch_fallback_form():
                     "axes": (1,), "keepdim": True, "correction": 1, "dims": (1, 0), "dim": 1,
                     "scale": 0.5, "is_causal": True, "enable_gqa": False, "fn": abs, "target": "abs",
                     "softcap": 0.0, "window": 0, "mask_fill": float("-inf"), "score_dtype": None,
-                    "empty_rows": "zero"}
+                    "empty_rows": "zero",
+                    "decimals": 1, "nan": None, "posinf": 2.0, "neginf": None, "alpha": 1.0, "input_scale": 1.0,
+                    "negative_slope": 0.1, "min_val": -1.0, "max_val": 1.0, "beta": 1.0, "threshold": 20.0,
+                    "eps": None, "shifts": (1,), "pad": (1, 1)}
     for name, d in ops.REGISTRY.items():
         if d.kind in ("input", "constant"):
             continue

@@ -88,6 +88,16 @@ def cases(draw):
             attrs[name] = draw(st.sampled_from([2, 0.5, -1.0]))
         elif name in ("min", "max"):
             attrs[name] = draw(st.sampled_from([None, -1.0, 2]))
+        elif name == "decimals":
+            attrs[name] = draw(st.sampled_from([0, 2, -1]))
+        elif name in ("nan", "posinf", "neginf", "eps"):
+            attrs[name] = draw(st.sampled_from([None, 0.5, -2.0]))
+        elif name in ("alpha", "scale", "input_scale", "negative_slope", "beta", "threshold", "min_val", "max_val"):
+            attrs[name] = draw(st.sampled_from([1.0, 0.5, -1.0, 2]))
+        elif name == "shifts":
+            attrs[name] = tuple(draw(st.lists(small_ints, max_size=len(base) + 1)))
+        elif name == "pad":
+            attrs[name] = tuple(draw(st.lists(st.integers(-3, 3), max_size=2 * len(base) + 2)))
     return op, operands, attrs
 
 

@@ -3,7 +3,10 @@
 `Lowering.value(nid, index)` returns the `Val` of node `nid` at `index` (an `Index` into
 the node's own shape), writing whatever lines it needs first. Views move the index
 (no code); pointwise ops evaluate their operands at the broadcast index and write one
-line; group inputs are loaded through their strides. Values are memoised per
+line (or a few, for a form that answers `Steps`); group inputs are loaded through their
+strides. `flip` and `roll` move the index too (to `n - 1 - i`, `(i - shift) mod n`);
+`cat` and `constant_pad` pick by a condition on it: a load under a condition is masked by
+it, and the value outside is the other piece's (cat) or the pad value. Values are memoised per
 (node, index, condition), so a tensor used twice at the same place is loaded once and
 the same node read through a permute is loaded again at the permuted place.
 
@@ -15,6 +18,7 @@ condition it sits under.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,7 +28,8 @@ from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import KernelCtx, Unsupported
 from minicomp.codegen.names import safe_ident
-from minicomp.codegen.tlexpr import Val, compute_tl, convert, op_text, py_literal, storage_tl, store_text, zero_literal
+from minicomp.codegen.tlexpr import (Steps, Val, compute_tl, convert, op_text, py_literal, storage_tl, store_text,
+                                     zero_literal)
 from minicomp.ir.graph import Node
 
 KERNEL_LOCALS = ("pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "c0", "col_blocks",
@@ -141,7 +146,10 @@ class Lowering:
         s = ix.syms(off)
         if not s:
             addr = ptr if off.is_const() and off.const == 0 else f"{ptr} + {self.render(off)}"
-            text = f"tl.load({addr})"
+            # one element for every lane. Triton's interpreter stores a 0-d comparison's result as
+            # floats, and `&` of it with a block then fails (`(e > 1.0) & (offs < n)`): under the
+            # interpreter the element is loaded as a one-element block instead (the GPU text is 0-d)
+            text = f"tl.load({addr} + tl.zeros([1], tl.int32))" if self.cpu else f"tl.load({addr})"
         else:
             addr = f"{ptr} + {self.render(off)}"
             mask = self.full_mask(s, cond)
@@ -192,11 +200,26 @@ class Lowering:
             return self.emit(f"{op}{node.id}", text, node.dtype, s)
         args = [self.value(arg, ix.broadcast(idx, self.graph.node(arg).shape), cond) for arg in node.args]
         s = frozenset().union(*(v.syms for v in args)) if args else frozenset()
-        text = op_text(node, args, self.cpu)
+        text = op_text(node, args, self.cpu, [len(self.graph.node(a).shape) for a in node.args])
+        if isinstance(text, Steps):
+            text = self._steps(node, text, s)
         if op == "cast" and text == args[0].code:
             # a widening that changes nothing inside the kernel (bf16 -> f32 is already f32 here)
             return Val(text, node.dtype, s, exact=args[0].exact)
         return self.emit(f"{op}{node.id}", text, node.dtype, s, exact=(op == "cast"))
+
+    def _steps(self, node: Node, steps: Steps, syms: frozenset) -> str:
+        """Write a form's steps as lines of their own (fresh names for its `$name`s); its value's text."""
+        names: dict[str, str] = {}
+
+        def sub(text: str) -> str:
+            return re.sub(r"\$([a-z][a-z0-9_]*)", lambda m: names[m.group(1)], text)
+
+        for name, expr in steps.lines:
+            fresh = self.names.fresh(f"{node.op}{node.id}_{name}")
+            self.builder_for(syms).writeline(f"{fresh} = {sub(expr)}")
+            names[name] = fresh
+        return sub(steps.value)
 
     def _view(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
         op, a = node.op, node.attrs
@@ -213,7 +236,31 @@ class Lowering:
             return self.value(src.id, ix.slice_(idx, src.shape, dim, start, step), cond)
         if op == "cat":
             return self._cat(node, idx, cond)
+        if op == "flip":
+            return self.value(src.id, ix.flip(idx, src.shape, a["dims"]), cond)
+        if op == "roll":
+            return self.value(src.id, ix.roll(idx, src.shape, a["shifts"], a["dims"]), cond)
+        if op == "constant_pad":
+            return self._pad(node, idx, cond)
         raise Unsupported(f"view {op!r} ({node.describe()})")
+
+    def _pad(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
+        """constant_pad: the operand where the index falls inside it, the pad value elsewhere."""
+        src = self.graph.node(node.args[0])
+        value = Val(py_literal(node.attrs["value"], node.dtype), node.dtype, frozenset(), literal=True,
+                    value=node.attrs["value"])
+        sidx, tests = ix.pad_source(idx, src.shape, node.attrs["pad"])
+        if sidx is None:                           # this index is padding whatever the kernel's symbols
+            return value
+        if not tests:                              # negative pads only: a crop, every index inside
+            return self.value(src.id, sidx, cond)
+        s_in = frozenset().union(*(ix.syms(e) for e, _, _ in tests))
+        inside = self.names.fresh(f"in_pad{node.id}")
+        text = " & ".join(f"({self.render(e)} {rel} {bound})" for e, rel, bound in tests)
+        self.builder_for(s_in).writeline(f"{inside} = {text}")
+        v = self.value(src.id, sidx, cond.add(inside, s_in))
+        text = f"tl.where({inside}, {convert(v, node.dtype)}, {convert(value, node.dtype)})"
+        return self.emit(f"pad{node.id}", text, node.dtype, v.syms | s_in)
 
     def _cat(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
         shapes = [self.graph.node(x).shape for x in node.args]

@@ -7,8 +7,10 @@ type the op computes in (PyTorch's promotion result, which inference already put
 the node), so `int / int` divides in fp32 and comparisons compare in the promoted type.
 
 What an op computes is the op table's (`minicomp/ir/ops`): `op_text` converts the operand
-values as the op's entry asks (`OpDef.operands`) and hands the texts to its Triton form.
-Only `cast` is written here, since rounding depends on how a value is held (`Val.exact`).
+values as the op's entry asks (`OpDef.operands`) and hands the texts to its Triton form. A
+form answers with one expression or with `Steps` (assignments, then a value), which the
+lowering writes as lines of their own. Only `cast` is written here, since rounding depends
+on how a value is held (`Val.exact`).
 
 `Val.literal` marks a Python literal (a scalar constant or `full`): it broadcasts by
 itself in binary ops but must become a tensor (`tl.full`) before a `tl.*` call or a store.
@@ -17,16 +19,18 @@ itself in binary ops but must become a tensor (`tl.full`) before a `tl.*` call o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
 from minicomp.codegen.common import Unsupported
 from minicomp.ir import ops
 from minicomp.ir.graph import Node
+from minicomp.ir.ops.rules import result_type
 # the dtype and literal spellings are the op table's; emitters import them from here
-from minicomp.ir.ops.text import NAN_ALL, compute_tl, py_literal, storage_tl, zero_literal
+from minicomp.ir.ops.text import NAN_ALL, Steps, compute_tl, py_literal, storage_tl, zero_literal
 
-__all__ = ["NAN_ALL", "Val", "cast_text", "compute_tl", "convert",
+__all__ = ["NAN_ALL", "Steps", "Val", "cast_text", "compute_tl", "convert",
            "op_text", "py_literal", "round_to", "storage_tl", "store_text", "tensor_of", "zero_literal"]
 
 
@@ -78,32 +82,40 @@ def store_text(code: str, dtype: torch.dtype, cpu: bool, exact: bool = False) ->
     return f"{code}.to({storage_tl(dtype)})"
 
 
-def _operand_texts(how: str, args: list[Val], dtype: torch.dtype) -> list[str]:
+def _operand_texts(how: str, args: list[Val], dtype: torch.dtype, ranks: Sequence[int]) -> list[str]:
     """The operand texts an op's Triton form takes, converted as its entry says (`ops.OPERANDS`)."""
     if how == "bool":
         return [tensor_of(v, torch.bool) for v in args]
     if how == "own":
         return [tensor_of(v, v.dtype) for v in args]
+    if how == "tensors":
+        return [tensor_of(v, dtype) for v in args]
     if how == "cond":
         return [tensor_of(args[0], torch.bool)] + [convert(v, dtype) for v in args[1:]]
     if how == "promoted":
-        dtype = args[0].dtype
-        for v in args[1:]:
-            dtype = torch.promote_types(dtype, v.dtype)
+        # PyTorch's promotion: a 0-d operand decides only by a higher category, and a Python scalar
+        # (a 0-d literal) ranks below a 0-d tensor (`int8[] < 300` compares in int8)
+        dtype = result_type(*[((1,) * r, v.dtype) for v, r in zip(args, ranks) if r or not v.literal],
+                            wrapped=[v.dtype for v, r in zip(args, ranks) if not r and v.literal])
     texts = [convert(v, dtype) for v in args]
     if args and all(v.literal for v in args):
         texts[0] = tensor_of(args[0], dtype)   # one literal must be a tensor for the result to be one
     return texts
 
 
-def op_text(node: Node, args: list[Val], cpu: bool) -> str:
-    """Triton text computing `node` from its operand values (in its compute type)."""
+def op_text(node: Node, args: list[Val], cpu: bool, ranks: Sequence[int] | None = None) -> str | Steps:
+    """Triton text computing `node` from its operand values (in its compute type): one
+    expression, or `Steps` when the op's form needs temporaries. `ranks` are the operands'
+    ranks (a 0-d operand promotes less); None: all dimensioned."""
     d = ops.get(node.op)
     if d.emitter == "cast":
         return cast_text(args[0], node.dtype, cpu)
     if d.triton is None:
         raise Unsupported(f"no Triton form for op {node.op!r} ({node.describe()})")
-    return d.triton_text(_operand_texts(d.operands, args, node.dtype), node.dtype, node.attrs)
+    # "own" operands keep their dtypes: the form is told the first one's (isnan of f64 bitcasts as 64 bits)
+    dtype = args[0].dtype if d.operands == "own" and args else node.dtype
+    ranks = [1] * len(args) if ranks is None else ranks
+    return d.triton_text(_operand_texts(d.operands, args, node.dtype, ranks), dtype, node.attrs)
 
 
 def cast_text(v: Val, dtype: torch.dtype, cpu: bool) -> str:

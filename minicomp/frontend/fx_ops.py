@@ -5,7 +5,8 @@ and the composites' `aten`, collected in `ops.ATEN`). This file builds `LOWERING
 - a name claimed by an op lowers generically (`direct`): the call's first `arity` arguments
   become the operands (a Python scalar becomes a 0-d constant, PyTorch's promotion) and the
   schema arguments named like the op's attributes become its attributes;
-- a name with a handler (`@lowers`: pointwise and casts here, `fx_ops_reductions.py`,
+- a name with a handler (`@lowers`: pointwise and casts here, `fx_ops_pointwise.py` for
+  rounding modes, pow, index remaps and the pointwise composites, `fx_ops_reductions.py`,
   `fx_ops_shapes.py` for composites, views, GEMMs and generators) lowers through it: alpha
   arguments, rounding modes, axes, views, composites. `lowers` refuses a name the table does
   not claim, so every lowered aten op is listed in `docs/ops.md`.
@@ -31,9 +32,11 @@ from typing import Any, Callable
 
 import torch
 
+from minicomp.errors import MinicompError
 from minicomp.frontend import fx_trace  # noqa: F401  (defines the minicomp:: stand-ins the table names)
 from minicomp.ir import ops
 from minicomp.ir.graph import Graph
+from minicomp.ir.ops.text import fits, wrap_int
 
 aten = torch.ops.aten
 
@@ -64,7 +67,20 @@ class Ctx:
         """A tensor operand's id; a Python scalar becomes a 0-d constant (PyTorch's promotion)."""
         if isinstance(v, T):
             return v.id
+        if isinstance(v, int) and not isinstance(v, bool) and not fits(v, torch.int64):
+            # beside a float tensor it is that float; eager unpacks it as a 64-bit pattern for an
+            # integer one (2**63 wraps to -2**63) and refuses it from 2**64 on
+            if self.out_dtype.is_floating_point:
+                return self.const(float(v))
+            if not -2**63 <= v < 2**64:
+                raise self.refuse(f"the scalar {v} does not fit 64 bits (eager raises RuntimeError: Overflow)")
+            return self.const(wrap_int(v, torch.int64))
         if isinstance(v, (bool, int, float)):
+            out = self.val.dtype if isinstance(self.val, torch.Tensor) and self.val.dim() == 0 else None
+            if out is not None and out != torch.bool and _category(v) <= _category(out):
+                # every operand is 0-d: a Python scalar must not promote them (int8[] << 3 is int8),
+                # so it becomes a constant of the result's type, converted as eager converts it
+                return self.const(wrap_int(v, out) if not out.is_floating_point else v, dtype=out)
             return self.const(v)
         raise Unmapped(f"operand {v!r}")
 
@@ -89,6 +105,25 @@ class Ctx:
     def cast(self, x: T | int, dtype: torch.dtype) -> int:
         x = _id(x)
         return x if self.graph.node(x).dtype == dtype else self.add("cast", x, dtype=dtype)
+
+    def refuse(self, what: str) -> MinicompError:
+        """The error for a call eager refuses (fake tensors, which capture may run on, do not check)."""
+        return MinicompError(f"{self.origin + ': ' if self.origin else ''}{what}")
+
+    def fitting(self, value: Any, dtype: torch.dtype, what: str) -> Any:
+        """`value`, if eager converts it to `dtype` (a fill value, a bound, alpha); else eager's error.
+        Python scalars that are operands wrap instead (`int8 * 300`): those never come here."""
+        if value is not None and not isinstance(value, T) and not fits(value, dtype):
+            raise self.refuse(f"{what}={value!r} does not fit {dtype} (eager raises RuntimeError: value "
+                              "cannot be converted without overflow)")
+        return value
+
+
+def _category(v: Any) -> int:
+    """bool < int < float, for a Python scalar or a dtype."""
+    if isinstance(v, torch.dtype):
+        return 0 if v == torch.bool else 2 if v.is_floating_point or v.is_complex else 1
+    return 0 if isinstance(v, bool) else 1 if isinstance(v, int) else 2
 
 
 def _id(v: int | T) -> int:
@@ -181,23 +216,10 @@ def _logical_xor(cx: Ctx, x, other):
     return cx.add("ne", cx.cast(cx.operand(x), torch.bool), cx.cast(cx.operand(other), torch.bool))
 
 
-def _bitwise(op: str) -> Handler:
-    def lower(cx: Ctx, x, other):
-        a, b = cx.operand(x), cx.operand(other)
-        if cx.graph.node(a).dtype != torch.bool or cx.graph.node(b).dtype != torch.bool:
-            raise Unmapped("bitwise op on integers")
-        return cx.add(op, a, b)
-    return lower
-
-
-lowers("bitwise_and.Tensor", "bitwise_and.Scalar")(_bitwise("logical_and"))
-lowers("bitwise_or.Tensor", "bitwise_or.Scalar")(_bitwise("logical_or"))
-lowers("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bitwise("ne"))
-
-
 def _add_sub(op: str) -> Handler:
     def lower(cx: Ctx, x, other, alpha=1):
         b = cx.operand(other)
+        cx.fitting(alpha, cx.out_dtype, f"{op} alpha")
         if alpha != 1:
             b = cx.add("mul", b, cx.const(alpha))
         return cx.add(op, cx.operand(x), b)
@@ -212,24 +234,13 @@ lowers("sub.Tensor", "sub.Scalar")(_add_sub("sub"))
 def _rsub(cx: Ctx, x, other, alpha=1):
     # other - alpha * x
     a = cx.operand(x)
+    cx.fitting(alpha, cx.out_dtype, "rsub alpha")
     if alpha != 1:
         a = cx.add("mul", a, cx.const(alpha))
     return cx.add("sub", cx.operand(other), a)
 
 
-@lowers("div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode")
-def _div(cx: Ctx, x, other, rounding_mode=None):
-    if rounding_mode is not None:
-        raise Unmapped(f"div rounding_mode={rounding_mode!r}")
-    return cx.add("div", cx.operand(x), cx.operand(other))
-
-
-@lowers("bitwise_not.default")
-def _bitwise_not(cx: Ctx, x):
-    if cx.dtype(x) != torch.bool:
-        raise Unmapped("bitwise_not on integers")
-    return cx.add("logical_not", x)
-
+# div with a rounding mode, and the integer checks of division, are in fx_ops_pointwise.py
 
 @lowers("positive.default")
 def _identity1(cx: Ctx, x, *_):
@@ -246,28 +257,23 @@ def _square(cx: Ctx, x):
     return cx.add("mul", x, x)
 
 
-@lowers("pow.Tensor_Scalar")
-def _pow(cx: Ctx, x, exponent):
-    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
-        raise Unmapped("complex exponent")
-    return cx.add("pow", x, exponent=exponent)
-
-
 @lowers("clamp.default")
 def _clamp(cx: Ctx, x, min=None, max=None):
     if min is None and max is None:
         return x.id
+    cx.fitting(min, cx.out_dtype, "clamp min")
+    cx.fitting(max, cx.out_dtype, "clamp max")
     return cx.add("clamp", x, min=min, max=max)
 
 
 @lowers("clamp_min.default")
 def _clamp_min(cx: Ctx, x, min):
-    return cx.add("clamp", x, min=min, max=None)
+    return cx.add("clamp", x, min=cx.fitting(min, cx.out_dtype, "clamp_min min"), max=None)
 
 
 @lowers("clamp_max.default")
 def _clamp_max(cx: Ctx, x, max):
-    return cx.add("clamp", x, min=None, max=max)
+    return cx.add("clamp", x, min=None, max=cx.fitting(max, cx.out_dtype, "clamp_max max"))
 
 
 @lowers("clamp.Tensor")
@@ -288,7 +294,8 @@ def _where(cx: Ctx, cond, a, b):
 @lowers("masked_fill.Scalar", "masked_fill.Tensor")
 def _masked_fill(cx: Ctx, x, mask, value):
     # the fill value takes x's dtype (masked_fill never promotes)
-    v = cx.cast(value, cx.dtype(x)) if isinstance(value, T) else cx.const(value, dtype=cx.dtype(x))
+    v = (cx.cast(value, cx.dtype(x)) if isinstance(value, T)
+         else cx.const(cx.fitting(value, cx.dtype(x), "masked_fill value"), dtype=cx.dtype(x)))
     return cx.add("where", mask, v, x)
 
 
@@ -296,7 +303,7 @@ def _masked_fill(cx: Ctx, x, mask, value):
 def _fill(cx: Ctx, x, value):
     if isinstance(value, T):
         return cx.add("expand", cx.cast(value, cx.dtype(x)), shape=cx.shape(x))
-    return cx.add("full", shape=cx.shape(x), value=value, dtype=cx.dtype(x))
+    return cx.add("full", shape=cx.shape(x), value=cx.fitting(value, cx.dtype(x), "fill value"), dtype=cx.dtype(x))
 
 
 # --------------------------------------------------------------------------- casts and identities
@@ -338,6 +345,6 @@ def _native_dropout(cx: Ctx, x, p, train):
 
 
 # The other handlers register themselves on import; then the table is complete.
-from minicomp.frontend import fx_ops_reductions, fx_ops_shapes  # noqa: E402,F401
+from minicomp.frontend import fx_ops_pointwise, fx_ops_reductions, fx_ops_shapes  # noqa: E402,F401
 
 LOWERINGS.update(build_lowerings())

@@ -254,7 +254,8 @@ def _linear(cx: Ctx, x, weight, bias=None):
 
 def _full_of(value_of: Callable[..., Any]) -> Handler:
     def lower(cx: Ctx, *args):
-        return cx.add("full", shape=cx.out_shape, value=value_of(*args), dtype=cx.out_dtype)
+        value = cx.fitting(value_of(*args), cx.out_dtype, "fill value")
+        return cx.add("full", shape=cx.out_shape, value=value, dtype=cx.out_dtype)
     return lower
 
 
@@ -267,7 +268,7 @@ lowers("zeros.default", "zeros_like.default", "new_zeros.default")(_full_of(lamb
 
 @lowers("scalar_tensor.default")
 def _scalar_tensor(cx: Ctx, value, *_):
-    return cx.const(value, dtype=cx.out_dtype)
+    return cx.const(cx.fitting(value, cx.out_dtype, "scalar_tensor value"), dtype=cx.out_dtype)
 
 
 @lowers("arange.default")

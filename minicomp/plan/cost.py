@@ -31,6 +31,7 @@ from minicomp.errors import MinicompError
 from minicomp.ir import ops
 from minicomp.ir.dtypes import dtype_name, itemsize
 from minicomp.ir.graph import Graph, Node
+from minicomp.ir.ops.views import STRIDED
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,9 @@ def node_flops(graph: Graph | NodeLookup, n: Node) -> int:
 
 
 def eager_views(graph: Graph) -> set[int]:
-    """Views eager PyTorch makes without a kernel: all but `cat`, which always copies."""
-    return {i for i in graph.nx.nodes if is_view(graph.node(i)) and graph.node(i).op != "cat"}
+    """Views eager PyTorch makes without a kernel: the strided ones (`cat`, `flip`, `roll`
+    and `constant_pad` always copy)."""
+    return {i for i in graph.nx.nodes if is_view(graph.node(i)) and graph.node(i).op in STRIDED}
 
 
 def node_cost(graph: Graph, nid: int, views: set[int] | None = None) -> Cost:

@@ -29,10 +29,11 @@ from __future__ import annotations
 from typing import Iterable
 
 from minicomp.ir.graph import Graph, Node
+from minicomp.ir.ops.views import STRIDED
 
 MAX_INPUTS = 32          # tensors one kernel may read (argument lists and register pressure)
 ROW_BLOCK_LIMIT = 16384  # widest row a reduction keeps in one block; wider rows are looped
-STRIDED_VIEWS = ("reshape", "permute", "expand", "slice")
+STRIDED_VIEWS = STRIDED      # the views strides can express (the op table's list)
 
 
 def describe(graph: Graph, nid: int) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from minicomp.ir.graph import Graph
+from minicomp.ir.ops.views import STRIDED
 from minicomp.plan import cost as ledger
 from minicomp.plan.rules import describe
 
@@ -260,13 +261,13 @@ class Preview:
 def view_closure(ctx: Context, nodes: set[int]) -> set[int]:
     """The views that `nodes` read through (folded into their loads). Opaque nodes read
     materialised tensors; a matmul or attention operand is read through strided views only
-    (a `cat` feeding one is materialised by a kernel of its own)."""
+    (a `cat`, `flip`, `roll` or `constant_pad` feeding one is materialised by a kernel of its own)."""
     kind, args = ctx.kind, ctx.args
     out: set[int] = set()
     stack = [(a, kind[n] in ("gemm", "attention")) for n in nodes if kind[n] != "opaque" for a in args[n]]
     while stack:
         a, anchored = stack.pop()
-        if a in out or a in nodes or kind[a] != "view" or (anchored and ctx.node(a).op == "cat"):
+        if a in out or a in nodes or kind[a] != "view" or (anchored and ctx.node(a).op not in STRIDED):
             continue
         out.add(a)
         stack.extend((x, anchored) for x in args[a])
@@ -274,8 +275,9 @@ def view_closure(ctx: Context, nodes: set[int]) -> set[int]:
 
 
 def materialised_views(graph: Graph, live: set[int]) -> set[int]:
-    """Views some kernel must write: graph outputs, operands of opaque nodes, and `cat`s that
-    a matmul or attention operand reads (their loads take strided views only)."""
+    """Views some kernel must write: graph outputs, operands of opaque nodes, and the views that
+    are not strided (`cat`, `flip`, ...) that a matmul or attention operand reads (their loads
+    take strided views only)."""
     need = {v for v in graph.outputs if graph.node(v).kind == "view"}
     for nid in live:
         n = graph.node(nid)
@@ -285,7 +287,7 @@ def materialised_views(graph: Graph, live: set[int]) -> set[int]:
             stack = list(n.args)
             while stack:
                 a = stack.pop()
-                if graph.node(a).op == "cat":
+                if graph.node(a).kind == "view" and graph.node(a).op not in STRIDED:
                     need.add(a)
                 elif graph.node(a).kind == "view":
                     stack.extend(graph.node(a).args)

@@ -33,7 +33,10 @@ claimed once); `RUNS_IN_PYTORCH` lists the ones whose group has no kernel yet, a
 
 Families, registered in this order (the DSL lists its builtins in it): leaves.py (input,
 constant, opaque), arith.py (binary ops), unary.py (math and activations), select.py (where,
-cast, index-dependent generators), reductions.py, views.py, linalg.py (matmul, attention).
+cast, index-dependent generators), bitwise.py (bitwise ops, shifts), rounding.py (floor ...
+round, sign, floor division, remainder), special.py (expm1, erfc, erfinv, predicates, xlogy,
+lerp, tensor powers), activations.py (elu, hardswish, softplus, ...), reductions.py, views.py,
+linalg.py (matmul, attention). `mathtext.py` holds the Triton texts of what Triton lacks.
 `composite.py` names what aten lowers to several ops (softmax, layer_norm, ...).
 Adding a pointwise op is one `register(OpDef(...))` in a family file plus its tests.
 """
@@ -47,7 +50,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 import torch
 
 from minicomp.ir.ops.rules import Rule
-from minicomp.ir.ops.text import Unsupported, py_literal, py_value
+from minicomp.ir.ops.text import Steps, Unsupported, py_literal, py_value
 
 KINDS = ("input", "constant", "pointwise", "reduction", "view", "gemm", "attention", "opaque")
 
@@ -56,7 +59,8 @@ OPERANDS = {
     "result": "each to the node's dtype; when all are literals the first becomes a tensor",
     "promoted": "each to the promotion of the operands' dtypes (comparisons), same literal rule",
     "bool": "each to a bool tensor",
-    "own": "each to a tensor of its own dtype",
+    "own": "each to a tensor of its own dtype; the form is given the first operand's dtype, not the node's",
+    "tensors": "each to a tensor of the node's dtype, literals too (forms that call tl functions on every operand)",
     "cond": "the first to a bool tensor, the others to the node's dtype",
 }
 
@@ -74,7 +78,7 @@ EMITTERS = {
     "pytorch": "codegen/fallback.py (always runs through PyTorch)",
 }
 
-TritonForm = Callable[[Sequence[str], torch.dtype, Mapping[str, Any]], str]
+TritonForm = Callable[[Sequence[str], torch.dtype, Mapping[str, Any]], Union[str, Steps]]
 TorchForm = Callable[[Sequence[str], Mapping[str, Any], tuple[int, ...]], str]
 
 
@@ -95,8 +99,8 @@ class OpDef:
     pytorch: Union[str, TorchForm, None] = None   # PyTorch text: template over "{0}".. and "{attr}"
     emitter: str = "expr"              # EMITTERS: who writes its Triton code
 
-    def triton_text(self, x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]) -> str:
-        """Triton text of the op over converted operand texts `x`."""
+    def triton_text(self, x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]) -> str | Steps:
+        """Triton text of the op over converted operand texts `x` (`Steps` when it needs temporaries)."""
         if self.triton is None:
             raise Unsupported(f"op {self.name!r} has no Triton form ({EMITTERS[self.emitter]} writes it)")
         if isinstance(self.triton, str):
@@ -175,7 +179,8 @@ def flops(op: str, arg_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]
 
 
 # The families register themselves, in the order the table lists ops.
-from minicomp.ir.ops import leaves, arith, unary, select, reductions, views, linalg, composite  # noqa: E402,F401,I001
+from minicomp.ir.ops import (  # noqa: E402,F401,I001
+    leaves, arith, unary, select, bitwise, rounding, special, activations, reductions, views, linalg, composite)
 from minicomp.ir.ops.composite import COMPOSITES, Composite  # noqa: E402
 
 __all__ = ["ATEN", "COMPOSITES", "Composite", "EMITTERS", "KINDS", "OPERANDS", "OpDef", "REGISTRY",

@@ -55,3 +55,16 @@ composite(Composite("clamp_tensor", "pointwise", ("maximum", "minimum"), ("clamp
                     "clamp with tensor bounds"))
 composite(Composite("eye", "pointwise", ("full", "triu", "tril"), ("eye.default", "eye.m"),
                     "the diagonal is what both triu and tril keep"))
+composite(Composite("div_rounding", "pointwise", ("div", "floor_divide", "div_trunc"),
+                    ("div.Tensor_mode", "div.Scalar_mode"), "rounding_mode None, 'floor' or 'trunc'"))
+composite(Composite("glu", "pointwise", ("slice", "sigmoid", "mul"), ("glu.default",),
+                    "first half times the sigmoid of the second, along dim"))
+composite(Composite("batch_norm", "pointwise", ("add", "rsqrt", "mul", "sub", "reshape"),
+                    ("native_batch_norm.default", "_native_batch_norm_legit_no_training.default"),
+                    "inference only (running statistics); the saved statistics are not lowered"))
+composite(Composite("mse_loss", "reduction", ("sub", "mul", "mean", "sum"), ("mse_loss.default",),
+                    "reduction none (pointwise), mean or sum"))
+composite(Composite("smooth_l1_loss", "reduction", ("sub", "abs", "lt", "mul", "div", "where", "mean", "sum"),
+                    ("smooth_l1_loss.default",), "reduction none (pointwise), mean or sum"))
+composite(Composite("huber_loss", "reduction", ("sub", "abs", "lt", "mul", "where", "mean", "sum"),
+                    ("huber_loss.default",), "reduction none (pointwise), mean or sum"))

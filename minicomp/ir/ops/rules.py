@@ -43,6 +43,37 @@ def promote(*operands: Operand) -> torch.dtype:
     return out
 
 
+def _category(d: torch.dtype) -> int:
+    return 0 if d == torch.bool else 2 if d.is_floating_point else 3 if d.is_complex else 1
+
+
+def _combine(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dtype | None:
+    # c10's combine_categories: a lower-priority operand counts only when its category is higher
+    if higher is None:
+        return lower
+    if lower is None or _category(higher) >= 2:
+        return higher
+    if higher == torch.bool or _category(lower) >= 2:
+        return torch.promote_types(higher, lower)
+    return higher
+
+
+def result_type(*operands: Operand, wrapped: Sequence[torch.dtype] = ()) -> torch.dtype:
+    """torch.result_type of tensors of these (shape, dtype)s, any dtypes: dimensioned tensors
+    decide, a 0-d one only where its category is higher (`int8 < 0-d int64` compares in int8,
+    `int8 < 0-d float32` in float32), and `wrapped` (Python scalars) below those."""
+    def promoted(ds: list[torch.dtype]) -> torch.dtype | None:
+        out = None
+        for d in ds:
+            out = d if out is None else torch.promote_types(out, d)
+        return out
+    dims = promoted([d for s, d in operands if len(s)])
+    zero = promoted([d for s, d in operands if not len(s)])
+    out = _combine(dims, _combine(zero, promoted(list(wrapped))))
+    assert out is not None, "result_type of no operands"
+    return out
+
+
 def floats(*operands: Operand) -> bool:
     return all(d in FLOATS for _, d in operands)
 

@@ -1,7 +1,8 @@
 """Unary pointwise ops: math functions and activations, some with attributes (gelu, pow, clamp).
 
 Each operand arrives converted to the node's compute type (fp32 for half types), so a form
-is written once for every float dtype. Forms that are more than a template say why.
+is written once for every float dtype. Forms that are more than a template say why. An
+integer node (abs, neg, clamp, pow of an integer tensor) computes in its own type and wraps.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import torch.nn.functional as F
 
 from minicomp.ir.ops import OpDef, register
 from minicomp.ir.ops.rules import LOGICAL, SAME_FLOAT, elementwise, same_float
-from minicomp.ir.ops.text import nan_arg, py_literal, zero_literal
+from minicomp.ir.ops.mathtext import int_power, pow_float_scalar, tanh_steps
+from minicomp.ir.ops.text import Let, Unsupported, nan_arg, py_literal, zero_literal
 
 
 def unary(name: str, ref, triton, *, flops: float = 1, shape=SAME_FLOAT, pytorch: str | None = None,
@@ -24,13 +26,9 @@ def unary(name: str, ref, triton, *, flops: float = 1, shape=SAME_FLOAT, pytorch
                           aten=(f"{name}.default",) if aten is None else aten, **extra))
 
 
-def _tanh(x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]) -> str:
-    # 1 - 2 / (e^{2x} + 1): saturates to +-1 without overflow trouble; portable across Triton versions.
-    # Near 0 it cancels (tanh(1e-7) came out 2e-7): below 0.2 the odd series to x^7 is within an ulp.
-    (v,) = x
-    sq = f"({v} * {v})"
-    series = f"{v} * (1.0 + {sq} * (-0.3333333333333333 + {sq} * (0.13333333333333333 + {sq} * -0.05396825396825397)))"
-    return f"tl.where(tl.abs({v}) < 0.2, {series}, 1.0 - 2.0 / (tl.exp(2.0 * {v}) + 1.0))"
+def _tanh(x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]):
+    let = Let()
+    return let.done(tanh_steps(let, x[0], dtype))
 
 
 def sqrt_text(v: str, dtype: torch.dtype) -> str:
@@ -60,8 +58,7 @@ unary("sigmoid", torch.sigmoid, "1.0 / (1.0 + tl.exp(-{0}))", flops=3)
 unary("relu", torch.relu, _relu)
 unary("silu", F.silu, "{0} / (1.0 + tl.exp(-{0}))", flops=4, pytorch="torch.nn.functional.silu({0})")
 # the operand stays in its own dtype: "is zero" is exact in every type
-unary("logical_not", torch.logical_not, "{0} == 0", shape=LOGICAL, operands="own",
-      aten=("logical_not.default", "bitwise_not.default"))
+unary("logical_not", torch.logical_not, "{0} == 0", shape=LOGICAL, operands="own", aten=("logical_not.default",))
 
 
 # --------------------------------------------------------------------------- gelu
@@ -95,23 +92,17 @@ def _pow_ref(x, *, exponent: float):
     return torch.pow(x, exponent)
 
 
-def _pow(x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]) -> str:
+def _pow(x: Sequence[str], dtype: torch.dtype, attrs: Mapping[str, Any]):
     (v,) = x
-    e = float(attrs["exponent"])
-    if e == int(e) and abs(e) <= 4:
-        n = int(abs(e))
-        if n == 0:
-            return f"tl.full([1], 1.0, tl.float32) + 0.0 * {v}"
-        prod = " * ".join([v] * n)
-        return f"1.0 / ({prod})" if e < 0 else prod
-    if e == 0.5:
-        return sqrt_text(v, dtype)
-    if e == int(e):
-        # odd/even integer powers keep the sign rule of a real power of a negative base
-        mag = f"tl.exp2({e!r} * tl.log2(tl.abs({v})))"
-        return mag if int(e) % 2 == 0 else f"tl.where({v} < 0, -{mag}, {mag})"
-    # x^e = 2^(e*log2 x): NaN for x < 0, 0 or inf for x == 0, as torch.pow
-    return f"tl.exp2({e!r} * tl.log2({v}))"
+    e = attrs["exponent"]
+    let = Let()
+    if not dtype.is_floating_point:
+        # an integer result: an integer to a non-negative integer power, by repeated squaring
+        # (eager raises for a negative one; the frontend has refused it: this is a guard)
+        if dtype == torch.bool or isinstance(e, float) or e < 0:
+            raise Unsupported(f"pow of a {dtype} tensor to the power {e!r}")
+        return let.done(int_power(let, v, int(e), dtype))
+    return let.done(pow_float_scalar(let, v, float(e), dtype))
 
 
 # pow.Tensor_Scalar has a handler in fx_ops.py: a complex exponent is not lowered

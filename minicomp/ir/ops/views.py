@@ -1,9 +1,13 @@
-"""Views: reshape, permute, expand, slice, cat. They compute nothing in a kernel.
+"""Views: reshape, permute, expand, slice; cat, flip, roll, constant_pad. They compute nothing in a kernel.
 
 codegen/lowering.py reads a view by moving the index its reader asks for onto the view's
-operand (`cat` picks the piece the index falls in), and the layout pass folds transposes
-into strides. The fx frontend lowers every reshape-like aten view to one `reshape` to the
-shape aten computed.
+operand (`cat` picks the piece the index falls in, `constant_pad` the operand or its value),
+and the layout pass folds transposes into strides. The fx frontend lowers every reshape-like
+aten view to one `reshape` to the shape aten computed.
+
+`STRIDED` are the views a tensor's strides can express (a GEMM's operand loads and a row
+kernel fold them); the others re-index through a condition or a modulus, so the planner
+materialises them where a strided view is needed, and eager copies them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from minicomp.ir.ops import OpDef, register
-from minicomp.ir.ops.rules import norm_axes
+from minicomp.ir.ops.rules import FLOATS, norm_axes
 
 
 def _reshape_ref(x, *, shape):
@@ -37,6 +41,21 @@ def _slice_ref(x, *, dim, start, end, step):
 
 def _cat_ref(*xs, dim):
     return torch.cat(xs, dim=dim)
+
+
+def _flip_ref(x, *, dims):
+    return torch.flip(x, dims)
+
+
+def _roll_ref(x, *, shifts, dims):
+    return torch.roll(x, shifts, dims)
+
+
+def _pad_ref(x, *, pad, value):
+    return torch.constant_pad_nd(x, pad, value)
+
+
+STRIDED = ("reshape", "permute", "expand", "slice")
 
 
 # --------------------------------------------------------------------------- shape rules
@@ -107,6 +126,37 @@ def _cat_rule(operands, attrs):
     return tuple(out), dtypes.pop()
 
 
+def _flip_rule(operands, attrs):
+    ((shape, dtype),) = operands
+    dims = attrs["dims"]
+    if not isinstance(dims, (tuple, list)) or not shape or norm_axes(dims, len(shape)) is None:
+        return None
+    return shape, dtype
+
+
+def _roll_rule(operands, attrs):
+    ((shape, dtype),) = operands
+    shifts, dims = tuple(attrs["shifts"]), tuple(attrs["dims"])
+    if not shape or not shifts or any(not isinstance(v, int) for v in shifts + dims):
+        return None
+    if not (len(shifts) == len(dims) or (not dims and len(shifts) == 1)):
+        return None
+    return (shape, dtype) if all(-len(shape) <= d < len(shape) for d in dims) else None
+
+
+def _pad_rule(operands, attrs):
+    ((shape, dtype),) = operands
+    pad, value = tuple(attrs["pad"]), attrs["value"]
+    if len(pad) % 2 or len(pad) > 2 * len(shape) or any(not isinstance(p, int) for p in pad):
+        return None
+    if type(value) not in (bool, int, float) or dtype not in FLOATS:
+        return None
+    out = list(shape)
+    for k in range(len(pad) // 2):
+        out[-1 - k] += pad[2 * k] + pad[2 * k + 1]
+    return (tuple(out), dtype) if all(s > 0 for s in out) else None
+
+
 # --------------------------------------------------------------------------- PyTorch text
 
 def _slice_text(x: Sequence[str], attrs: Mapping[str, Any], shape: tuple[int, ...]) -> str:
@@ -140,3 +190,9 @@ view("slice", _slice_ref, attrs=("dim", "start", "end", "step"), shape=_slice_ru
            "split_with_sizes.default"))
 view("cat", _cat_ref, attrs=("dim",), arity=None, shape=_cat_rule, pytorch=_cat_text,
      aten=("cat.default", "stack.default"))
+# index remaps: aten copies them; a kernel reads its operand at the moved index
+view("flip", _flip_ref, attrs=("dims",), shape=_flip_rule, pytorch="torch.flip({0}, {dims})", aten=("flip.default",))
+view("roll", _roll_ref, attrs=("shifts", "dims"), shape=_roll_rule, pytorch="torch.roll({0}, {shifts}, {dims})",
+     aten=("roll.default",))
+view("constant_pad", _pad_ref, attrs=("pad", "value"), shape=_pad_rule,
+     pytorch="torch.constant_pad_nd({0}, {pad}, {value})", aten=("constant_pad_nd.default",))
