@@ -23,6 +23,8 @@ from minicomp.errors import MinicompError
 
 HOPPER_ATTENTION_ENV = "MINICOMP_HOPPER_ATTENTION"   # "0": never the Gluon kernel; "1": on every length it fits
 VERIFY_TARGET_ENV = "MINICOMP_VERIFY_TARGET"
+VERIFY_DEPTH_ENV = "MINICOMP_VERIFY_DEPTH"          # "full" (default) or "sampled" (the test suite's)
+VERIFY_DEPTHS = ("full", "sampled")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 
 
@@ -33,10 +35,13 @@ class Target:
     hopper_attention: str = ""                     # MINICOMP_HOPPER_ATTENTION: "", "0" or "1"
     tma_on_cpu: bool = False                       # tests: write the TMA GEMM form for the interpreter too
     verify_arch: int | None = None                 # the GPU-true check: also compile every kernel for sm_<this>
+    verify_depth: str = "full"                     # "full": every config to a cubin; "sampled": see target_worker.py
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
             raise MinicompError(f"unknown device type {self.device_type!r} (expected 'cuda' or 'cpu')")
+        if self.verify_depth not in VERIFY_DEPTHS:
+            raise MinicompError(f"{VERIFY_DEPTH_ENV}={self.verify_depth!r}: expected one of {', '.join(VERIFY_DEPTHS)}")
 
     @property
     def interpret(self) -> bool:
@@ -64,7 +69,7 @@ class Target:
                 capability = tuple(torch.cuda.get_device_capability())
         arch = parse_verify_target(verify_target if verify_target is not None else env.get(VERIFY_TARGET_ENV))
         return Target(device_type, capability, hopper_attention=env.get(HOPPER_ATTENTION_ENV, ""),
-                      verify_arch=arch)
+                      verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full")
 
     def for_check(self, arch: int) -> "Target":
         """This target's switches, for a CUDA device of capability `arch` (what the GPU-true

@@ -51,8 +51,11 @@ def pytest_collection_modifyitems(config, items):
 
 # The GPU-true check: every module a test generates also has its kernels compiled by Triton's
 # own compiler for sm_90, on this machine without a GPU (minicomp/codegen/target_check.py).
-# MINICOMP_VERIFY_TARGET=off turns it off for a run.
+# MINICOMP_VERIFY_TARGET=off turns it off for a run. At the "sampled" depth every (kernel,
+# config) goes through Triton's frontend and TritonGPU passes and one config per kernel down
+# to a cubin: about half the compile time of "full" (MINICOMP_VERIFY_DEPTH=full for every config).
 os.environ.setdefault("MINICOMP_VERIFY_TARGET", "cuda:90")
+os.environ.setdefault("MINICOMP_VERIFY_DEPTH", "sampled")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -61,7 +64,8 @@ def pytest_terminal_summary(terminalreporter):
     if s["configs"]:
         terminalreporter.write_line(
             f"GPU-true check ({os.environ.get('MINICOMP_VERIFY_TARGET')}): {s['kernels']} distinct kernels, "
-            f"{s['configs']} (kernel, config) compiles, {s['seconds']:.1f} s waiting for Triton's compiler")
+            f"{s['configs']} (kernel, config) compiles ({s['cubins']} to a cubin, depth "
+            f"{os.environ.get('MINICOMP_VERIFY_DEPTH', 'full')}), {s['seconds']:.1f} s waiting for Triton's compiler")
 
 
 def pytest_unconfigure(config):

@@ -149,6 +149,46 @@ def test_the_check_counts_what_it_compiled():
     assert after["kernels"] >= 1
 
 
+def test_both_depths_reject_a_text_bug_in_every_config(monkeypatch):
+    """The suite's "sampled" depth takes most configs through Triton's frontend and TritonGPU
+    passes only; a kernel whose text Triton rejects fails at either depth."""
+    monkeypatch.setitem(codegen_module._EMITTERS, "pointwise",
+                        _breaking_cuda_pointwise(codegen_module._EMITTERS["pointwise"]))
+    g = Graph("g")
+    x = g.add_input("x", (3, 7), torch.float16)
+    g.set_outputs([g.add("exp", x)])
+    plan = plan_graph(g)
+    for depth in ("full", "sampled"):
+        with pytest.raises(CompileError, match="store_no_such_op"):
+            codegen_module.generate(g, plan, Target("cpu", verify_arch=90, verify_depth=depth))
+
+
+def test_a_sampled_check_compiles_one_config_per_kernel_to_a_cubin_and_never_serves_a_cut_one():
+    """At depth "sampled" each kernel has exactly one config compiled to a cubin (its shared
+    memory measured); the other configs stop after the TritonGPU passes. The cut pipeline is
+    part of Triton's cache key, so a full check of the same module afterwards measures every
+    config: no empty binary from the cut compiles is ever handed out."""
+    g = Graph("g")
+    x = g.add_input("x", (33, 70), torch.float32)
+    g.set_outputs([g.add("sum", g.add("exp", x), axes=(1,), keepdim=True)])
+    check = codegen_module.generate(g, plan_graph(g), Target("cuda", (9, 0)))
+    results = target_check._worker.results(check.source, 90, "sampled")
+    by_kernel = {}
+    for e in results:
+        by_kernel.setdefault(e["kernel"], []).append(e)
+    assert by_kernel and all(e["error"] is None for e in results)
+    for entries in by_kernel.values():
+        assert [e["stage"] for e in entries].count("cubin") == 1
+        assert all((e["shared"] is None) == (e["stage"] == "ttgir") for e in entries)
+    full = target_check._worker.results(check.source, 90, "full")
+    assert len(full) == len(results) and all(e["stage"] == "cubin" and e["shared"] is not None for e in full)
+
+
+def test_an_unknown_check_depth_is_a_clear_error():
+    with pytest.raises(MinicompError, match="MINICOMP_VERIFY_DEPTH='deep': expected one of full, sampled"):
+        Target.for_device("cpu", {"MINICOMP_VERIFY_DEPTH": "deep"})
+
+
 @pytest.mark.gpu
 def test_gpu_a_kernel_rejected_at_run_time_falls_back_to_pytorch_visibly(monkeypatch):
     """On the GPU itself (check off), Triton's rejection at the kernel's first launch becomes a

@@ -366,5 +366,5 @@ def generate(graph: Graph, plan: Plan, target: Target | str,
         check = generated
         if target.arch != target.verify_arch or target.device_type != "cuda":
             check = generate(graph, plan, target.for_check(target.verify_arch), forced_fallbacks)
-        target_check.verify(graph, plan, target.verify_arch, check)
+        target_check.verify(graph, plan, target.verify_arch, check, target.verify_depth)
     return generated

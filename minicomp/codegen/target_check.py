@@ -57,6 +57,7 @@ class _Worker:
         self.lock = threading.Lock()
         self.memo: OrderedDict[str, list[dict]] = OrderedDict()
         self.compiled = 0            # (kernel, config) pairs sent to Triton's compiler
+        self.cubins = 0              # of which compiled all the way to a cubin
         self.kernels: set[str] = set()  # distinct kernel texts among them (name-independent hash)
         self.seconds = 0.0           # spent waiting for the worker
 
@@ -70,8 +71,8 @@ class _Worker:
         return subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, env=env, bufsize=1)
 
-    def results(self, source: str, arch: int) -> list[dict]:
-        key = hashlib.sha256(f"{arch}\0{source}".encode()).hexdigest()
+    def results(self, source: str, arch: int, depth: str = "full") -> list[dict]:
+        key = hashlib.sha256(f"{arch}\0{depth}\0{source}".encode()).hexdigest()
         with self.lock:
             if key in self.memo:
                 self.memo.move_to_end(key)
@@ -81,7 +82,7 @@ class _Worker:
                 if self.proc is None or self.proc.poll() is not None:
                     self.proc = self._start()
                 try:
-                    self.proc.stdin.write(json.dumps({"source": source, "arch": arch}) + "\n")
+                    self.proc.stdin.write(json.dumps({"source": source, "arch": arch, "depth": depth}) + "\n")
                     self.proc.stdin.flush()
                     line = self.proc.stdout.readline()
                 except (BrokenPipeError, OSError):
@@ -98,6 +99,7 @@ class _Worker:
                                    f"(a minicomp bug):\n{reply['failure']}")
             results = reply["results"]
             self.compiled += len(results)
+            self.cubins += sum(e.get("stage") == "cubin" for e in results)
             self.kernels.update(e["digest"] for e in results)
             self.memo[key] = results
             if len(self.memo) > _MEMO_SIZE:
@@ -120,15 +122,18 @@ atexit.register(_worker.close)
 
 
 def stats() -> dict:
-    """What this process has had compiled for a target so far: (kernel, config) pairs, distinct
-    kernel texts, and seconds spent waiting for the worker."""
-    return {"configs": _worker.compiled, "kernels": len(_worker.kernels), "seconds": _worker.seconds}
+    """What this process has had compiled for a target so far: (kernel, config) pairs, how many
+    of them down to a cubin, distinct kernel texts, and seconds spent waiting for the worker."""
+    return {"configs": _worker.compiled, "cubins": _worker.cubins, "kernels": len(_worker.kernels),
+            "seconds": _worker.seconds}
 
 
-def check_kernels(source: str, kernel_names: list[str], arch: int) -> list[KernelVerdict]:
-    """One verdict per kernel of a CUDA module's `source` (module text with its `_WARM` list)."""
+def check_kernels(source: str, kernel_names: list[str], arch: int, depth: str = "full") -> list[KernelVerdict]:
+    """One verdict per kernel of a CUDA module's `source` (module text with its `_WARM` list).
+    `depth` "sampled" compiles one config per kernel to a cubin and the rest through the
+    TritonGPU passes only (target_worker.py says why)."""
     by_kernel: dict[str, list[dict]] = {name: [] for name in kernel_names}
-    for entry in _worker.results(source, arch):
+    for entry in _worker.results(source, arch, depth):
         by_kernel.setdefault(entry["kernel"], []).append(entry)
     return [verdict_of(name, by_kernel[name]) for name in kernel_names]
 
@@ -150,13 +155,13 @@ def group_sources(graph: Graph, group) -> str:
     return ", ".join(seen)
 
 
-def verify(graph: Graph, plan, arch: int, generated) -> None:
+def verify(graph: Graph, plan, arch: int, generated, depth: str = "full") -> None:
     """Raise CompileError unless every kernel of `generated` (a module for `cuda:<arch>`)
     compiles for that target."""
     if not generated.kernel_names:
         return
     groups = {g.id: g for g in plan.groups}
-    for verdict in check_kernels(generated.source, generated.kernel_names, arch):
+    for verdict in check_kernels(generated.source, generated.kernel_names, arch, depth):
         if verdict.error is None:
             continue
         group = groups[generated.kernel_groups[verdict.kernel]]

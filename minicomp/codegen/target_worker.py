@@ -6,7 +6,8 @@ without CUDA has the interpreter on (it decides when `triton.language` is first 
 It sets TRITON_INTERPRET=0 before anything imports triton; the modules it loads import
 minicomp's runtime, which leaves an explicit setting alone.
 
-Protocol: one JSON object per line on stdin, `{"source": <module text>, "arch": 90}`; one
+Protocol: one JSON object per line on stdin, `{"source": <module text>, "arch": 90,
+"depth": "full"}`; one
 JSON object per line on stdout, `{"results": [...]}` with an entry per (kernel, config):
 `{"kernel", "config", "error", "resources", "shared"}`. `error` is None or Triton's message;
 `resources` says the failure was a resource limit (an autotuner skips such a config).
@@ -16,6 +17,14 @@ written as dtypes, which is what `JITFunction.warmup` takes. A stub driver answe
 questions about the current device with the target, so `warmup` binds and specialises the
 arguments exactly as a launch would, then compiles through Triton's own stages down to a
 cubin (ptxas included). Triton's disk cache makes a kernel seen before cost milliseconds.
+
+Depth "full" compiles every (kernel, config) to a cubin. Depth "sampled" (the test suite's:
+measured on the samples, the LLVM stage and ptxas are 80% of the time and the frontend 1%)
+compiles every config through Triton's frontend and TritonGPU passes, which is where a
+kernel's text and a config's layout are checked, and one config per kernel, its least
+demanding, all the way down to a cubin. The shorter pipeline is cut with Triton's
+`add_stages_inspection_hook`, whose key is part of Triton's cache key, so a cut compile is
+never served to a launch.
 """
 
 from __future__ import annotations
@@ -69,7 +78,35 @@ def _config_text(kwargs: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in kwargs.items())
 
 
-def check_module(source: str, arch: int, counter: list[int]) -> list[dict]:
+def _demand(config) -> int:
+    """How much of the device a config asks for (blocks x warps x stages): the "sampled"
+    depth compiles the least demanding config of a kernel to a cubin."""
+    if config is None:
+        return 0
+    size = 1
+    for value in config.kwargs.values():
+        size *= value if isinstance(value, int) and value > 0 else 1
+    return size * config.num_warps * max(config.num_stages, 1)
+
+
+def _cut_after_ttgir(*args):
+    """Triton's stage hook: called bare for the cache key, else with the stage table to edit.
+    The LLVM, PTX and ptxas stages give way to one that ends the pipeline with an empty binary
+    and the metadata fields Triton's kernel record reads (`shared` None: not measured)."""
+    if not args:
+        return "minicomp-check-ttgir", "minicomp-check-ttgir-1"
+    stages = args[1]
+    for name in [n for n in stages if n in ("llir", "ptx", "cubin")]:
+        del stages[name]
+
+    def end(src, metadata):
+        metadata.setdefault("name", "kernel")
+        metadata.setdefault("shared", None)
+        return b""
+    stages["cubin"] = end
+
+
+def check_module(source: str, arch: int, counter: list[int], depth: str = "full") -> list[dict]:
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
 
@@ -88,12 +125,23 @@ def check_module(source: str, arch: int, counter: list[int]) -> list[dict]:
         name = names.get(id(kernel), fn.__name__)
         text = inspect.getsource(fn.fn).replace(fn.__name__, "KERNEL", 1)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        least = min(configs or [None], key=_demand)
         for config in configs or [None]:
             full = {**kwargs, **(config.all_kwargs() if config else {})}
+            stage = "cubin" if depth == "full" or config is least else "ttgir"
             entry = {"kernel": name, "config": _config_text(full), "error": None, "resources": False,
-                     "shared": None, "digest": digest}
+                     "shared": None, "digest": digest, "stage": stage}
             work.append((entry, fn, args, full))
-    for entry, compiled in _compile_all(work):
+    done = _compile_all([w for w in work if w[0]["stage"] == "cubin"])
+    cut = [w for w in work if w[0]["stage"] == "ttgir"]
+    if cut:
+        from triton import knobs
+        knobs.runtime.add_stages_inspection_hook = _cut_after_ttgir
+        try:
+            done += _compile_all(cut)
+        finally:
+            knobs.runtime.add_stages_inspection_hook = None
+    for entry, compiled in done:
         if isinstance(compiled, BaseException):
             entry["error"] = _message(compiled)
             entry["resources"] = _is_resource_error(compiled)
@@ -149,7 +197,8 @@ def main() -> None:
             continue
         try:
             request = json.loads(line)
-            reply = {"results": check_module(request["source"], int(request["arch"]), counter)}
+            reply = {"results": check_module(request["source"], int(request["arch"]), counter,
+                                             request.get("depth", "full"))}
         except Exception:            # the module itself failed: report it whole
             reply = {"failure": traceback.format_exc(limit=8)}
         out.write(json.dumps(reply) + "\n")
