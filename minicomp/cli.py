@@ -218,9 +218,7 @@ def _device(args) -> str:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise MinicompError("--device cuda: no CUDA device is available here")
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    return device
+    return device          # CPU modules switch Triton's interpreter on as they load (runtime/loader.py)
 
 
 def _check(compiled, inputs, job: Job, device: str):

@@ -161,3 +161,16 @@ def test_rewrites_keep_edges_in_step():
     assert g.nx.edges[x, m]["positions"] == [0, 1]
     with pytest.raises(ValueError, match="still has users"):
         g.remove(m)
+
+
+def test_the_shape_inference_memo_is_bounded(monkeypatch):
+    """A long-lived process meets many shapes: the memo drops its oldest entries past its size."""
+    from minicomp.ir import graph as graph_mod
+    monkeypatch.setattr(graph_mod, "_INFER_CACHE", {})
+    monkeypatch.setattr(graph_mod, "_INFER_CACHE_SIZE", 8)
+    g = graph_mod.Graph("g")
+    for n in range(1, 30):
+        x = g.add_input(f"x{n}", (n, 3), torch.float32)
+        assert g.node(g.add("exp", x)).shape == (n, 3)
+    assert len(graph_mod._INFER_CACHE) == 8
+    assert all(key[1][0][0][0] >= 22 for key in graph_mod._INFER_CACHE)   # the newest shapes stayed

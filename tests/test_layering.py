@@ -44,3 +44,4 @@ def test_no_source_file_exceeds_the_line_cap():
     assert len(sources) > 50                       # the tree was found
     over = {str(p.relative_to(ROOT)): n for p in sources if (n := len(p.read_text().splitlines())) > LINE_CAP}
     assert not over, f"split these by concern (cap {LINE_CAP} lines): {over}"
+

@@ -77,6 +77,18 @@ def meta_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 # samples' count at zero, since a meta inference imports torch._dynamo (see shapes.py)
 META_INFERENCES: collections.Counter = collections.Counter()
 _INFER_CACHE: dict[tuple, tuple[tuple[int, ...], torch.dtype] | str] = {}
+_INFER_CACHE_SIZE = 1 << 16   # entries; the oldest go first (a long-lived process meets many shapes)
+
+
+def _remember(key: tuple | None, value) -> None:
+    if key is None:
+        return
+    _INFER_CACHE[key] = value
+    while len(_INFER_CACHE) > _INFER_CACHE_SIZE:
+        try:
+            del _INFER_CACHE[next(iter(_INFER_CACHE))]
+        except (KeyError, StopIteration, RuntimeError):   # another thread evicted it first
+            break
 
 
 def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[int, ...], torch.dtype]:
@@ -95,25 +107,22 @@ def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[
         hash(key)
     except TypeError:
         key = None
-    if key is not None and key in _INFER_CACHE:
-        hit = _INFER_CACHE[key]
+    hit = _INFER_CACHE.get(key) if key is not None else None
+    if hit is not None:
         if isinstance(hit, str):
             raise ValueError(hit)
         return hit
     result = shapes.rule(op, [(a.shape, a.dtype) for a in arg_nodes], {k: v for k, v in attrs.items() if k in d.attrs})
     if result is not None:
-        if key is not None:
-            _INFER_CACHE[key] = result
+        _remember(key, result)
         return result
     META_INFERENCES[op] += 1
     try:
         result = _infer_meta(d, arg_nodes, attrs)
     except ValueError as e:
-        if key is not None:
-            _INFER_CACHE[key] = str(e)
+        _remember(key, str(e))
         raise
-    if key is not None:
-        _INFER_CACHE[key] = result
+    _remember(key, result)
     return result
 
 
