@@ -53,3 +53,18 @@ class CompileError(MinicompError):
 
 class GuardError(MinicompError):
     """A compiled function was called with arguments it cannot accept."""
+
+
+class OutOfBoundsError(MinicompError):
+    """An index tensor holds an index outside the dimension it indexes. A compiled call finds it
+    before any kernel reads through that index and raises it as the kind eager raises for the op:
+    `OutOfBoundsIndexError` (x[idx], embedding) or `OutOfBoundsRuntimeError` (gather,
+    index_select)."""
+
+
+class OutOfBoundsIndexError(OutOfBoundsError, IndexError):
+    """A bad index where eager raises IndexError."""
+
+
+class OutOfBoundsRuntimeError(OutOfBoundsError, RuntimeError):
+    """A bad index where eager raises RuntimeError."""

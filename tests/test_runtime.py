@@ -268,7 +268,7 @@ def test_every_registry_op_has_a_pytorch_fallback_form():
                     "empty_rows": "zero",
                     "decimals": 1, "nan": None, "posinf": 2.0, "neginf": None, "alpha": 1.0, "input_scale": 1.0,
                     "negative_slope": 0.1, "min_val": -1.0, "max_val": 1.0, "beta": 1.0, "threshold": 20.0,
-                    "eps": None, "shifts": (1,), "pad": (1, 1)}
+                    "eps": None, "shifts": (1,), "pad": (1, 1), "mode": "index"}
     for name, d in ops.REGISTRY.items():
         if d.kind in ("input", "constant"):
             continue

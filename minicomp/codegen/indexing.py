@@ -2,7 +2,9 @@
 
 An `Expr` is an integer linear combination of atoms plus a constant. Atoms are `Sym`
 (a kernel index variable: `offs`, `rows`, `cols`, with an exclusive bound), `FloorDiv`
-and `Mod` of an Expr by a positive constant. Exprs are immutable and hashable, so a
+and `Mod` of an Expr by a positive constant, and `Indirect`: a coordinate the kernel reads
+from an index tensor (the value of an integer node at an index of its own), which lies in
+[0, size) once wrapped as its op says. Exprs are immutable and hashable, so a
 (node, index) pair can key the value memo of a kernel.
 
 An `Index` names one element of a tensor of some shape, either as a row-major flat
@@ -44,7 +46,23 @@ class Mod:
     div: int
 
 
-Atom = Union[Sym, FloorDiv, Mod]
+@dataclass(frozen=True)
+class Indirect:
+    """A coordinate loaded at run time: the value of integer node `nid` at the element
+    `dims` of its `shape` (one Expr per dim), brought into [0, `size`) by `wrap` ("none": it
+    is there already; "wrap": negative values count from the end; "modulo": taken mod size).
+    `cond` is the condition the load sits under (a `cat` piece), so the index tensor is read
+    only where the value is. That the values do lie in range is the caller's promise: `call()`
+    checks the index tensor first, or its static range says so (codegen/indirect.py)."""
+    nid: int
+    shape: tuple[int, ...]
+    dims: tuple["Expr", ...]
+    size: int
+    wrap: str = "none"
+    cond: object = None
+
+
+Atom = Union[Sym, FloorDiv, Mod, Indirect]
 
 
 @dataclass(frozen=True)
@@ -141,6 +159,8 @@ def bounds(e: Expr) -> tuple[int, int]:
 def _atom_bounds(a: Atom) -> tuple[int, int]:
     if isinstance(a, Sym):
         return 0, max(a.hi - 1, 0)
+    if isinstance(a, Indirect):
+        return 0, max(a.size - 1, 0)
     lo, hi = bounds(a.arg)
     if isinstance(a, FloorDiv):
         return lo // a.div, hi // a.div
@@ -214,8 +234,14 @@ def mod(e: Expr, c: int) -> Expr:
 def syms(e: Expr) -> frozenset[str]:
     out: set[str] = set()
     for a, _ in e.terms:
-        out |= {a.name} if isinstance(a, Sym) else syms(a.arg)
+        out |= {a.name} if isinstance(a, Sym) else indirect_syms(a) if isinstance(a, Indirect) else syms(a.arg)
     return frozenset(out)
+
+
+def indirect_syms(a: Indirect) -> frozenset[str]:
+    """The kernel symbols an indirect coordinate depends on: its element's, and its condition's."""
+    out = frozenset().union(*(syms(d) for d in a.dims)) if a.dims else frozenset()
+    return out | getattr(a.cond, "syms", frozenset())
 
 
 def render(e: Expr, name_of: Callable[[Atom], str]) -> str:

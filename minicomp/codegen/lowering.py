@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 
 from minicomp.codegen import indexing as ix
+from minicomp.codegen import indirect
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import KernelCtx, Unsupported
 from minicomp.codegen.names import safe_ident
@@ -106,6 +107,8 @@ class Lowering:
         return ix.render(e, self._atom_name)
 
     def _atom_name(self, atom) -> str:
+        if atom not in self.atoms and isinstance(atom, ix.Indirect):
+            self.atoms[atom] = indirect.coordinate_name(self, atom, atom.cond or Cond())   # loads the index
         if atom not in self.atoms:
             text = ix.render_atom(atom, self._atom_name)
             s = ix.syms(atom.arg)
@@ -168,6 +171,8 @@ class Lowering:
         kind = node.kind
         if kind == "view":
             return self._view(node, idx, cond)
+        if indirect.handles(node):
+            return indirect.value(self, node, idx, cond)
         if kind == "reduction":
             if self.reduction_value is None:
                 raise Unsupported(f"reduction {node.describe()} inside a pointwise kernel")

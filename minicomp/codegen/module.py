@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import attention, fallback, gemm, pointwise, reduction, target_check
+from minicomp.codegen import attention, fallback, gemm, index_check, pointwise, reduction, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, warm_entry
@@ -243,6 +243,8 @@ class ModuleWriter:
             n = g.node(o)
             b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
                         f"dtype={n.dtype}, device=device)")
+        # index tensors the kernel reads through, checked first: eager's error for a bad index
+        b.writelines(index_check.lines(ctx) if kernel.launches else [])
         cuda = self.device_type == "cuda"
         if not kernel.launches:
             b.writeline(f"# {kernel.name}: {kernel.note or 'nothing to launch'}")

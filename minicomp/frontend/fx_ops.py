@@ -7,7 +7,8 @@ and the composites' `aten`, collected in `ops.ATEN`). This file builds `LOWERING
   schema arguments named like the op's attributes become its attributes;
 - a name with a handler (`@lowers`: pointwise and casts here, `fx_ops_pointwise.py` for
   rounding modes, pow, index remaps and the pointwise composites, `fx_ops_reductions.py`,
-  `fx_ops_shapes.py` for composites, views, GEMMs and generators) lowers through it: alpha
+  `fx_ops_shapes.py` for composites, views, GEMMs and generators, `fx_ops_indexing.py` for
+  embedding, indexing and gather) lowers through it: alpha
   arguments, rounding modes, axes, views, composites. `lowers` refuses a name the table does
   not claim, so every lowered aten op is listed in `docs/ops.md`.
 
@@ -345,6 +346,6 @@ def _native_dropout(cx: Ctx, x, p, train):
 
 
 # The other handlers register themselves on import; then the table is complete.
-from minicomp.frontend import fx_ops_pointwise, fx_ops_reductions, fx_ops_shapes  # noqa: E402,F401
+from minicomp.frontend import fx_ops_indexing, fx_ops_pointwise, fx_ops_reductions, fx_ops_shapes  # noqa: E402,F401,I001
 
 LOWERINGS.update(build_lowerings())

@@ -7,6 +7,8 @@ Accounting (the seeds' ledger, DESIGN.md):
   that reads it: it moves no bytes of its own. Reading through a view costs the bytes of
   the storage it touches (an `expand` reads the small tensor once, a `slice` its part);
   several views of one tensor in one kernel never cost more than reading it whole;
+- an indirect load (index, gather) reads at most one element of its source per output
+  element (plan/indirect.py `read_share`): an embedding reads its tokens' rows;
 - flops come from `minicomp.ir.ops.flops`: one per elementwise op or transcendental, two
   per multiply-add; views and casts are free;
 - "unfused" is eager execution: every node that is not a leaf or a view is its own kernel
@@ -32,6 +34,7 @@ from minicomp.ir import ops
 from minicomp.ir.dtypes import dtype_name, itemsize
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.views import STRIDED
+from minicomp.plan.indirect import read_share
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,17 @@ def _cap(graph: Graph | NodeLookup, per_root: dict[int, float]) -> dict[int, int
     return {r: int(min(b, nbytes(graph.node(r)))) for r, b in per_root.items()}
 
 
-def _add(acc: dict[int, float], part: dict[int, float]) -> None:
+def _add(acc: dict[int, float], part: dict[int, float], share: float = 1.0) -> None:
     for r, b in part.items():
-        acc[r] = acc.get(r, 0.0) + b
+        acc[r] = acc.get(r, 0.0) + b * share
+
+
+def _operands(n: Node) -> list[tuple[int, int]]:
+    """(position, node) of each distinct operand of `n`, at its first position."""
+    first: dict[int, int] = {}
+    for i, a in enumerate(n.args):
+        first.setdefault(a, i)
+    return [(i, a) for a, i in first.items()]
 
 
 # --------------------------------------------------------------------------- flops and costs
@@ -165,8 +176,8 @@ def node_cost(graph: Graph, nid: int, views: set[int] | None = None) -> Cost:
     if is_leaf(n) or nid in views:
         return Cost()
     acc: dict[int, float] = {}
-    for a in dict.fromkeys(n.args):
-        _add(acc, footprint(graph, a, views))
+    for i, a in _operands(n):
+        _add(acc, footprint(graph, a, views), read_share(graph, n, i))
     return Cost(sum(_cap(graph, acc).values()), nbytes(n), node_flops(graph, n))
 
 
@@ -189,8 +200,8 @@ def group_reads(graph: Graph | NodeLookup, nodes: set[int], outputs: Iterable[in
         n = graph.node(nid)
         if is_view(n):
             continue
-        for a in dict.fromkeys(n.args):
-            _add(acc, footprint(graph, a, nodes))
+        for i, a in _operands(n):
+            _add(acc, footprint(graph, a, nodes), read_share(graph, n, i))
     for o in outputs:
         if is_view(graph.node(o)):
             _add(acc, footprint(graph, o, nodes))

@@ -22,6 +22,9 @@ contracts.md:
   pointwise nodes of the matmul's output shape that depend on it, reading other operands
   straight from memory (through strided views at most).
 - attention: one attention node, prologue views on q/k/v/mask, pointwise epilogue.
+- indirect loads (index, gather) in any kind: plan/indirect.py (their indices must be known
+  good; in a row kernel they read nothing that depends on its reductions); a GEMM folds one
+  into its operand's loads when its indices come from memory (an embedding feeding a matmul).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Iterable
 
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.views import STRIDED
+from minicomp.plan import indirect
 
 MAX_INPUTS = 32          # tensors one kernel may read (argument lists and register pressure)
 ROW_BLOCK_LIMIT = 16384  # widest row a reduction keeps in one block; wider rows are looped
@@ -105,6 +109,9 @@ def check(graph: Graph, nodes: set[int], outputs: set[int]) -> str | None:
         return f"the kernel would read {len(inputs)} tensors (limit {MAX_INPUTS})"
     if opaque:
         return None
+    why = indirect.check(graph, nodes, reductions)
+    if why:
+        return why
     if attention:
         return _check_anchored(graph, nodes, outputs, attention, "attention")
     if matmuls:
@@ -247,6 +254,8 @@ def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: l
         n = graph.node(p)
         if n.kind == "view" and n.op not in STRIDED_VIEWS:
             return f"the {kind} prologue folds strided views only; {describe(graph, p)} is not one"
+        if kind == "gemm" and indirect.prologue_ok(graph, p, nodes):
+            continue      # an embedding's rows, loaded straight into the A tiles
         if n.kind not in allowed and n.op not in allowed:
             what = "views" if kind == "attention" else "views and casts"
             return f"the {kind} prologue holds only {what}; {describe(graph, p)} computes a value"
@@ -257,6 +266,8 @@ def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: l
         if n.kind != "pointwise" or n.shape != out_shape:
             return (f"the {kind} epilogue holds pointwise ops of shape {list(out_shape)}; "
                     f"{describe(graph, e)} {n.type} is not one")
+        if n.op in indirect.OPS and n.args[0] in nodes:
+            return f"the {kind} epilogue cannot gather from {describe(graph, n.args[0])}, a value of its own tile"
         for a in in_group_args(graph, n, nodes):
             if a in prologue:
                 return f"{describe(graph, a)} is a prologue value used by the epilogue {describe(graph, e)}"

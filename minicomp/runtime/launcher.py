@@ -49,6 +49,8 @@ from typing import Any, Callable
 
 import torch
 
+from minicomp.runtime.checks import check_index  # noqa: F401  (generated modules call _rt.check_index)
+
 
 class KernelCompileError(RuntimeError):
     """Triton's compiler rejected kernel `kernel` of a generated module on this device."""

@@ -35,8 +35,9 @@ Families, registered in this order (the DSL lists its builtins in it): leaves.py
 constant, opaque), arith.py (binary ops), unary.py (math and activations), select.py (where,
 cast, index-dependent generators), bitwise.py (bitwise ops, shifts), rounding.py (floor ...
 round, sign, floor division, remainder), special.py (expm1, erfc, erfinv, predicates, xlogy,
-lerp, tensor powers), activations.py (elu, hardswish, softplus, ...), reductions.py, views.py,
-linalg.py (matmul, attention). `mathtext.py` holds the Triton texts of what Triton lacks.
+lerp, tensor powers), activations.py (elu, hardswish, softplus, ...), indexing.py (index,
+gather: indirect loads), reductions.py, views.py, linalg.py (matmul, attention). `mathtext.py`
+holds the Triton texts of what Triton lacks.
 `composite.py` names what aten lowers to several ops (softmax, layer_norm, ...).
 Adding a pointwise op is one `register(OpDef(...))` in a family file plus its tests.
 """
@@ -72,6 +73,7 @@ EMITTERS = {
     "literal": "codegen/lowering.py (a literal that broadcasts)",
     "view": "codegen/lowering.py (moves the index; no code of its own)",
     "load": "codegen/lowering.py (a load, or a literal)",
+    "indirect": "codegen/indirect.py (a load at positions an index tensor holds)",
     "reduction": "codegen/reduction.py",
     "gemm": "codegen/gemm.py",
     "attention": "codegen/attention.py",
@@ -180,7 +182,8 @@ def flops(op: str, arg_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]
 
 # The families register themselves, in the order the table lists ops.
 from minicomp.ir.ops import (  # noqa: E402,F401,I001
-    leaves, arith, unary, select, bitwise, rounding, special, activations, reductions, views, linalg, composite)
+    leaves, arith, unary, select, bitwise, rounding, special, activations, indexing, reductions, views, linalg,
+    composite)
 from minicomp.ir.ops.composite import COMPOSITES, Composite  # noqa: E402
 
 __all__ = ["ATEN", "COMPOSITES", "Composite", "EMITTERS", "KINDS", "OPERANDS", "OpDef", "REGISTRY",

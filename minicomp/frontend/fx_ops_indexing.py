@@ -1,0 +1,88 @@
+"""aten handlers for indirect loads: embedding, advanced indexing, index_select, gather,
+take_along_dim (the ops `index` and `gather`, minicomp/ir/ops/indexing.py).
+
+Same contract as `fx_ops`: handlers get a `Ctx` and schema-ordered arguments (tensors as `T`)
+and return a node id or raise `Unmapped`. Each node records the eager op it stands for
+(`mode`), which decides what a bad index does: the compiled call raises that op's kind of
+error (IndexError or RuntimeError) before any kernel reads through it.
+
+Boolean and uint8 index tensors are masks (`x[mask]`): the output's shape depends on how many
+elements are True, which no static graph can say. They are not lowered here; capture refuses
+the call with a clear error (fx.py, `_refuse_data_dependent`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from minicomp.frontend.fx_ops import Ctx, T, Unmapped, lowers
+from minicomp.ir.ops.indexing import INDEX_DTYPES
+
+
+def _index_tensor(cx: Ctx, t) -> T:
+    if not isinstance(t, T) or cx.dtype(t) not in INDEX_DTYPES:
+        raise Unmapped(f"index of dtype {cx.dtype(t) if isinstance(t, T) else type(t).__name__}")
+    return t
+
+
+@lowers("embedding.default")
+def _embedding(cx: Ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    # padding_idx, scale_grad_by_freq and sparse change only the backward
+    if len(cx.shape(weight)) != 2:
+        raise Unmapped("embedding of a table that is not 2-D")
+    return cx.add("index", weight, _index_tensor(cx, indices), dims=(0,), mode="embedding")
+
+
+@lowers("index.Tensor", "_unsafe_index.Tensor")
+def _index(cx: Ctx, x, indices):
+    # x[..., i, ..., j]: the positions of the tensors in `indices` are the dims they index
+    dims, tensors = [], []
+    for d, t in enumerate(indices):
+        if t is None:
+            continue
+        dims.append(d)
+        tensors.append(_index_tensor(cx, t))
+    if not tensors:
+        return x.id
+    return cx.add("index", x, *tensors, dims=tuple(dims), mode="index")
+
+
+@lowers("index_select.default")
+def _index_select(cx: Ctx, x, dim, index):
+    rank = len(cx.shape(x))
+    if rank == 0:
+        raise Unmapped("index_select of a 0-d tensor")
+    index = _index_tensor(cx, index)
+    # a 0-d index selects one element and keeps the dimension, as a 1-element index does
+    return cx.add("index", x, cx.reshape(index, (math.prod(cx.shape(index)),)), dims=(dim % rank,),
+                  mode="index_select")
+
+
+@lowers("gather.default")
+def _gather(cx: Ctx, x, dim, index, sparse_grad=False):
+    rank = len(cx.shape(x))
+    if rank == 0 or len(cx.shape(index)) != rank:
+        raise Unmapped("gather of a 0-d tensor")
+    return cx.add("gather", x, _index_tensor(cx, index), dim=dim % rank, mode="gather")
+
+
+@lowers("take_along_dim.default")
+def _take_along_dim(cx: Ctx, x, indices, dim=None):
+    indices = _index_tensor(cx, indices)
+    if dim is None:
+        # over the flattened tensor
+        flat_x = cx.reshape(x, (math.prod(cx.shape(x)),))
+        flat_i = cx.reshape(indices, (math.prod(cx.shape(indices)),))
+        return cx.add("gather", flat_x, flat_i, dim=0, mode="take_along_dim")
+    xs, js = cx.shape(x), cx.shape(indices)
+    if len(xs) != len(js) or not xs:
+        raise Unmapped("take_along_dim of tensors of different ranks")
+    dim %= len(xs)
+    # both broadcast over every dim but `dim`
+    common = torch.broadcast_shapes(xs[:dim] + (1,) + xs[dim + 1:], js[:dim] + (1,) + js[dim + 1:])
+    want_x, want_i = common[:dim] + (xs[dim],) + common[dim + 1:], common[:dim] + (js[dim],) + common[dim + 1:]
+    xe = x.id if xs == want_x else cx.add("expand", x, shape=tuple(want_x))
+    ie = indices.id if js == want_i else cx.add("expand", indices, shape=tuple(want_i))
+    return cx.add("gather", xe, ie, dim=dim, mode="take_along_dim")
