@@ -33,6 +33,11 @@ def b(*shape: int) -> torch.Tensor:
     return torch.rand(*shape, generator=_gen) > 0.5
 
 
+def ix(high: int, *shape: int, low: int = 0, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """Indices in [low, high): valid ones for a dimension of size `high` (low < 0: from the end)."""
+    return torch.randint(low, high, shape, generator=_gen).to(dtype)
+
+
 def tr(*shape: int) -> torch.Tensor:
     """A non-contiguous input: the transpose of a [shape[1], shape[0]] tensor."""
     return r(shape[1], shape[0]).t()
@@ -273,6 +278,13 @@ EXAMPLES: dict[str, Example] = {
     "roll.default": lambda: call(r(5, 7), [2, -9], [0, 1]),
     "constant_pad_nd.default": lambda: call(r(3, 5, 7), [1, 2, -1, 1], 0.5),
     "stack.default": lambda: call([r(5, 7), r(5, 7)], 1),
+    # --- indirect loads (indices of both dtypes, negative where eager allows them, non-contiguous)
+    "embedding.default": lambda: call(r(11, 7), ix(11, 3, 5)),
+    "index.Tensor": lambda: call(r(5, 3, 7), [ix(5, 4, low=-5), None, ix(7, 2, 1, dtype=torch.int32)]),
+    "_unsafe_index.Tensor": lambda: call(tr(5, 9), [None, ix(9, 6)]),
+    "index_select.default": lambda: call(r(5, 9), 1, ix(9, 4, dtype=torch.int32)),
+    "gather.default": lambda: call(r(5, 9), 1, ix(9, 5, 3)),
+    "take_along_dim.default": lambda: call(r(5, 9), ix(20, 1, 4, low=-20), 1),
     # --- GEMM and attention
     "mm.default": lambda: call(r(9, 12), tr(12, 10)),
     "bmm.default": lambda: call(r(2, 9, 12), r(2, 12, 10)),

@@ -1,9 +1,11 @@
 """Shared pieces of the tile kernels (GEMM, attention): operand folding and the epilogue.
 
-- `fold_operand` follows a matmul/attention operand through the group's prologue (views
-  and casts) down to the tensor in memory and returns the element offset of an index
-  into it (`indexing.Expr`): a transposed, permuted, broadcast or reshaped operand is
-  read in place, at no cost; casts are applied after the load (`cast_operand`).
+- `fold_operand` follows a matmul/attention operand through the group's prologue (views,
+  casts and indirect loads) down to the tensor in memory and returns the element offset of
+  an index into it (`indexing.Expr`): a transposed, permuted, broadcast or reshaped operand
+  is read in place, at no cost; casts are applied after the load (`cast_operand`); an
+  embedding's offset holds the loaded index (`indexing.Indirect`), which the kernel loads
+  when the offset is rendered.
 - `TileLowering` is codegen's `Lowering` (the pointwise expression machinery, shared with
   the pointwise and reduction kernels) plus *leaves*: values the kernel already holds in
   registers (the fp32 accumulator of a matmul, the normalised output of attention). An
@@ -24,6 +26,7 @@ from typing import Iterator
 import torch
 
 from minicomp.codegen import indexing as ix
+from minicomp.codegen import indirect
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx, Unsupported
 from minicomp.codegen.lowering import Lowering
@@ -63,6 +66,10 @@ def fold_operand(ctx: KernelCtx, nid: int, idx: ix.Index) -> Operand:
             dim = n.attrs["dim"] % len(src.shape)
             start, _, step = ix.slice_range(src.shape[dim], n.attrs["start"], n.attrs["end"], n.attrs["step"])
             idx = ix.slice_(idx, src.shape, dim, start, step)
+        elif indirect.handles(n):
+            # an embedding feeding a matmul: A's rows are the table's rows the indices name,
+            # loaded (once per tile row) where the offset is rendered
+            idx = indirect.source_index(graph, computed, n, idx)
         else:
             raise Unsupported(f"{n.describe()}: only views and casts fold into a {ctx.group.kind} operand")
         nid = n.args[0]

@@ -31,7 +31,7 @@ import torch
 
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.common import Unsupported
-from minicomp.ir.graph import Node
+from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.indexing import MODES
 from minicomp.ir.ops.rules import broadcast
 from minicomp.ir.ranges import memory_path, value_range, within
@@ -52,20 +52,20 @@ def handles(node: Node) -> bool:
 
 def value(low: Lowering, node: Node, idx: ix.Index, cond: Cond) -> Val:
     """The node's value at `idx`: its source's value at the gathered index."""
-    src = low.graph.node(node.args[0])
-    sidx = source_index(low, node, idx, cond)
-    return low.value(src.id, sidx, cond)
+    sidx = source_index(low.graph, low.computed, node, idx, cond)
+    return low.value(node.args[0], sidx, cond)
 
 
-def source_index(low: Lowering, node: Node, idx: ix.Index, cond: Cond) -> ix.Index:
-    """The index into the node's source (its first operand) of output element `idx`."""
-    g = low.graph
+def source_index(g: Graph, computed: set[int], node: Node, idx: ix.Index, cond: Cond = None) -> ix.Index:
+    """The index into the node's source (its first operand) of output element `idx`, in a
+    kernel that computes `computed` (the lines that load the indices are written later, when
+    the address is rendered: `coordinate_name`)."""
     src = g.node(node.args[0])
     out = idx.to_dims()
     if node.op == "gather":
         dim = node.attrs["dim"]
         dims = list(out)
-        dims[dim] = coordinate(low, node.args[1], idx, src.shape[dim], node.attrs["mode"], cond)
+        dims[dim] = coordinate(g, computed, node.args[1], idx, src.shape[dim], node.attrs["mode"], cond)
         return ix.dims_index(src.shape, dims)
     dims, mode, idxs = tuple(node.attrs["dims"]), node.attrs["mode"], node.args[1:]
     bshape = broadcast(*(g.node(i).shape for i in idxs))
@@ -81,19 +81,19 @@ def source_index(low: Lowering, node: Node, idx: ix.Index, cond: Cond) -> ix.Ind
     for d, size in enumerate(src.shape):
         if d in dims:
             i = idxs[dims.index(d)]
-            coords.append(coordinate(low, i, ix.broadcast(bidx, g.node(i).shape), size, mode, cond))
+            coords.append(coordinate(g, computed, i, ix.broadcast(bidx, g.node(i).shape), size, mode, cond))
         else:
             coords.append(next(rest))
     return ix.dims_index(src.shape, coords)
 
 
-def coordinate(low: Lowering, nid: int, at: ix.Index, size: int, mode: str, cond: Cond) -> ix.Expr:
+def coordinate(g: Graph, computed: set[int], nid: int, at: ix.Index, size: int, mode: str,
+               cond: Cond = None) -> ix.Expr:
     """The coordinate (in [0, size)) that index node `nid` gives at its element `at`."""
-    g = low.graph
     negative = MODES[mode].negative
     r = value_range(g, nid)
     if within(r, (0, size - 1)):
-        e = affine(low, nid, at)
+        e = affine(g, computed, nid, at)
         if e is not None:
             return e
         wrap = "none"
@@ -101,20 +101,19 @@ def coordinate(low: Lowering, nid: int, at: ix.Index, size: int, mode: str, cond
         wrap = "modulo"
     elif negative == "wrap" and within(r, MODES[mode].bounds(size)):
         wrap = "wrap"
-    elif memory_path(g, nid, low.computed) is not None:
+    elif memory_path(g, nid, computed) is not None:
         wrap = "wrap" if negative == "wrap" else "none"     # checked by call() before the launch
     else:
         raise Unsupported(f"{g.node(nid).describe()}: an index computed in the kernel with no known range")
-    atom = ix.Indirect(nid, tuple(at.shape), at.to_dims(), size, wrap, cond if cond.names else None)
+    atom = ix.Indirect(nid, tuple(at.shape), at.to_dims(), size, wrap, cond if cond is not None and cond.names else None)
     return ix.Expr(((atom, 1),), 0)
 
 
-def affine(low: Lowering, nid: int, at: ix.Index) -> ix.Expr | None:
+def affine(g: Graph, computed: set[int], nid: int, at: ix.Index) -> ix.Expr | None:
     """Node `nid` at `at` as an expression of the kernel's symbols, when it is one: an arange
     or a scalar constant, through views (position ids); None otherwise."""
-    g = low.graph
     n = g.node(nid)
-    if nid not in low.computed:
+    if nid not in computed:
         v = n.attrs.get("value") if n.op == "constant" else None
         return ix.as_expr(int(v)) if isinstance(v, (bool, int)) else None
     a = n.attrs
@@ -123,18 +122,18 @@ def affine(low: Lowering, nid: int, at: ix.Index) -> ix.Expr | None:
     if n.op == "full" and not n.dtype.is_floating_point:
         return ix.as_expr(int(a["value"]))
     if n.op == "cast" and not g.node(n.args[0]).dtype.is_floating_point:
-        return affine(low, n.args[0], at)
+        return affine(g, computed, n.args[0], at)
     src = g.node(n.args[0]) if n.args else None
     if n.op == "reshape":
-        return affine(low, src.id, ix.reshape(at, src.shape))
+        return affine(g, computed, src.id, ix.reshape(at, src.shape))
     if n.op == "permute":
-        return affine(low, src.id, ix.permute(at, a["dims"], src.shape))
+        return affine(g, computed, src.id, ix.permute(at, a["dims"], src.shape))
     if n.op == "expand":
-        return affine(low, src.id, ix.broadcast(at, src.shape))
+        return affine(g, computed, src.id, ix.broadcast(at, src.shape))
     if n.op == "slice":
         dim = a["dim"] % len(src.shape)
         start, _, step = ix.slice_range(src.shape[dim], a["start"], a["end"], a["step"])
-        return affine(low, src.id, ix.slice_(at, src.shape, dim, start, step))
+        return affine(g, computed, src.id, ix.slice_(at, src.shape, dim, start, step))
     return None
 
 
@@ -144,13 +143,16 @@ def coordinate_name(low: Lowering, atom: ix.Indirect, cond: Cond) -> tuple[str, 
     g = low.graph
     node = g.node(atom.nid)
     v = low.value(atom.nid, ix.Index(atom.shape, dims=atom.dims), cond)
-    s = v.syms
-    code = v.code
-    if v.literal:
-        code = str(int(v.value))
+    s = ix.indirect_syms(atom)
+    code = str(int(v.value)) if v.literal else v.code
     # an int32 index times a stride may pass 2**31 in a big source: compute addresses in int64
     if node.dtype != torch.int64 and _largest_read(low) > INT32_ELEMENTS:
         code = f"({code}).to(tl.int64)"
+    missing = sorted(s - v.syms)
+    if missing:
+        # the index tensor is read at fewer places than the element (an expanded, stride-0 index):
+        # a block of the element's shape all the same, so the loads through it are blocks too
+        code = f"{code} + 0 * ({' + '.join(missing)})"
     if atom.wrap == "none" and code.isidentifier():
         return code, s
     name = low.names.fresh(f"i{atom.nid}")

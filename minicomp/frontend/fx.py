@@ -74,7 +74,7 @@ import torch.nn as nn
 import torch.utils._pytree as pytree
 
 from minicomp.errors import MinicompError
-from minicomp.frontend import fx_ops
+from minicomp.frontend import fx_ops, fx_ops_indexing
 from minicomp.frontend.binding import Binding
 from minicomp.frontend.effects import Snapshot, refusal
 from minicomp.frontend.fx_alias import AtenCall, _Slot, is_view, output_aliases
@@ -268,6 +268,7 @@ class _Lowering:
             self.env[node] = self._getitem(node, args, origin)
             return
         target = node.target
+        fx_ops_indexing.refuse_data_dependent(self.g, node, args, origin)   # x[mask]: a clear error
         pure = _functional_variant(target)
         if pure is not None:
             _check_mutation(node, origin)

@@ -8,16 +8,20 @@ error (IndexError or RuntimeError) before any kernel reads through it.
 
 Boolean and uint8 index tensors are masks (`x[mask]`): the output's shape depends on how many
 elements are True, which no static graph can say. They are not lowered here; capture refuses
-the call with a clear error (fx.py, `_refuse_data_dependent`).
+the call with a clear error (`refuse_data_dependent`, which fx.py asks of every call).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
+from minicomp.errors import MinicompError
 from minicomp.frontend.fx_ops import Ctx, T, Unmapped, lowers
+from minicomp.ir.graph import Graph
 from minicomp.ir.ops.indexing import INDEX_DTYPES
 
 
@@ -70,7 +74,8 @@ def _gather(cx: Ctx, x, dim, index, sparse_grad=False):
 
 @lowers("take_along_dim.default")
 def _take_along_dim(cx: Ctx, x, indices, dim=None):
-    indices = _index_tensor(cx, indices)
+    if not isinstance(indices, T) or cx.dtype(indices) != torch.int64:
+        raise Unmapped("take_along_dim takes int64 indices only (eager refuses others)")
     if dim is None:
         # over the flattened tensor
         flat_x = cx.reshape(x, (math.prod(cx.shape(x)),))
@@ -86,3 +91,19 @@ def _take_along_dim(cx: Ctx, x, indices, dim=None):
     xe = x.id if xs == want_x else cx.add("expand", x, shape=tuple(want_x))
     ie = indices.id if js == want_i else cx.add("expand", indices, shape=tuple(want_i))
     return cx.add("gather", xe, ie, dim=dim, mode="take_along_dim")
+
+
+def refuse_data_dependent(g: Graph, node: Any, args: tuple, origin: str | None) -> None:
+    """Refuse an aten call whose output shape depends on its inputs' values (`x[mask]`, nonzero,
+    masked_select): make_fx records it with a symbolic size, which no graph of static shapes
+    (minicomp's) can hold. A clear error at the user's line (it used to crash the planner)."""
+    vals = node.meta.get("val")
+    vals = vals if isinstance(vals, (list, tuple)) else [vals]
+    if all(not isinstance(v, torch.Tensor) or all(isinstance(d, int) for d in v.shape) for v in vals):
+        return
+    masks = [a for a in pytree.tree_leaves(args)
+             if isinstance(a, T) and g.node(a.id).dtype in (torch.bool, torch.uint8)]
+    what = f"{node.target}" + (" with a boolean mask (x[mask])" if masks and "index" in str(node.target) else "")
+    raise MinicompError(f"{origin or node.name}: {what} has an output shape that depends on the values of its "
+                        "inputs (how many elements are selected), and minicomp compiles graphs of static shapes. "
+                        "Keep the shape (torch.where(mask, x, 0), masked_fill) or run this part in PyTorch")

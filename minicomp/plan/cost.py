@@ -34,7 +34,7 @@ from minicomp.ir import ops
 from minicomp.ir.dtypes import dtype_name, itemsize
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.views import STRIDED
-from minicomp.plan.indirect import read_share
+from minicomp.plan import indirect
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def node_cost(graph: Graph, nid: int, views: set[int] | None = None) -> Cost:
         return Cost()
     acc: dict[int, float] = {}
     for i, a in _operands(n):
-        _add(acc, footprint(graph, a, views), read_share(graph, n, i))
+        _add(acc, footprint(graph, a, views), indirect.read_share(graph, n, i))
     return Cost(sum(_cap(graph, acc).values()), nbytes(n), node_flops(graph, n))
 
 
@@ -194,14 +194,17 @@ def unfused_bytes(graph: Graph) -> int:
 
 def group_reads(graph: Graph | NodeLookup, nodes: set[int], outputs: Iterable[int] = ()) -> dict[int, int]:
     """Roots a kernel computing `nodes` reads from memory, with their bytes. Accesses are the
-    operands of its non-view nodes and the views it writes (`outputs`)."""
+    operands of its non-view nodes and the views it writes (`outputs`); a value computed only
+    to be gathered from reads only what is gathered (`indirect.shares`)."""
     acc: dict[int, float] = {}
+    share = indirect.shares(graph, nodes, set(outputs))
     for nid in nodes:
         n = graph.node(nid)
         if is_view(n):
             continue
+        evaluated = share[nid] if share is not None else 1.0
         for i, a in _operands(n):
-            _add(acc, footprint(graph, a, nodes), read_share(graph, n, i))
+            _add(acc, footprint(graph, a, nodes), evaluated * indirect.read_share(graph, n, i))
     for o in outputs:
         if is_view(graph.node(o)):
             _add(acc, footprint(graph, o, nodes))

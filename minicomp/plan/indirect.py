@@ -10,7 +10,9 @@ kernel (the row kernel would need that reduction at positions it has not reduced
 
 The ledger (`read_share`): a gather reads at most one source element per output element, so
 its source costs min(1, out / source) of the source's bytes, as a slice does: an embedding of
-8 tokens reads 8 rows of its table, not the table.
+8 tokens reads 8 rows of its table, not the table. A source the kernel computes is computed
+only where it is gathered, so what that computation reads shrinks alike (`shares`: the loss's
+`log_softmax(x).gather(-1, labels)` reads one element of x per row, not the rows).
 """
 
 from __future__ import annotations
@@ -42,6 +44,30 @@ def read_share(graph: Graph, n: Node, position: int) -> float:
         return 1.0
     src = graph.node(n.args[0])
     return min(1.0, n.numel / src.numel) if src.numel else 0.0
+
+
+def shares(graph: Graph, nodes: set[int], outputs: set[int]) -> dict[int, float] | None:
+    """For each node of a group, the share of its elements the kernel evaluates: 1 for what it
+    writes, else the most any reader in the group asks for (a gather asks `read_share` of its
+    source). None when the group holds no indirect load (every share is 1)."""
+    if not any(graph.node(n).op in OPS for n in nodes):
+        return None
+    users: dict[int, list[tuple[int, int]]] = {}
+    for nid in nodes:
+        for i, a in enumerate(graph.node(nid).args):
+            if a in nodes:
+                users.setdefault(a, []).append((nid, i))
+    memo: dict[int, float] = {}
+
+    def share(nid: int) -> float:
+        if nid not in memo:
+            memo[nid] = 1.0          # a cycle cannot happen; this also ends the recursion
+            readers = users.get(nid)
+            if nid not in outputs and readers:
+                memo[nid] = max(share(u) * read_share(graph, graph.node(u), i) for u, i in readers)
+        return memo[nid]
+
+    return {n: share(n) for n in nodes}
 
 
 def _reaches(graph: Graph, start: int, targets: set[int], nodes: set[int]) -> int | None:
