@@ -168,6 +168,18 @@ def test_a_widening_cast_of_the_indices_stays_in_the_kernel():
     assert "_rt.check_index(ids, 0, 29," in c.generated.source
 
 
+def test_concatenated_indices_are_checked_part_by_part():
+    def f(w, a, b):
+        return F.embedding(torch.cat([a, b.long()]), w) * 2
+    w, a, b = torch.randn(10, 4), torch.tensor([1, 2]), torch.tensor([3], dtype=torch.int32)
+    got, want, c = compiled(f, w, a, b)
+    torch.testing.assert_close(got, want)
+    assert c.plan.kinds() == ["pointwise"], str(c.plan)
+    assert c.generated.source.count("_rt.check_index(") == 2
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        minicomp.compile(f)(w, a, torch.tensor([10], dtype=torch.int32))
+
+
 def test_an_index_minicomp_cannot_bound_reaches_the_load_through_memory():
     def f(w, ids):
         return F.embedding(ids * 2, w)
@@ -275,3 +287,40 @@ def test_data_dependent_shapes_are_refused_clearly(fn):
     with pytest.raises(MinicompError, match="output shape that depends on the values of its inputs") as err:
         minicomp.compile(fn)(x)
     assert "test_indirect_loads.py" in str(err.value)
+
+
+def test_a_zero_dimensional_index_tensor_is_refused_at_capture():
+    # PyTorch turns x[t] for a 0-d integer t into a select at t's value: a value read in Python
+    x, t = torch.randn(5, 3), torch.tensor(2)
+    with pytest.raises(MinicompError, match="decides Python control flow"):
+        minicomp.compile(lambda x, t: x[t] * 2)(x, t)
+
+
+# --------------------------------------------------------------------------- static ranges
+
+
+def test_static_ranges_and_memory_sources():
+    from minicomp.ir.ranges import memory_sources, value_range
+    g = Graph("r")
+    ids = g.add_input("ids", (4,), torch.int32)
+    ar = g.add("arange", start=3, end=11, step=2, dtype=torch.int64)               # 3, 5, 7, 9
+    wide = g.add("cast", ids, dtype=torch.int64)
+    clamped = g.add("clamp", wide, min=0, max=6)
+    summed = g.add("add", ar, clamped)
+    part = g.add("slice", wide, dim=0, start=1, end=3, step=1)
+    view = g.add("reshape", part, shape=(2, 1))
+    assert value_range(g, ar) == (3, 9)
+    assert value_range(g, clamped) == (0, 6) and value_range(g, summed) == (3, 15)
+    assert value_range(g, ids) is None and value_range(g, wide) is None
+    assert memory_sources(g, view, {wide, part, view}) == [(ids, [wide, part, view])]
+    assert memory_sources(g, view, {part, view}) == [(wide, [part, view])]      # wide read from memory
+    assert memory_sources(g, summed, {summed, clamped, wide, ar}) is None
+
+
+def test_a_clamped_index_needs_no_check_and_fuses():
+    def f(w, ids):
+        return F.embedding(ids.clamp(0, 9), w) + 1
+    w, ids = torch.randn(10, 4), torch.randint(-50, 50, (3, 6))
+    got, want, c = compiled(f, w, ids)
+    torch.testing.assert_close(got, want)
+    assert c.plan.kinds() == ["pointwise"] and "check_index" not in c.generated.source, str(c.plan)

@@ -2,7 +2,7 @@
 
 For every indirect load a kernel group computes (`index`, `gather`), each index operand is
 either known good by its static range (ir/ranges.py: `arange` position ids, constants,
-take_along_dim's modulo), or read from a tensor in memory (`memory_path`): then call() checks
+take_along_dim's modulo), or read from a tensor in memory (`memory_sources`): then call() checks
 that tensor, as the kernel reads it (through the same views: a slice checks only the part
 the kernel reads), before launching: `_rt.check_index(ids.reshape((6,)), 0, 50256, 0, 50257,
 'IndexError', '%5 (index) from model.py:12 (F.embedding(idx, w))')` (minicomp/runtime/checks.py).
@@ -23,7 +23,7 @@ from minicomp.codegen.indirect import OPS
 from minicomp.ir import ops
 from minicomp.ir.graph import Graph
 from minicomp.ir.ops.indexing import MODES
-from minicomp.ir.ranges import memory_path, value_range, within
+from minicomp.ir.ranges import memory_sources, value_range, within
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,11 @@ def checks(ctx: KernelCtx) -> list[IndexCheck]:
             valid = MODES[n.attrs["mode"]].bounds(src.shape[dim])
             if valid is None or within(value_range(g, idx), valid):
                 continue
-            path = memory_path(g, idx, computed)
-            if path is None:
-                continue              # codegen refuses the group (indirect.coordinate)
-            root, chain = path
-            key = (root, tuple(chain), valid)
-            if key not in out:
-                out[key] = IndexCheck(nid, root, tuple(chain), valid[0], valid[1], dim, src.shape[dim])
+            sources = memory_sources(g, idx, computed)
+            for root, chain in sources or ():     # None: codegen refuses the group (indirect.coordinate)
+                key = (root, tuple(chain), valid)
+                if key not in out:
+                    out[key] = IndexCheck(nid, root, tuple(chain), valid[0], valid[1], dim, src.shape[dim])
     return list(out.values())
 
 

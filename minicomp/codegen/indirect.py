@@ -34,7 +34,7 @@ from minicomp.codegen.common import Unsupported
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.indexing import MODES
 from minicomp.ir.ops.rules import broadcast
-from minicomp.ir.ranges import memory_path, value_range, within
+from minicomp.ir.ranges import memory_sources, value_range, within
 from minicomp.codegen.tlexpr import Val
 
 # `low` below is codegen/lowering.py's `Lowering` and `cond` its `Cond`; lowering.py imports
@@ -101,7 +101,7 @@ def coordinate(g: Graph, computed: set[int], nid: int, at: ix.Index, size: int, 
         wrap = "modulo"
     elif negative == "wrap" and within(r, MODES[mode].bounds(size)):
         wrap = "wrap"
-    elif memory_path(g, nid, computed) is not None:
+    elif memory_sources(g, nid, computed) is not None:
         wrap = "wrap" if negative == "wrap" else "none"     # checked by call() before the launch
     else:
         raise Unsupported(f"{g.node(nid).describe()}: an index computed in the kernel with no known range")

@@ -8,9 +8,9 @@ ask the same two questions of this module:
   its op alone (an `arange`, a constant, `remainder` by a positive number, a clamp, sums and
   products of bounded values, views and casts of them). An index whose range lies inside the
   valid one needs no check at all (position ids from `arange`, take_along_dim's `% n`);
-- `memory_path(graph, nid, computed)`: the tensor in memory an index is read from, through the
-  views and value-keeping integer casts a kernel computes (`computed`): `call()` checks that
-  tensor's values, as the kernel will read them, before launching the kernel.
+- `memory_sources(graph, nid, computed)`: the tensors in memory an index is read from, through
+  the views and value-keeping integer casts a kernel computes (`computed`): `call()` checks
+  those tensors' values, as the kernel will read them, before launching the kernel.
 An index that is neither (`x[ids * 3]`) is computed in the kernel with no known bound: the
 planner keeps it in a group of its own, so it reaches the indirect load through memory.
 Invariant: a range is never narrower than the values can be (None when unsure).
@@ -116,20 +116,34 @@ def within(r: Range | None, valid: Range | None) -> bool:
     return r is not None and valid[0] <= r[0] and r[1] <= valid[1]
 
 
-def memory_path(graph: Graph, nid: int, computed: set[int] | frozenset[int]) -> tuple[int, list[int]] | None:
-    """(root, chain): the tensor in memory that index node `nid` is read from, and the nodes a
-    kernel computing `computed` passes it through, root side first: views other than `cat`, and
-    casts that keep every integer value. None when the kernel computes anything else on the way."""
+def memory_sources(graph: Graph, nid: int, computed: set[int] | frozenset[int]) -> list[tuple[int, list[int]]] | None:
+    """[(root, chain)]: the tensors in memory that index node `nid` is read from, each with the
+    nodes a kernel computing `computed` passes it through, root side first: views and casts that
+    keep every integer value. A `cat` reads several tensors; each is checked as it is, which
+    is exact unless a slice above the cat leaves part of it out (then None). None when the
+    kernel computes anything else on the way."""
     chain: list[int] = []
+    sliced = False
     while nid in computed:
         n = graph.node(nid)
+        if n.op == "cat":
+            if sliced:
+                return None
+            out: list[tuple[int, list[int]]] = []
+            for part in dict.fromkeys(n.args):
+                got = memory_sources(graph, part, computed)
+                if got is None:
+                    return None
+                out += got
+            return out
         src = graph.node(n.args[0]) if n.args else None
         keeps = n.op in VIEWS[:-1] or (n.op == "cast" and src is not None and _widens(src.dtype, n.dtype))
         if not keeps:
             return None
+        sliced = sliced or n.op == "slice"
         chain.append(nid)
         nid = n.args[0]
-    return nid, list(reversed(chain))
+    return [(nid, list(reversed(chain)))]
 
 
 def _widens(src: torch.dtype, dst: torch.dtype) -> bool:

@@ -21,7 +21,7 @@ from typing import Iterable
 
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.indexing import MODES
-from minicomp.ir.ranges import memory_path, value_range, within
+from minicomp.ir.ranges import memory_sources, value_range, within
 
 OPS = ("index", "gather")
 
@@ -97,7 +97,7 @@ def check(graph: Graph, nodes: set[int], reductions: Iterable[int] = ()) -> str 
                 continue          # read from memory: call() checks it
             valid = MODES[n.attrs["mode"]].bounds(src.shape[dim])
             if valid is not None and not within(value_range(graph, idx), valid) \
-                    and memory_path(graph, idx, nodes) is None:
+                    and memory_sources(graph, idx, nodes) is None:
                 return (f"{describe(graph, nid)} reads at positions that {describe(graph, idx)} computes in the "
                         f"same kernel, with no bound minicomp knows: the index must come through memory, where the "
                         f"compiled call checks it")
@@ -114,5 +114,5 @@ def prologue_ok(graph: Graph, nid: int, nodes: set[int]) -> bool:
     """An indirect load a GEMM may fold into its operand's loads: every index it computes comes
     from memory through views and value-keeping casts (the kernel loads it once per tile row)."""
     n = graph.node(nid)
-    return n.op in OPS and all(i not in nodes or memory_path(graph, i, nodes) is not None
+    return n.op in OPS and all(i not in nodes or memory_sources(graph, i, nodes) is not None
                                for i, _ in index_operands(n))
