@@ -1,7 +1,8 @@
 """Random indirect loads for tests/test_indirect_loads.py: embedding, x[...] with index tensors
 and None slices, index_select, gather and take_along_dim, on every dtype of the gathered tensor,
 int32 and int64 indices (negative ones where eager allows them), odd and zero sizes, transposed,
-strided and expanded sources and index tensors, with a pointwise consumer to fuse with.
+strided and expanded sources and index tensors, with a consumer to fuse with (pointwise, or a
+softmax's row kernel).
 
 `case(draw)` (a hypothesis strategy through `st.composite`) returns a `Case`: the function, its
 arguments, and a label for failure messages. Every index it draws is valid for eager.
@@ -65,11 +66,13 @@ def _indices(draw, shape, n: int, dtype, gen, negative: bool) -> torch.Tensor:
     return _layout(draw, t)
 
 
-def _consumer(dtype):
-    """A pointwise op after the gather, for it to fuse with."""
+def _consumer(draw, dtype):
+    """An op after the gather, for it to fuse with: pointwise, or (floats) a softmax's row kernel."""
     if dtype == torch.bool:
         return lambda y: y.logical_not()
     if dtype.is_floating_point:
+        if draw(st.booleans()):
+            return lambda y: torch.softmax(y * 2, -1) if y.dim() else y * 2
         return lambda y: y * 2 + 1
     return lambda y: y + 3
 
@@ -83,7 +86,7 @@ def case(draw) -> Case:
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
     dtype = draw(st.sampled_from(DTYPES))
     idt = draw(st.sampled_from(INDEX_DTYPES))
-    after = _consumer(dtype)
+    after = _consumer(draw, dtype)
     kind = draw(st.sampled_from(["embedding", "index", "index_select", "gather", "take_along_dim"]))
     if kind == "embedding":
         v, d = draw(dims), draw(dims)
