@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 
 from minicomp.codegen import indexing as ix
+from minicomp.codegen import view_index as vx
 from minicomp.codegen import indirect
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import KernelCtx, Unsupported
@@ -242,9 +243,9 @@ class Lowering:
         if op == "cat":
             return self._cat(node, idx, cond)
         if op == "flip":
-            return self.value(src.id, ix.flip(idx, src.shape, a["dims"]), cond)
+            return self.value(src.id, vx.flip(idx, src.shape, a["dims"]), cond)
         if op == "roll":
-            return self.value(src.id, ix.roll(idx, src.shape, a["shifts"], a["dims"]), cond)
+            return self.value(src.id, vx.roll(idx, src.shape, a["shifts"], a["dims"]), cond)
         if op == "constant_pad":
             return self._pad(node, idx, cond)
         raise Unsupported(f"view {op!r} ({node.describe()})")
@@ -254,7 +255,7 @@ class Lowering:
         src = self.graph.node(node.args[0])
         value = Val(py_literal(node.attrs["value"], node.dtype), node.dtype, frozenset(), literal=True,
                     value=node.attrs["value"])
-        sidx, tests = ix.pad_source(idx, src.shape, node.attrs["pad"])
+        sidx, tests = vx.pad_source(idx, src.shape, node.attrs["pad"])
         if sidx is None:                           # this index is padding whatever the kernel's symbols
             return value
         if not tests:                              # negative pads only: a crop, every index inside
@@ -269,7 +270,7 @@ class Lowering:
 
     def _cat(self, node: Node, idx: ix.Index, cond: Cond) -> Val:
         shapes = [self.graph.node(x).shape for x in node.args]
-        pieces = ix.cat_pieces(idx, shapes, node.attrs["dim"])
+        pieces = vx.cat_pieces(idx, shapes, node.attrs["dim"])
         along = idx.to_dims()[node.attrs["dim"] % len(idx.shape)]
         s_along = ix.syms(along)
         pos = self.render(along)
