@@ -202,6 +202,34 @@ def test_attribute_and_global_writes_in_forward_are_refused_and_undone(capture_m
     assert fx_trace.LAST_TRACER[0] == capture_mode
 
 
+class OneArgGet(dict):
+    """A dict whose `get` takes the key alone, as transformers' output-recording registry."""
+
+    def get(self, key):
+        return dict.get(self, key)
+
+
+class Registry(nn.Module):
+    def __init__(self, write: bool):
+        super().__init__()
+        self.table, self.write = OneArgGet(scale=2.0), write
+
+    def forward(self, x):
+        if self.write:
+            self.table["seen"] = True
+        return x * self.table.get("scale")
+
+
+def test_state_held_in_a_dict_subclass_with_its_own_get_is_compared_by_dicts_rules():
+    x = rand(5)
+    m = Registry(write=False)
+    torch.testing.assert_close(minicomp.compile(m)(x), m(x), **tol(x.dtype))
+    w = Registry(write=True)
+    with pytest.raises(MinicompError, match=r"changed Python state .*seen"):
+        minicomp.compile(w)(x)
+    assert dict(w.table) == {"scale": 2.0}
+
+
 def test_a_model_that_registers_a_buffer_in_forward_is_refused_and_left_as_it_was():
     class Lazy(nn.Module):
         def forward(self, x):

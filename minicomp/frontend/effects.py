@@ -37,7 +37,8 @@ def _differs(saved: _Saved) -> list[str]:
     now, then = saved.where, saved.copy
     if isinstance(now, dict):
         keys = saved.names if saved.names is not None else set(now) | set(then)
-        return sorted(str(k) for k in keys if now.get(k, MISSING) is not then.get(k, MISSING))
+        # dict.get, not the object's own: dict subclasses may redefine get (transformers' registries do)
+        return sorted(str(k) for k in keys if dict.get(now, k, MISSING) is not dict.get(then, k, MISSING))
     if isinstance(now, list):
         same = len(now) == len(then) and all(map(operator.is_, now, then))
         return [] if same else ["[...]"]
@@ -48,10 +49,10 @@ def _put_back(saved: _Saved) -> None:
     now, then = saved.where, saved.copy
     if isinstance(now, dict):
         for k in (saved.names if saved.names is not None else set(now) | set(then)):
-            if then.get(k, MISSING) is MISSING:
+            if dict.get(then, k, MISSING) is MISSING:
                 now.pop(k, None)
             else:
-                now[k] = then[k]
+                now[k] = dict.__getitem__(then, k)
     elif isinstance(now, list):
         now[:] = then
     else:
