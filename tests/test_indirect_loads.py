@@ -241,7 +241,7 @@ def test_a_bad_index_raises_eagers_kind_of_error(name):
         cf(bad)
     assert isinstance(err.value, OutOfBoundsError) and isinstance(err.value, MinicompError)
     message = str(err.value)
-    assert "out of bounds for dimension" in message and "(index)" in message or "(gather)" in message, message
+    assert "out of bounds for dimension" in message and ("(index)" in message or "(gather)" in message), message
     assert "test_indirect_loads.py" in message, message     # the user's line
 
 
