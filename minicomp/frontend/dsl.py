@@ -25,22 +25,23 @@ Invariants:
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
-from minicomp.errors import SourceError
+from minicomp.errors import MinicompError, SourceError
+from minicomp.frontend import dsl_hints as hints
 from minicomp.frontend.dsl_ast import (BinOp, Bool, Call, Expr, FuncDef, ListExpr, Module, Name, Neg, Num, Pos,
                                        Return, Source, Str)
 from minicomp.frontend.dsl_builtins import (BUILTINS, REQUIRED, CallError, Emit, TensorVal, Value, bind_args,
                                             call_builtin, describe, pointwise)
 from minicomp.frontend.dsl_entry import pick_entry
+from minicomp.frontend.dsl_limits import MAX_NESTING, fits_dtype, fits_int64, numel_error, read_program  # noqa: F401
 from minicomp.frontend.dsl_parse import parse_module
 from minicomp.frontend.dsl_symbols import Bound, Mismatch, bind_symbols, check_dtypes, shown, unify
-from minicomp.ir.dtypes import parse_dtype
+from minicomp.ir.dtypes import dtype_name, parse_dtype
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
 
@@ -49,6 +50,9 @@ BINARY_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div",
               "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 # Names that mean a number wherever no variable shadows them.
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
+_NESTED_TOO_DEEP = (f"expressions nest deeper than {MAX_NESTING} levels here (each call, list and parenthesised "
+                    "operand is a level, counted on through the functions being inlined); split the expression "
+                    "with assignments")
 
 
 def list_functions(source: str, filename: str) -> list[str]:
@@ -68,7 +72,14 @@ def load_dsl(source: str, filename: str, entry: str | None = None, dims: dict[st
     check_dtypes(src, module.funcs.values())
     f = module.funcs[entry]
     symbols = bind_symbols(src, f, dict(dims or {}), example_inputs)
-    graph = Lowerer(module).lower_entry(f, symbols)
+    lowerer = Lowerer(module)
+    try:
+        graph = lowerer.lower_entry(f, symbols)
+    except RecursionError:
+        # a backstop: MAX_NESTING keeps the lowering ~500 frames deep, which only a caller that
+        # is itself near Python's recursion limit can push over it
+        raise MinicompError(f"{filename}: the program nests too deeply to lower here (Python's recursion "
+                            f"limit); split deep expressions with assignments") from None
     verify(graph)
     return graph
 
@@ -88,6 +99,7 @@ class Lowerer:
         self.src: Source = module.source
         self.g: Graph | None = None
         self.stack: list[str] = []  # functions being inlined, to refuse recursion
+        self.depth = 0              # levels of expression nesting and inlining now being evaluated
 
     # ------------------------------------------------------------------ functions
 
@@ -96,6 +108,9 @@ class Lowerer:
         frame = Frame(f, symbols)
         for p in f.params:
             shape = [d.value if isinstance(d.value, int) else symbols[d.value].value for d in p.type.dims]
+            too_big = numel_error(tuple(shape))
+            if too_big:
+                raise self.src.error(f"parameter '{p.name}': {too_big}", p.type.pos)
             nid = self.g.add_input(p.name, shape, parse_dtype(p.type.dtype), origin=self.src.origin(p.pos))
             frame.vars[p.name] = TensorVal(nid)
         results = self.run_body(frame)
@@ -156,6 +171,8 @@ class Lowerer:
         if isinstance(v, TensorVal):
             return v.nid
         if isinstance(v, (bool, int, float)):
+            if dtype is not None and not fits_dtype(v, dtype):
+                raise self.src.error(f"{describe(v, self.g)} does not fit in {dtype_name(dtype)}", pos)
             return self.g.constant(v, dtype=dtype, origin=self.src.origin(pos))
         raise self.src.error(f"{what} tensors or numbers, not {describe(v, self.g)}", pos)
 
@@ -202,17 +219,40 @@ class Lowerer:
             return expr.value
         if isinstance(expr, Name):
             return self.lookup(expr, frame)
-        if isinstance(expr, ListExpr):
-            return [self.eval_single(i, frame) for i in expr.items]
-        if isinstance(expr, Neg):
-            v = self.eval_single(expr.operand, frame)
-            return self.guard(expr.pos, {"#0": expr.operand.pos}, lambda: f"cannot negate {describe(v, self.g)}",
-                              lambda: pointwise(self.emit(expr.pos), "neg", [v]))
-        if isinstance(expr, BinOp):
-            return self.binop(expr, frame)
-        if isinstance(expr, Call):
-            return self.call(expr, frame)
+        self.depth += 1  # one level of Python recursion per level of nesting: bounded here
+        try:
+            if self.depth > MAX_NESTING:
+                raise self.src.error(self.nesting_message(), expr.pos)
+            if isinstance(expr, ListExpr):
+                return [self.eval_single(i, frame) for i in expr.items]
+            if isinstance(expr, Neg):
+                return self.negate(expr, frame)
+            if isinstance(expr, BinOp):
+                return self.binop_chain(expr, frame)
+            if isinstance(expr, Call):
+                return self.call(expr, frame)
+        finally:
+            self.depth -= 1
         raise AssertionError(f"unknown expression {expr!r}")
+
+    def nesting_message(self) -> str:
+        if len(self.stack) < 2:
+            return _NESTED_TOO_DEEP
+        chain = self.stack if len(self.stack) <= 6 else self.stack[:3] + ["..."] + self.stack[-2:]
+        return (f"expressions nest deeper than {MAX_NESTING} levels here, counted on through the "
+                f"{len(self.stack)} functions being inlined into each other ({' -> '.join(chain)}); "
+                "call fewer functions inside each other, or split expressions with assignments")
+
+    def negate(self, expr: Neg, frame: Frame) -> Value:
+        """A run of unary minus (`---x`), walked in a loop: a run of any length is one level."""
+        run = [expr]
+        while isinstance(run[-1].operand, Neg):
+            run.append(run[-1].operand)
+        v = self.eval_single(run[-1].operand, frame)
+        for neg in reversed(run):
+            v = self.guard(neg.pos, {"#0": neg.operand.pos}, lambda: f"cannot negate {describe(v, self.g)}",
+                           lambda: pointwise(self.emit(neg.pos), "neg", [v]))
+        return v
 
     def lookup(self, name: Name, frame: Frame) -> Value:
         if name.name in frame.vars:
@@ -225,10 +265,20 @@ class Lowerer:
         if name.name in CONSTANTS:
             return CONSTANTS[name.name]
         known = list(frame.vars) + list(frame.symbols) + list(CONSTANTS)
-        raise self.src.error(f"unknown name '{name.name}'{_suggest(name.name, known)}", name.pos)
+        raise self.src.error(f"unknown name '{name.name}'{hints.unknown_name(name.name, known)}", name.pos)
 
-    def binop(self, expr: BinOp, frame: Frame) -> Value:
-        lhs, rhs = self.eval_single(expr.lhs, frame), self.eval_single(expr.rhs, frame)
+    def binop_chain(self, expr: BinOp, frame: Frame) -> Value:
+        """`a + b - c * d ...`: the left operands form a spine (`((a + b) - c) ...`), walked in a
+        loop, so a chain of any length is one level of nesting; right operands nest as written."""
+        spine = [expr]
+        while isinstance(spine[-1].lhs, BinOp):
+            spine.append(spine[-1].lhs)
+        lhs = self.eval_single(spine[-1].lhs, frame)
+        for b in reversed(spine):
+            lhs = self.binop(b, lhs, self.eval_single(b.rhs, frame))
+        return lhs
+
+    def binop(self, expr: BinOp, lhs: Value, rhs: Value) -> Value:
         arg_pos = {"#0": expr.lhs.pos, "#1": expr.rhs.pos, "a": expr.lhs.pos, "b": expr.rhs.pos}
         e = self.emit(expr.pos)
         what = lambda: f"cannot apply '{expr.op}' to {describe(lhs, self.g)} and {describe(rhs, self.g)}"
@@ -238,6 +288,8 @@ class Lowerer:
                                      f"{describe(lhs, self.g)} and {describe(rhs, self.g)}", expr.pos)
             if rhs == 0:
                 raise self.src.error("integer division by zero", expr.pos)
+            if not fits_int64(lhs // rhs):
+                raise self.src.error(f"integer overflow: {lhs} // {rhs} does not fit in 64 bits", expr.pos)
             return lhs // rhs
         if expr.op == "@":
             return self.guard(expr.pos, arg_pos, what, lambda: call_builtin(e, BUILTINS["matmul"], [lhs, rhs], []))
@@ -249,7 +301,8 @@ class Lowerer:
         b = BUILTINS.get(call.func)
         if b is None:
             known = list(self.module.funcs) + list(BUILTINS)
-            raise self.src.error(f"unknown function '{call.func}'{_suggest(call.func, known)}", call.pos)
+            raise self.src.error(f"unknown function '{call.func}'{hints.unknown_function(call.func, known)}",
+                                 call.pos)
         args, kwargs, arg_pos = self.eval_args(call, frame, [p.name for p in b.params])
         shown_args = lambda: ", ".join([describe(a, self.g) for a in args] +
                                        [f"{k}={describe(v, self.g)}" for k, v in kwargs])
@@ -289,8 +342,3 @@ class Lowerer:
 
 def _is_int(v: Value) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _suggest(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""

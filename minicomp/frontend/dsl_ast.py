@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from minicomp.errors import SourceError
+from minicomp.frontend.dsl_limits import printable
 
 
 @dataclass(frozen=True)
@@ -140,14 +141,19 @@ class Module:
 
 @dataclass
 class Source:
-    """The text of one DSL file, for positions in error messages."""
+    """The text of one DSL file, for positions in error messages.
+
+    Lines are split at '\\n' only, as lark counts them (a '\\r' before it is dropped):
+    `str.splitlines` also splits at '\\x0c', '\\x85', '\\u2028'..., which would echo
+    the wrong line under an error. Echoed lines and messages are made printable first.
+    """
 
     text: str
     filename: str
 
     def line(self, n: int) -> str | None:
-        lines = self.text.splitlines()
-        return lines[n - 1] if 1 <= n <= len(lines) else None
+        lines = self.text.split("\n")
+        return lines[n - 1].removesuffix("\r") if 1 <= n <= len(lines) else None
 
     def origin(self, pos: Pos) -> str:
         return f"{self.filename}:{pos.line}:{pos.col}"
@@ -155,11 +161,12 @@ class Source:
     def error(self, message: str, pos: Pos) -> SourceError:
         line = self.line(pos.line)
         # a tab counts as one column: show it as one space so the caret stays under the culprit
-        return SourceError(message, self.filename, pos.line, pos.col, line.replace("\t", " ") if line else line)
+        shown = printable(line).replace("\t", " ") if line is not None else None
+        return SourceError(printable(message, escape=True), self.filename, pos.line, pos.col, shown)
 
     def end(self) -> Pos:
         """The position just after the last character (where "unexpected end of file" points)."""
-        lines = self.text.splitlines() or [""]
-        return Pos(len(lines), len(lines[-1]) + 1)
-
-
+        lines = self.text.split("\n")
+        if len(lines) > 1 and lines[-1] == "":  # a final newline ends the last line, it opens none
+            lines.pop()
+        return Pos(len(lines), len(lines[-1].removesuffix("\r")) + 1)

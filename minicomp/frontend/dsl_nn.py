@@ -101,6 +101,10 @@ def _attention(e: Emit, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
     _same_dtype(e, "attention", q=q, k=k, v=v)
     if mask is not None and is_causal:
         raise CallError("attention() takes mask= or is_causal=true, not both", arg="mask")
+    if scale is None and e.rank(q) and e.node(q).shape[-1] == 0:
+        # head dim 0: every score is an empty sum (0) whatever the scale, so the default
+        # 1/sqrt(0) is not needed; eager gives the mean of v's rows, and so does scale 1
+        scale = 1.0
     return TensorVal(composites.attention(e.g, q, k, v, mask, scale, is_causal, enable_gqa, origin=e.origin))
 
 

@@ -4,19 +4,28 @@ The grammar lives in `minicomp.lark`; the parser is built once per process.
 
 Invariants:
 - parsing never raises anything but `SourceError` (lark's exceptions are translated, with
-  the expected tokens in plain words);
+  the expected tokens in plain words, and a hint for the usual mistakes: `**`, methods,
+  `if`/`for`, `def`);
+- nothing here recurses over the tree: lark's LALR parser keeps an explicit stack and the
+  tree becomes an AST through `Transformer_NonRecursive`, so any depth of nesting parses
+  (the lowering bounds it; see `dsl_limits.MAX_NESTING`);
+- integer literals and dims are 64-bit; a float literal that overflows to inf is refused;
 - a `Module` has unique function names (a duplicate is a SourceError at the second one).
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import re
 from typing import Iterator
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
 from minicomp.errors import SourceError
+from minicomp.frontend import dsl_hints as hints
+from minicomp.frontend.dsl_limits import INT64_MAX, shown_int
 from minicomp.frontend.dsl_ast import (BinOp, Bool, Call, Dim, Expr, FuncDef, Keyword, ListExpr, Module, Name, Neg,
                                        Num, Param, Pos, Return, Assign, Source, Stmt, Str, TypeSpec)
 
@@ -59,14 +68,23 @@ class _Error(Exception):
 
 
 @v_args(inline=True)
-class ToAst(Transformer):
+class ToAst(Transformer_NonRecursive):
     """One method per grammar rule or alias; each returns an AST node."""
 
     # -- literals and names
     def number(self, tok: Token) -> Num:
         text = str(tok)
-        is_float = any(c in text for c in ".eE")
-        return Num(float(text) if is_float else int(text), _pos(tok))
+        if any(c in text for c in ".eE"):
+            value = float(text)
+            if math.isinf(value):
+                raise _Error(f"the number {text[:24]} is too large for a float (the largest is about 1.8e308; "
+                             "write inf for infinity)", _pos(tok))
+            return Num(value, _pos(tok))
+        value = int(text)
+        if value > INT64_MAX:
+            raise _Error(f"the integer {shown_int(value)} does not fit in 64 bits (the largest is {INT64_MAX}); "
+                         "write it as a float (1e30) if a float is meant", _pos(tok))
+        return Num(value, _pos(tok))
 
     def string(self, tok: Token) -> Str:
         return Str(str(tok)[1:-1], _pos(tok))
@@ -114,7 +132,10 @@ class ToAst(Transformer):
     def dim_int(self, tok: Token) -> Dim:
         text = str(tok)
         if not text.isdigit():
-            raise _Error(f"a dimension must be an integer or a symbol, not {text}", _pos(tok))
+            raise _Error(f"a dimension must be an integer or a symbol, not {text[:24]}", _pos(tok))
+        if int(text) > INT64_MAX:
+            raise _Error(f"the dimension {shown_int(int(text))} does not fit in 64 bits (the largest is "
+                         f"{INT64_MAX})", _pos(tok))
         return Dim(int(text), _pos(tok))
 
     def dim_sym(self, tok: Token) -> Dim:
@@ -212,8 +233,9 @@ def _found_words(tok: Token) -> str:
 def _syntax_error(src: Source, e: UnexpectedInput) -> SourceError:
     if isinstance(e, UnexpectedCharacters):
         char = src.text[e.pos_in_stream] if e.pos_in_stream < len(src.text) else ""
+        pos = Pos(e.line, e.column)
         # the lexer's allowed set is every token of the state, too broad to help: name the character
-        return src.error(f"unexpected character {char!r}", Pos(e.line, e.column))
+        return src.error(f"unexpected character {char!r}{_char_hint(src, e.pos_in_stream, char)}", pos)
     if isinstance(e, UnexpectedToken):
         tok = e.token
         # `accepts` (what the parser would really take here) is exact; `expected` is LALR's
@@ -224,8 +246,54 @@ def _syntax_error(src: Source, e: UnexpectedInput) -> SourceError:
             # point at the end of the line the statement broke on, not the next one
             code = (src.line(tok.line) or "").split("#")[0]
             pos = Pos(tok.line, len(code.rstrip()) + 1)
-        return src.error(f"unexpected {_found_words(tok)}: expected {_expected_words(expected)}", pos)
+        before = src.text[:tok.start_pos].rstrip(" \t") if tok.start_pos is not None else ""
+        if tok.type == "STAR" and before.endswith("*"):
+            # `x ** 2` lexes as two `*`: say what to write instead
+            return src.error("there is no '**' operator: write pow(x, 2) (or x * x)", _pos_at(src.text, len(before) - 1))
+        message = f"unexpected {_found_words(tok)}: expected {_expected_words(expected)}"
+        return src.error(message + _statement_hint(src, pos.line), pos)
     return src.error(f"syntax error: {e}", Pos(getattr(e, "line", 1) or 1, getattr(e, "column", 1) or 1))
+
+
+def _pos_at(text: str, offset: int) -> Pos:
+    """The line and column (1-based, as lark counts them: lines end at '\\n') of a text offset."""
+    return Pos(text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+# A character the grammar has no use for -> what the user probably meant.
+_CHAR_HINTS = {
+    "%": "there is no '%' operator",
+    "&": "write logical_and(a, b)", "|": "write logical_or(a, b)", "!": "write logical_not(x) (or a != b)",
+    "~": "write logical_not(x)", "^": "there is no '^' operator; for a power write pow(x, 2)",
+    ";": "statements end at the end of a line, without ';'",
+    "\ufeff": "a byte-order mark may only open the file",
+}
+# A line that starts with one of these is Python (or another language), not the DSL.
+_STATEMENT_HINTS = {
+    "if": "there is no if: programs are straight-line code; choose values with where(cond, a, b)",
+    "elif": "there is no if: choose values with where(cond, a, b)",
+    "else": "there is no if: choose values with where(cond, a, b)",
+    "for": "there are no loops: programs are straight-line code over whole tensors",
+    "while": "there are no loops: programs are straight-line code over whole tensors",
+    "def": "functions start with 'func': func name(x: f32[N]) -> f32[N] { ... }",
+    "import": "there are no imports: every function of the file and every builtin is in scope",
+    "let": "assign with 'name = expr'", "var": "assign with 'name = expr'", "const": "assign with 'name = expr'",
+}
+
+
+def _char_hint(src: Source, at: int, char: str) -> str:
+    if char == "." and at > 0 and (src.text[at - 1].isalnum() or src.text[at - 1] in "_)]"):
+        word = re.search(r"[A-Za-z_]\w*$", src.text[max(0, at - 64):at])
+        after = re.match(r"\.([A-Za-z_]\w*)", src.text[at:])
+        return hints.before_dot(word.group(0) if word else "", after.group(1) if after else "")
+    hint = _CHAR_HINTS.get(char)
+    return f": {hint}" if hint else ""
+
+
+def _statement_hint(src: Source, line: int) -> str:
+    words = re.match(r"\s*([A-Za-z_]\w*)", src.line(line) or "")
+    hint = _STATEMENT_HINTS.get(words.group(1)) if words else None
+    return f" ({hint})" if hint else ""
 
 
 def parse_module(source: str, filename: str) -> Module:

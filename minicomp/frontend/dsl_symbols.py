@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 import torch
 
 from minicomp.frontend.dsl_ast import FuncDef, Pos, Source, TypeSpec
+from minicomp.frontend.dsl_limits import INT64_MAX, fits_int64, shown_int
 from minicomp.ir.dtypes import NAME_TO_DTYPE, dtype_name, parse_dtype, type_str
 
 
@@ -91,6 +92,9 @@ def bind_symbols(src: Source, f: FuncDef, dims: dict[str, int],
             raise src.error(f"--dim {name}={value}: '{f.name}' has no symbol {name} (its symbols: {known})", f.pos)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise src.error(f"--dim {name}={value}: a dimension must be a non-negative integer", f.pos)
+        if not fits_int64(value):
+            raise src.error(f"--dim {name}={shown_int(value)}: a dimension must fit in 64 bits (at most "
+                            f"{INT64_MAX})", f.pos)
         symbols[name] = Bound(value, "--dim")
     if example_inputs is not None:
         if len(example_inputs) != len(f.params):

@@ -1,0 +1,166 @@
+"""The DSL frontend's limits, and reading a program from disk.
+
+Every input to the frontend ends in a graph or a `MinicompError` (a `SourceError` where a
+position is known). The checks that keep that promise for inputs far outside what real
+programs hold live here, each with the limit it enforces:
+
+- `read_program(path)`: a regular file of at most `MAX_PROGRAM_BYTES`, UTF-8 (a leading
+  byte-order mark is dropped); a directory, a missing file, a FIFO or a device, or bytes
+  that are not UTF-8 are reported, never raised as OSError or UnicodeDecodeError;
+- `MAX_NESTING`: how deeply expressions, and the functions inlined into each other, may
+  nest. The lowering recurses once per level (the parser and the tree builder do not
+  recurse at all), so this bound keeps it far from Python's recursion limit: ~5 frames a
+  level, 500 at the limit. Chains of one operator (`a + b + c + ...`) and runs of unary
+  minus are walked in a loop and cost one level, however long;
+- integers are 64-bit: literals, `--dim` values and compile-time arithmetic outside
+  [-2**63, 2**63 - 1] are refused rather than wrapped or left to overflow inside PyTorch;
+  a tensor may hold at most 2**63 - 1 elements; a number stored into an integer tensor
+  must fit its dtype;
+- `printable(text)`: what error messages echo from the program is shown with control and
+  format characters replaced, so a message never carries a terminal escape, a line
+  break or a lone surrogate into the user's terminal.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import unicodedata
+from pathlib import Path
+
+import torch
+
+from minicomp.errors import MinicompError, SourceError
+
+MAX_PROGRAM_BYTES = 16 * 1024 * 1024
+MAX_NESTING = 100
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+# Unicode categories a terminal does not show as one plain character: controls, format
+# characters (zero-width, bidi overrides), surrogates, line and paragraph separators.
+_UNPRINTABLE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+
+
+def printable(text: str, escape: bool = False) -> str:
+    """`text` safe to print: unprintable characters become `?` (escape=False keeps every
+    character one column wide, so a caret under the line stays aligned) or `\\x1b`-style
+    escapes (escape=True, for messages)."""
+    out = []
+    for ch in text:
+        if ch == "\t" or unicodedata.category(ch) not in _UNPRINTABLE:
+            out.append(ch)
+        else:
+            out.append(ascii(ch)[1:-1] if escape else "?")
+    return "".join(out)
+
+
+def fits_int64(v: int) -> bool:
+    return INT64_MIN <= v <= INT64_MAX
+
+
+def shown_int(v: int) -> str:
+    """An integer for a message: long ones are cut (a 400-digit literal is not echoed whole)."""
+    text = str(v)
+    return text if len(text) <= 24 else f"{text[:12]}...{text[-6:]} ({len(text)} digits)"
+
+
+def fits_dtype(value: bool | int | float, dtype: torch.dtype) -> bool:
+    """Whether a Python number can be stored in a tensor of `dtype` (floats may round or
+    overflow to inf, as PyTorch's do; integers must be in range)."""
+    if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
+        return True
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")  # NaN and inf have no integer
+    info = torch.iinfo(dtype)
+    return info.min <= int(value) <= info.max
+
+
+def numel_error(shape: tuple[int, ...]) -> str | None:
+    """Why a tensor of `shape` cannot exist (too many elements), or None."""
+    n = 1
+    for d in shape:
+        n *= d
+    if n > INT64_MAX:
+        return f"a tensor of shape {list(shape)} would hold {shown_int(n)} elements, more than 2**63 - 1"
+    return None
+
+
+# ------------------------------------------------------------------ reading a program
+
+
+def read_program(path: str | os.PathLike) -> str:
+    """The text of a DSL program file; MinicompError (SourceError for bad bytes) if it cannot be one.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO, a device or a
+    directory put in place of the file is refused, never waited on or read without end.
+    """
+    shown = os.fspath(path)
+    try:
+        fd = os.open(shown, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise MinicompError(f"{shown}: {_os_reason(e)}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise MinicompError(f"{shown}: is a directory, not a DSL program")
+        if not stat.S_ISREG(info.st_mode):
+            raise MinicompError(f"{shown}: is not a regular file (a DSL program is read from a file)")
+        if info.st_size > MAX_PROGRAM_BYTES:
+            raise MinicompError(f"{shown}: is {info.st_size} bytes; a DSL program may hold at most "
+                                f"{MAX_PROGRAM_BYTES} bytes")
+        chunks, total = [], 0
+        while True:  # read to the end, but never past the limit (the file may grow while read)
+            chunk = os.read(fd, min(1 << 20, MAX_PROGRAM_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_PROGRAM_BYTES:
+                raise MinicompError(f"{shown}: holds more than {MAX_PROGRAM_BYTES} bytes, the limit for a DSL program")
+    except OSError as e:
+        raise MinicompError(f"{shown}: {_os_reason(e)}") from None
+    finally:
+        os.close(fd)
+    return decode_program(b"".join(chunks), shown)
+
+
+def decode_program(data: bytes, filename: str) -> str:
+    """UTF-8 bytes -> text (a leading BOM dropped); SourceError at the first byte that is not UTF-8."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        line_end = data.find(b"\n", e.start)
+        line_bytes = data[line_start: line_end if line_end >= 0 else len(data)]
+        line = line_bytes.decode("utf-8", "replace").rstrip("\r")
+        col = len(data[line_start:e.start].decode("utf-8", "replace")) + 1
+        lineno = data.count(b"\n", 0, e.start) + 1
+        raise SourceError(f"the file is not UTF-8 text: byte 0x{data[e.start]:02x} cannot be decoded "
+                          "(save the program as UTF-8)", filename, lineno, col, printable(line)) from None
+
+
+def _os_reason(e: OSError) -> str:
+    reasons = {errno.ENOENT: "no such file", errno.EISDIR: "is a directory, not a DSL program",
+               errno.EACCES: "cannot be read (permission denied)", errno.ENOTDIR: "no such file (a part of the "
+               "path is not a directory)", errno.ELOOP: "too many levels of symbolic links",
+               errno.ENAMETOOLONG: "the file name is too long"}
+    return reasons.get(e.errno, f"cannot be read ({e.strerror or type(e).__name__})")
+
+
+def is_program_path(text_or_path: str | os.PathLike) -> bool:
+    """Whether `compile_dsl`'s first argument names a file: a path object always; a string
+    when it is one line that names an existing file or ends in `.mc` (program text always
+    holds a `{`, which such a string may too, but then it is a file that exists)."""
+    if isinstance(text_or_path, os.PathLike):
+        return True
+    if "\n" in text_or_path:
+        return False
+    if text_or_path.endswith(".mc"):
+        return True
+    try:
+        return Path(text_or_path).is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file, so text
+        return False
