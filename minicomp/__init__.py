@@ -5,6 +5,8 @@
     @minicomp.compile
     def f(x, w): ...
 
+    g = minicomp.compile_dsl("samples/rmsnorm.mc")   # or DSL text; compiled at the first call
+
 See README.md and DESIGN.md; the stages live in `ir`, `frontend`, `passes`, `plan`, `codegen`, `runtime`.
 """
 
@@ -18,8 +20,8 @@ if not _torch.cuda.is_available():
     # imports it through torch._dynamo), so it is set here, at minicomp's import.
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from minicomp.api import CompiledFunction, compile  # noqa: E402
+from minicomp.api import CompiledFunction, DslFunction, compile, compile_dsl  # noqa: E402
 from minicomp.errors import MinicompError
 
 __version__ = "0.1.0"
-__all__ = ["compile", "CompiledFunction", "MinicompError"]
+__all__ = ["compile", "compile_dsl", "CompiledFunction", "DslFunction", "MinicompError"]

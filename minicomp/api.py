@@ -396,3 +396,118 @@ def compile(fn: Callable | None = None, **options: Any):
     if fn is None:
         return lambda f: CompiledFunction(f, opts)
     return CompiledFunction(fn, opts)
+
+
+# ------------------------------------------------------------------ DSL programs
+
+
+class DslFunction:
+    """A DSL function compiled for each new input signature: what `compile_dsl` returns.
+
+    The program is parsed when this is made, so a syntax error is raised by `compile_dsl`
+    itself. A call with a new signature (shapes, dtypes, strides, device) binds the entry
+    function's symbols from the inputs' shapes and `dims`, lowers it to a graph (the input
+    types are checked against the declared ones there) and compiles it; later calls with
+    that signature reuse the result. Compiling holds a lock, so threads may share one.
+    """
+
+    def __init__(self, text: str, filename: str, entry: str | None, dims: dict[str, int] | None,
+                 options: Options):
+        import threading
+
+        from minicomp.frontend.dsl import list_functions
+        self.text, self.filename, self.entry = text, filename, entry
+        self.dims = dict(dims or {})
+        self.options = options
+        self.functions = list_functions(text, filename)   # parses: SourceError here, not at the first call
+        if entry is not None and entry not in self.functions:
+            raise MinicompError(f"{filename}: no function named '{entry}'; it defines "
+                                f"{', '.join(self.functions) or 'no function'}")
+        self.__name__ = entry or "dsl_function"
+        self._cache: dict[Any, Compiled] = {}
+        self._last: Compiled | None = None
+        self._lock = threading.Lock()
+
+    def compile_for(self, *args: Any) -> Compiled:
+        """The compiled specialisation for these inputs (compiling it if new), without running it."""
+        return self._compiled(list(args))
+
+    def _compiled(self, tensors: list) -> Compiled:
+        bad = sorted({type(a).__name__ for a in tensors if not isinstance(a, torch.Tensor)})
+        if bad:
+            raise GuardError(f"{self.__name__} takes tensors only; got {', '.join(bad)}")
+        key = _signature(tensors)
+        with self._lock:
+            if key not in self._cache:
+                from minicomp.frontend.dsl import load_dsl
+                graph = load_dsl(self.text, self.filename, entry=self.entry, dims=self.dims, example_inputs=tensors)
+                self.__name__ = graph.name
+                self._cache[key] = compile_graph(graph, tensors, self.options)
+            self._last = self._cache[key]
+            return self._last
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise GuardError(f"{self.__name__} was called with keyword argument(s) {', '.join(sorted(kwargs))}; "
+                             "compiled functions take their tensors positionally")
+        compiled = self._compiled(list(args))
+        outs = compiled.call(*args)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _need(self) -> Compiled:
+        if self._last is None:
+            raise MinicompError(f"{self.__name__} has not been called yet: plan, source and explain() exist after "
+                                "the first call")
+        return self._last
+
+    @property
+    def plan(self):
+        return self._need().plan
+
+    @property
+    def source(self) -> str:
+        return self._need().generated.source
+
+    @property
+    def graph(self) -> Graph:
+        return self._need().graph
+
+    def explain(self) -> str:
+        c = self._need()
+        return f"{c.graph.dump()}\n\n{c.plan.table()}"
+
+    def __repr__(self) -> str:
+        return f"<minicomp DSL function {self.__name__} from {self.filename}>"
+
+
+def compile_dsl(text_or_path: Any, entry: str | None = None, dims: dict[str, int] | None = None,
+                **options: Any) -> DslFunction:
+    """Compile a DSL program, given as text or as a path to a `.mc` file, into a callable.
+
+        f = minicomp.compile_dsl("samples/rmsnorm.mc")
+        h, y = f(x, residual, weight)       # compiled on this first call, for these shapes
+        f.plan, f.source, f.explain()
+
+    A `pathlib.Path`, or a one-line string that ends in `.mc` or names an existing file, is
+    read as a file (`read_program`: UTF-8, at most 16 MiB); any other string is program
+    text, reported as `<string>` in errors. `entry` names the function to compile (left
+    out, the frontend's own default); `dims` binds symbols (`{"N": 64}`) that the inputs'
+    shapes do not; `options` are `minicomp.compile`'s (passes, machine, ...).
+    """
+    import os
+
+    from minicomp.frontend.dsl_limits import is_program_path, read_program
+    known = set(Options.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise MinicompError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    if not isinstance(text_or_path, (str, os.PathLike)):
+        raise MinicompError(f"compile_dsl takes DSL text or the path of a .mc file, not {type(text_or_path).__name__}")
+    if dims is not None and not isinstance(dims, dict):
+        raise MinicompError(f"dims must be a dict of symbol name to int, like {{'N': 64}}, not {type(dims).__name__}")
+    if is_program_path(text_or_path):
+        filename = os.fspath(text_or_path)
+        text = read_program(filename)
+    else:
+        filename, text = "<string>", text_or_path
+    return DslFunction(text, filename, entry, dims, Options(**options))

@@ -124,9 +124,9 @@ def _load(args, dims) -> Job:
     if not path.exists():
         raise MinicompError(f"{args.file}: no such file")
     if path.suffix == ".mc":
-        from minicomp.frontend.dsl import load_dsl
+        from minicomp.frontend.dsl import load_dsl, read_program
         from minicomp.ir.interpret import run
-        graph = load_dsl(path.read_text(), str(args.file), entry=args.entry, dims=dims)
+        graph = load_dsl(read_program(path), str(args.file), entry=args.entry, dims=dims)
         reference = graph.copy()
         return Job(graph, lambda: _random_inputs(graph, args.file), lambda: _meta_inputs(graph, args.file),
                    lambda ins: run(reference, ins),
