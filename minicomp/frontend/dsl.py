@@ -38,7 +38,7 @@ from minicomp.frontend.dsl_ast import (BinOp, Bool, Call, Expr, FuncDef, ListExp
 from minicomp.frontend.dsl_builtins import (BUILTINS, REQUIRED, CallError, Emit, TensorVal, Value, bind_args,
                                             call_builtin, describe, pointwise)
 from minicomp.frontend.dsl_entry import pick_entry
-from minicomp.frontend.dsl_limits import MAX_NESTING, fits_dtype, fits_int64, numel_error, read_program  # noqa: F401
+from minicomp.frontend.dsl_limits import MAX_NESTING, fits_dtype, fits_int64, read_program, size_error  # noqa: F401
 from minicomp.frontend.dsl_parse import parse_module
 from minicomp.frontend.dsl_symbols import Bound, Mismatch, bind_symbols, check_dtypes, shown, unify
 from minicomp.ir.dtypes import dtype_name, parse_dtype
@@ -108,7 +108,7 @@ class Lowerer:
         frame = Frame(f, symbols)
         for p in f.params:
             shape = [d.value if isinstance(d.value, int) else symbols[d.value].value for d in p.type.dims]
-            too_big = numel_error(tuple(shape))
+            too_big = size_error(tuple(shape), parse_dtype(p.type.dtype))
             if too_big:
                 raise self.src.error(f"parameter '{p.name}': {too_big}", p.type.pos)
             nid = self.g.add_input(p.name, shape, parse_dtype(p.type.dtype), origin=self.src.origin(p.pos))
@@ -325,8 +325,9 @@ class Lowerer:
 
     def guard(self, pos: Pos, arg_pos: dict[str, Pos], what: Callable[[], str] | None, thunk: Callable[[], Any]):
         """Run `thunk`, turning CallError and Graph.add's ValueError into SourceError."""
+        first = self.g._next_id
         try:
-            return thunk()
+            out = thunk()
         except CallError as err:
             raise self.src.error(err.message, arg_pos.get(err.arg, pos)) from None
         except (ValueError, IndexError, RuntimeError, TypeError) as err:
@@ -335,6 +336,11 @@ class Lowerer:
             prefix = f"{what()}: " if what else ""
             first_line = str(err).split("\n")[0]  # PyTorch's messages can run on; one line is the fact
             raise self.src.error(f"{prefix}{first_line}", pos) from None
+        for nid in range(first, self.g._next_id):  # meta tensors let element counts overflow silently
+            too_big = nid in self.g and size_error(self.g.node(nid).shape, self.g.node(nid).dtype)
+            if too_big:
+                raise self.src.error(too_big, pos)
+        return out
 
     def emit(self, pos: Pos) -> Emit:
         return Emit(self.g, self.src.origin(pos))

@@ -14,7 +14,7 @@ programs hold live here, each with the limit it enforces:
   minus are walked in a loop and cost one level, however long;
 - integers are 64-bit: literals, `--dim` values and compile-time arithmetic outside
   [-2**63, 2**63 - 1] are refused rather than wrapped or left to overflow inside PyTorch;
-  a tensor may hold at most 2**63 - 1 elements; a number stored into an integer tensor
+  a tensor may take at most 2**63 - 1 bytes; a number stored into an integer tensor
   must fit its dtype;
 - `printable(text)`: what error messages echo from the program is shown with control and
   format characters replaced, so a message never carries a terminal escape, a line
@@ -76,13 +76,16 @@ def fits_dtype(value: bool | int | float, dtype: torch.dtype) -> bool:
     return info.min <= int(value) <= info.max
 
 
-def numel_error(shape: tuple[int, ...]) -> str | None:
-    """Why a tensor of `shape` cannot exist (too many elements), or None."""
+def size_error(shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
+    """Why a tensor of `shape` and `dtype` cannot exist, or None: PyTorch (and so every
+    stage after the frontend) counts elements and bytes in 64 bits."""
     n = 1
     for d in shape:
         n *= d
-    if n > INT64_MAX:
-        return f"a tensor of shape {list(shape)} would hold {shown_int(n)} elements, more than 2**63 - 1"
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    if nbytes > INT64_MAX:
+        return (f"a tensor of shape {list(shape)} would take {shown_int(nbytes)} bytes, more than 2**63 - 1 "
+                "(sizes are 64-bit)")
     return None
 
 
