@@ -420,10 +420,13 @@ class DslFunction:
         self.dims = dict(dims or {})
         self.options = options
         self.functions = list_functions(text, filename)   # parses: SourceError here, not at the first call
+        if not self.functions:
+            raise MinicompError(f"{filename}: defines no function (expected 'func name(x: f32[N]) {{ ... }}')")
         if entry is not None and entry not in self.functions:
             raise MinicompError(f"{filename}: no function named '{entry}'; it defines "
                                 f"{', '.join(self.functions) or 'no function'}")
-        self.__name__ = entry or "dsl_function"
+        # with one function any entry rule picks it; otherwise the frontend's rule names it at the first call
+        self.__name__ = entry or (self.functions[0] if len(self.functions) == 1 else "dsl_function")
         self._cache: dict[Any, Compiled] = {}
         self._last: Compiled | None = None
         self._lock = threading.Lock()

@@ -46,13 +46,23 @@ def _var(e: Emit, x: Tensor, axis: Axes | None = None, keepdim: bool = False, co
     return _reduce(e, "var", x, axis, keepdim, correction=correction)
 
 
+def _empty_axis(e: Emit, x: int, axis: int) -> bool:
+    """Whether `axis` of a floating x has size 0 (an out-of-range axis is left to the composite's error)."""
+    shape = e.node(x).shape
+    return e.node(x).dtype.is_floating_point and -len(shape) <= axis < len(shape) and shape[axis] == 0
+
+
 @builtin()
 def _softmax(e: Emit, x: Tensor, axis: int = -1) -> Value:
+    if _empty_axis(e, x, axis):  # eager gives x's (empty) shape; the decomposition's amax would refuse it
+        return TensorVal(x)
     return TensorVal(composites.softmax(e.g, x, axis, origin=e.origin))
 
 
 @builtin()
 def _log_softmax(e: Emit, x: Tensor, axis: int = -1) -> Value:
+    if _empty_axis(e, x, axis):
+        return TensorVal(x)
     return TensorVal(composites.log_softmax(e.g, x, axis, origin=e.origin))
 
 
@@ -91,6 +101,9 @@ def _matmul(e: Emit, a: Tensor, b: Tensor) -> Value:
 
 @builtin()
 def _linear(e: Emit, x: Tensor, w: Tensor, b: Tensor | None = None) -> Value:
+    if e.rank(w) not in (1, 2):  # as F.linear: matmul's batching would accept more, eager does not
+        raise CallError(f"linear's w must be [out_features, in_features] or [in_features], got {e.node(w).type}",
+                        arg="w")
     _same_dtype(e, "linear", x=x, w=w)
     return TensorVal(composites.linear(e.g, x, w, b, origin=e.origin))
 

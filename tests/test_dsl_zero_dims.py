@@ -1,0 +1,119 @@
+"""Zero-size dims through every DSL builtin: eager's answer, or a SourceError where eager refuses.
+
+Each builtin is called on an f32 input whose shape has a zero (or, for comparison, none),
+with its dims bound as symbols. Where eager PyTorch computes the same expression, the
+frontend must give a verified graph whose reference run equals eager's result (shape,
+dtype and values); where eager raises, the frontend must raise SourceError (never another
+exception: head dim 0 used to raise ZeroDivisionError). One shape also runs end to end.
+A builtin missing from the table below fails `test_every_builtin_is_covered`, except
+elementwise registry ops, which are covered by their arity.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tol
+from minicomp.api import compile_graph
+from minicomp.errors import SourceError
+from minicomp.frontend.dsl import load_dsl
+from minicomp.frontend.dsl_builtins import BUILTINS
+from minicomp.ir import ops
+from minicomp.ir.interpret import run
+
+SHAPES = [(0,), (0, 3), (3, 0), (2, 0, 3), (0, 0), (2, 3)]
+END_TO_END_SHAPE = (3, 0)
+
+
+def _dims(rank: int) -> str:
+    return ", ".join(f"D{i}" for i in range(rank))
+
+
+# builtin -> (DSL expression over x with dims D0.., eager function of x)
+TABLE = {
+    "where": ("where(x > 0.0, x, 0.0)", lambda x: torch.where(x > 0, x, 0.0)),
+    "gelu": ('gelu(x, approximate="tanh")', lambda x: F.gelu(x, approximate="tanh")),
+    "silu": ("silu(x)", F.silu),
+    "pow": ("pow(x, 2)", lambda x: torch.pow(x, 2)),
+    "clamp": ("clamp(x, min=-0.5, max=0.5)", lambda x: torch.clamp(x, -0.5, 0.5)),
+    "cast": ("cast(x, f16)", lambda x: x.to(torch.float16)),
+    "type_as": ("type_as(x, cast(x, bf16))", lambda x: x.to(torch.bfloat16)),
+    "tril": ("tril(x, diagonal=1)", lambda x: torch.tril(x, 1)),
+    "triu": ("triu(x, diagonal=-1)", lambda x: torch.triu(x, -1)),
+    "full": ("full([{dims}], 1.5)", lambda x: torch.full(x.shape, 1.5)),
+    "arange": ("arange(D0)", lambda x: torch.arange(x.shape[0])),
+    "causal_mask": ("causal_mask(D0, D{last})", lambda x: torch.ones(x.shape[0], x.shape[-1], dtype=torch.bool).tril()),
+    "sum": ("sum(x, axis=-1)", lambda x: torch.sum(x, -1)),
+    "mean": ("mean(x, axis=0, keepdim=true)", lambda x: torch.mean(x, 0, keepdim=True)),
+    "amax": ("amax(x, axis=-1)", lambda x: torch.amax(x, -1)),
+    "amin": ("amin(x, axis=0)", lambda x: torch.amin(x, 0)),
+    "var": ("var(x, axis=-1, correction=0)", lambda x: torch.var(x, -1, correction=0)),
+    "softmax": ("softmax(x, axis=-1)", lambda x: torch.softmax(x, -1)),
+    "log_softmax": ("log_softmax(x, axis=0)", lambda x: torch.log_softmax(x, 0)),
+    "layer_norm": ("layer_norm(x)", lambda x: F.layer_norm(x, x.shape[-1:])),
+    "rms_norm": ("rms_norm(x)", lambda x: F.rms_norm(x, x.shape[-1:])),
+    "matmul": ("x @ transpose(x, 0, -1)", lambda x: x @ x.transpose(0, -1)),
+    "linear": ("linear(x, x)", lambda x: F.linear(x, x)),
+    "attention": ("attention(x, x, x)", lambda x: F.scaled_dot_product_attention(x, x, x)),
+    "reshape": ("reshape(x, [-1])", lambda x: x.reshape(-1)),
+    "expand": ("expand(unsqueeze(x, 0), [2, {dims}])", lambda x: x.unsqueeze(0).expand(2, *x.shape)),
+    "permute": ("permute(x, [{reversed}])", lambda x: x.permute(*reversed(range(x.dim())))),
+    "transpose": ("transpose(x, 0, -1)", lambda x: x.transpose(0, -1)),
+    "unsqueeze": ("unsqueeze(x, -1)", lambda x: x.unsqueeze(-1)),
+    "squeeze": ("squeeze(x)", lambda x: x.squeeze()),
+    "contiguous": ("contiguous(x) + 0.0", lambda x: x + 0.0),
+    "slice": ("slice(x, -1, 1, 3)", lambda x: x[..., 1:3]),
+    "cat": ("cat([x, x * 2.0], axis=-1)", lambda x: torch.cat([x, x * 2], -1)),
+}
+
+
+def _case(name: str) -> tuple[str, object]:
+    if name in TABLE:
+        return TABLE[name]
+    arity = ops.get(name).arity  # an elementwise registry op: operands only
+    fn = getattr(torch, name)
+    return f"{name}({', '.join(['x'] * arity)})", lambda x: fn(*[x] * arity)
+
+
+def test_every_builtin_is_covered():
+    uncovered = [n for n in BUILTINS if n not in TABLE and not (n in ops.REGISTRY and hasattr(torch, n))]
+    assert not uncovered, f"add these builtins to TABLE: {uncovered}"
+
+
+def _eager(fn, x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # var over an empty axis warns, as eager does
+        try:
+            return fn(x), None
+        except (RuntimeError, IndexError, ValueError) as err:
+            return None, err
+
+
+def _program(name: str, shape: tuple[int, ...]) -> tuple[str, dict[str, int]]:
+    template, _ = _case(name)
+    expr = template.format(dims=_dims(len(shape)), last=max(len(shape) - 1, 0),
+                           reversed=", ".join(str(i) for i in reversed(range(len(shape)))))
+    return f"func f(x: f32[{_dims(len(shape))}]) {{\n  return {expr}\n}}\n", {f"D{i}": d for i, d in enumerate(shape)}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(BUILTINS))
+def test_zero_dims_give_eagers_answer_or_a_source_error(name, shape):
+    src, dims = _program(name, shape)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    want, refused = _eager(_case(name)[1], x)
+    if refused is not None:
+        with pytest.raises(SourceError):
+            load_dsl(src, "z.mc", dims=dims)
+        return
+    graph = load_dsl(src, "z.mc", dims=dims)
+    (got,) = run(graph, [x])
+    assert got.shape == want.shape and got.dtype == want.dtype, src
+    torch.testing.assert_close(got, want, equal_nan=True, **tol(want.dtype))
+    if shape == END_TO_END_SHAPE:
+        (compiled,) = compile_graph(graph, [x]).call(x)
+        torch.testing.assert_close(compiled, want, equal_nan=True, **tol(want.dtype))
