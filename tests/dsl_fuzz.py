@@ -28,7 +28,6 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
 from minicomp.errors import MinicompError, SourceError
 from minicomp.frontend.dsl import load_dsl

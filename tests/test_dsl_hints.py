@@ -47,7 +47,8 @@ CASES = [
     ("or", "(x > 0.0) | (y > 0.0)", 20, "unexpected character '|': write logical_or(a, b)"),
     ("not", "~(x > 0.0)", 10, "unexpected character '~': write logical_not(x)"),
     ("semicolon", "x;", 11, "unexpected character ';': statements end at the end of a line, without ';'"),
-    ("len", "len(x)", 10, "unknown function 'len': dims are names: a parameter typed f32[N] makes N an int in the body"),
+    ("len", "len(x)", 10,
+     "unknown function 'len': dims are names: a parameter typed f32[N] makes N an int in the body"),
 ]
 
 
@@ -66,7 +67,8 @@ def test_usual_mistakes_get_a_hint_at_the_culprit(case):
      "(there is no if: programs are straight-line code; choose values with where(cond, a, b))"),
     ("func f(x: f32[4]) {\n  for i in x {\n  }\n  return x\n}\n", 2, 7,
      "(there are no loops: programs are straight-line code over whole tensors)"),
-    ("def f(x: f32[4]) {\n  return x\n}\n", 1, 1, "(functions start with 'func': func name(x: f32[N]) -> f32[N] { ... })"),
+    ("def f(x: f32[4]) {\n  return x\n}\n", 1, 1,
+     "(functions start with 'func': func name(x: f32[N]) -> f32[N] { ... })"),
     ("import torch\nfunc f(x: f32[4]) {\n  return x\n}\n", 1, 1,
      "(there are no imports: every function of the file and every builtin is in scope)"),
 ])

@@ -58,7 +58,8 @@ def test_fuzzed_inputs_give_a_graph_or_a_minicomp_error(tmp_path):
             crashes.setdefault(kind, (case, result))
         elif kind == "ok" and len(small) < END_TO_END and _runs_quickly(result):
             small.append((case, result))
-    report = "\n\n".join(f"{kind} ({outcomes[kind]}x): {err!r}\n{_shown(case)}" for kind, (case, err) in crashes.items())
+    report = "\n\n".join(f"{kind} ({outcomes[kind]}x): {err!r}\n{_shown(case)}"
+                         for kind, (case, err) in crashes.items())
     assert not crashes, f"{sum(outcomes[k] for k in crashes)} of {EXAMPLES} inputs crashed:\n{report}"
     # the fuzzer must stay useful: both valid programs and broken ones, in numbers
     assert outcomes["ok"] >= EXAMPLES // 10 and outcomes["SourceError"] >= EXAMPLES // 4, outcomes

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from minicomp.frontend.dsl_hints import unknown_keyword
-from minicomp.frontend.dsl_limits import fits_dtype, fits_int64, shown_int
+from minicomp.frontend.dsl_limits import exact_int_fold, fits_dtype, kernel_refuses
 from minicomp.ir import ops
 from minicomp.ir.dtypes import dtype_name
 from minicomp.ir.graph import Graph, Node
@@ -265,22 +265,14 @@ def _fold(op: str, values: list[Value], attrs: dict[str, Any]) -> Value:
         dt = torch.bool if isinstance(v, bool) else torch.int64 if isinstance(v, int) else torch.float64
         return torch.tensor(v, dtype=dt)
 
-    exact = _EXACT_INT.get(op)
-    if exact is not None and all(_is_int(v) for v in values):
-        out = exact(*values)  # int64 arithmetic wraps silently: do it exactly and refuse what does not fit
-        if not fits_int64(out):
-            raise ValueError(f"integer overflow: {op} of {', '.join(map(shown_int, values))} does not fit in 64 bits")
-        return out
+    exact = exact_int_fold(op, values)  # int64 arithmetic on ints wraps silently: exact, or refused
+    if exact is not None:
+        return exact
     try:
         out = ops.get(op).ref(*[as_tensor(v) for v in values], **attrs)
     except (RuntimeError, TypeError, OverflowError) as err:  # e.g. relu(true): reported like a graph op's error
         raise ValueError(str(err).split("\n")[0]) from None
     return out.item()
-
-
-# Integer ops folded with Python's exact integers (then checked against the 64-bit range).
-_EXACT_INT = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-              "neg": lambda a: -a, "abs": abs}
 
 
 def broadcast_error(g: Graph, nids: Sequence[int]) -> str | None:
@@ -305,7 +297,7 @@ def pointwise(e: Emit, op: str, values: Sequence[Value], **attrs: Any) -> Value:
         if nid is None:
             raise CallError(f"expected a tensor or a number, got {describe(v, e.g)}", arg=f"#{i}")
         nids.append(nid)
-    msg = broadcast_error(e.g, nids) or _kernel_refuses(e, op, nids, attrs)
+    msg = broadcast_error(e.g, nids) or kernel_refuses(op, [e.node(n).dtype for n in nids], attrs)
     if msg:
         raise CallError(msg)
     out = e.add(op, *nids, **attrs)
@@ -313,24 +305,6 @@ def pointwise(e: Emit, op: str, values: Sequence[Value], **attrs: Any) -> Value:
     if want is not None and want != e.node(out.nid).dtype:
         out = e.add("cast", out.nid, dtype=want)
     return out
-
-
-def _kernel_refuses(e: Emit, op: str, nids: Sequence[int], attrs: dict[str, Any]) -> str | None:
-    """Why PyTorch's CPU kernel refuses `op` on these dtypes, or None. Shape inference runs on
-    meta tensors, which accept some ops the kernels refuse (relu or abs of bool, neg of bool);
-    eager refuses them, so the DSL does too, rather than build a graph that cannot run.
-    Float operands are always accepted, so only calls with a bool or integer operand are tried."""
-    dtypes = [e.node(n).dtype for n in nids]
-    if all(dt.is_floating_point for dt in dtypes):
-        return None
-    if op in ("neg", "sub") and torch.bool in dtypes:  # PyTorch's own advice names Python operators
-        return "'-' of b8 is not supported: invert a mask with logical_not(x), compare two with ne(a, b)"
-    try:
-        ops.get(op).ref(*[torch.zeros((), dtype=dt) for dt in dtypes], **attrs)
-    except (RuntimeError, TypeError, NotImplementedError) as err:
-        types = " and ".join(dtype_name(dt) for dt in dtypes)
-        return f"{op} of {types} is not supported (PyTorch: {str(err).splitlines()[0]})"
-    return None
 
 
 def _weak_scalar_dtype(e: Emit, op: str, values: Sequence[Value], attrs: dict[str, Any]) -> torch.dtype | None:

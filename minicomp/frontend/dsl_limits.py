@@ -16,6 +16,8 @@ programs hold live here, each with the limit it enforces:
   [-2**63, 2**63 - 1] are refused rather than wrapped or left to overflow inside PyTorch;
   a tensor may take at most 2**63 - 1 bytes; a number stored into an integer tensor
   must fit its dtype;
+- what PyTorch's CPU kernels refuse (`kernel_refuses`: relu of bool...) is refused when
+  the graph is built, although the meta tensors of shape inference accept it;
 - `printable(text)`: what error messages echo from the program is shown with control and
   format characters replaced, so a message never carries a terminal escape, a line
   break or a lone surrogate into the user's terminal.
@@ -28,10 +30,13 @@ import os
 import stat
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from minicomp.errors import MinicompError, SourceError
+from minicomp.ir import ops
+from minicomp.ir.dtypes import dtype_name
 
 MAX_PROGRAM_BYTES = 16 * 1024 * 1024
 MAX_NESTING = 100
@@ -86,6 +91,41 @@ def size_error(shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
     if nbytes > INT64_MAX:
         return (f"a tensor of shape {list(shape)} would take {shown_int(nbytes)} bytes, more than 2**63 - 1 "
                 "(sizes are 64-bit)")
+    return None
+
+
+# Integer ops folded with Python's exact integers (then checked against the 64-bit range).
+_EXACT_INT = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+              "neg": lambda a: -a, "abs": abs}
+
+
+def exact_int_fold(op: str, values: list) -> int | None:
+    """`op` of Python ints, exactly (None: not all ints, or not an op folded this way);
+    ValueError past 64 bits."""
+    exact = _EXACT_INT.get(op)
+    if exact is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    out = exact(*values)
+    if not fits_int64(out):
+        raise ValueError(f"integer overflow: {op} of {', '.join(map(shown_int, values))} does not fit in 64 bits")
+    return out
+
+
+def kernel_refuses(op: str, dtypes: list[torch.dtype], attrs: dict[str, Any]) -> str | None:
+    """Why PyTorch's CPU kernel refuses `op` on operands of these dtypes, or None. Shape
+    inference runs on meta tensors, which accept some ops the kernels refuse (relu or abs
+    of bool, neg of bool); eager refuses them, so the DSL does too, rather than build a
+    graph that cannot run. Float operands are always accepted, so only calls with a bool
+    or integer operand are tried, on 0-d zeros."""
+    if all(dt.is_floating_point for dt in dtypes):
+        return None
+    if op in ("neg", "sub") and torch.bool in dtypes:  # PyTorch's own advice names Python operators
+        return "'-' of b8 is not supported: invert a mask with logical_not(x), compare two with ne(a, b)"
+    try:
+        ops.get(op).ref(*[torch.zeros((), dtype=dt) for dt in dtypes], **attrs)
+    except (RuntimeError, TypeError, NotImplementedError) as err:
+        types = " and ".join(dtype_name(dt) for dt in dtypes)
+        return f"{op} of {types} is not supported (PyTorch: {str(err).splitlines()[0]})"
     return None
 
 

@@ -249,7 +249,8 @@ def _syntax_error(src: Source, e: UnexpectedInput) -> SourceError:
         before = src.text[:tok.start_pos].rstrip(" \t") if tok.start_pos is not None else ""
         if tok.type == "STAR" and before.endswith("*"):
             # `x ** 2` lexes as two `*`: say what to write instead
-            return src.error("there is no '**' operator: write pow(x, 2) (or x * x)", _pos_at(src.text, len(before) - 1))
+            first_star = _pos_at(src.text, len(before) - 1)
+            return src.error("there is no '**' operator: write pow(x, 2) (or x * x)", first_star)
         message = f"unexpected {_found_words(tok)}: expected {_expected_words(expected)}"
         return src.error(message + _statement_hint(src, pos.line), pos)
     return src.error(f"syntax error: {e}", Pos(getattr(e, "line", 1) or 1, getattr(e, "column", 1) or 1))
