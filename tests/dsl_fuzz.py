@@ -6,9 +6,9 @@ bindings. Inputs come from two kinds of seed programs:
 - programs drawn by `generate`: straight-line code over a few inputs whose shapes the
   generator tracks, so that most of them are valid before mutation;
 and from mutations of them (`mutate`): token deletions, duplications, swaps and insertions
-(grammar tokens, builtin names, near-miss names, odd literals, odd Unicode), numbers and
-dims replaced by odd values (0, huge), expressions wrapped in deep nesting, function chains,
-and byte-level damage (invalid UTF-8).
+(grammar tokens, builtin names, near-miss names, odd literals, odd Unicode), odd keyword
+arguments added to calls, numbers and dims replaced by odd values (0, huge), expressions
+wrapped in deep nesting, function chains, and byte-level damage (invalid UTF-8).
 
 `judge` runs one input through the frontend and names its outcome: `ok` (a verified graph,
 which the reference interpreter then runs when it is small), `SourceError`,
@@ -58,6 +58,11 @@ ODD_NUMBERS = ["0", "-0", "0.0", "-1", "1e400", "1e-400", "9223372036854775807",
 ODD_CHARS = ["é", "ß", "中", "😀", "\u2028", "\u2029", "\u200b", "\ufeff", "\x00", "\x1b[31m", "\r", "\t",
              "\x0c", "\x0b", "\x85", "\u202e", "e\u0301", "\ud800", "\U0010ffff", "\x7f", "ｆｕｎｃ", "Σ"]
 ODD_BYTES = [b"\xff", b"\xfe", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80", b"\xc0\xaf", b"\xef\xbb\xbf"]
+# keyword arguments (a name of some builtin, a value of some kind) added to a call
+ODD_KEYWORDS = ["axis", "keepdim", "dim", "diagonal", "correction", "eps", "scale", "mask", "is_causal", "approximate",
+                "min", "max", "step", "start", "end", "dtype", "shape", "dims", "w", "b", "value", "exponent"]
+ODD_VALUES = ["[]", "[0, 0]", "[-1, -1]", "-1", "99", "9223372036854775807", "-9223372036854775807", "0", "true",
+              "1.5", "nan", "-inf", '"tanh"', '"none"', '""', "f16", "b8", "i8", "[1.5]", "[true]", "x0", "[x0, x0]"]
 HUGE_DIMS = [0, 1, 2 ** 31, 2 ** 32 + 1, 10 ** 12, 2 ** 62, 2 ** 63 - 1, 2 ** 63, 2 ** 64, 10 ** 30]
 DEPTHS = [10, 60, 100, 150, 300, 1000, 4000]
 
@@ -101,7 +106,7 @@ def generate(rng: random.Random) -> Case:
     """A random straight-line program; its shapes are tracked so most steps are well typed."""
     syms = ["M", "N", "K"][: rng.randint(1, 3)]
     size = {s: rng.choice([0, 1, 1, 2, 3, 5, 7]) if rng.random() < 0.9 else rng.choice(HUGE_DIMS) for s in syms}
-    dtype = rng.choice(["f32", "f32", "f16", "bf16"])
+    dtype = rng.choice(["f32", "f32", "f32", "f16", "bf16", "i32", "b8"])
     full = syms[: rng.randint(0, len(syms))]
     params, shapes = [], {}
     for i in range(rng.randint(1, 3)):
@@ -246,7 +251,14 @@ def _mutate_once(rng: random.Random, case: Case) -> Case:
             k = rng.choice(names)
             toks[k], what = _deep(rng, toks[k])
             how.append(what)
-    elif roll < 0.84:
+    elif roll < 0.80:
+        closes = [k for k, t in enumerate(toks) if t == ")"] or [i]
+        k = rng.choice(closes)
+        kw = f", {rng.choice(ODD_KEYWORDS)}={rng.choice(ODD_VALUES)}" if rng.random() < 0.7 else \
+            f", {rng.choice(ODD_VALUES)}"
+        how.append(f"argument {kw[2:]!r}")
+        toks.insert(k, kw)
+    elif roll < 0.85:
         c = rng.choice(ODD_CHARS)
         how.append(f"char {c!r}")
         toks.insert(i, c)

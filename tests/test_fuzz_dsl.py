@@ -146,6 +146,7 @@ def test_a_chain_of_fifty_functions_compiles_and_adds_up():
     ("x * (3037000500 * 3037000500)", "integer overflow: mul"),
     ("x * ((-9223372036854775807 - 1) // -1)", "integer overflow: -9223372036854775808 // -1"),
     ("x + abs(-9223372036854775807 - 1)", "integer overflow: abs"),
+    ("x * pow(2, 1000)", "integer overflow: pow(2, 1000) does not fit in 64 bits"),  # int64 folding gave 0
     ("x + sum(full([100000, 100000, 100000, 100000, 100000], 1.0))", "would take"),
     ("x + sum(reshape(expand(reshape(x, [1, 1, 4]), [4294967296, 4294967296, 4]), [-1]))", "overflow"),
 ])
@@ -173,6 +174,7 @@ def test_huge_dims_that_fit_compile_to_a_graph_without_allocating():
     ("func f(x: i8[4]) -> i8 {\n  return 300\n}\n", "int 300 does not fit in i8"),
     ("func f(x: i8[4]) {\n  return x + full([4], 300, dtype=i8)\n}\n", "value 300 does not fit in i8"),
     ("func f(x: i32[4]) {\n  return x + full([4], nan, dtype=i32)\n}\n", "value nan does not fit in i32"),
+    ("func f(x: f16[4]) {\n  return x + full([4], 1e300, dtype=f16)\n}\n", "value 1e+300 does not fit in f16"),
     ("func g(y: u8[4]) {\n  return y\n}\nfunc f(x: u8[4]) {\n  return g(-1)\n}\n", "int -1 does not fit in u8"),
 ])
 def test_numbers_stored_into_integer_tensors_must_fit(src, fragment):
@@ -183,6 +185,29 @@ def test_numbers_stored_into_integer_tensors_must_fit(src, fragment):
 def test_ops_the_kernels_refuse_on_bool_are_refused_like_eager(expr):
     # shape inference on meta tensors accepts these; eager (and the reference interpreter) do not
     assert "b8" in _error(F32.replace(" -> f32[4]", "") % expr).message
+
+
+@pytest.mark.parametrize("expr", ["pow(x, 4294967297)", "clamp(x, min=1e10)", "pow(x, 1e10)"])
+def test_attributes_that_overflow_the_tensors_dtype_are_refused_like_eager(expr):
+    # PyTorch converts the exponent or bound to f16 and refuses what overflows it
+    err = _error("func f(x: f16[4]) {\n  return %s\n}\n" % expr)
+    assert "of f16 is not supported (PyTorch: value cannot be converted to type c10::Half without overflow)" in err.message
+
+
+def test_a_slice_step_past_the_axis_takes_one_element():
+    # a step of 2**63 - 1 used to overflow the view's strides in the reference run; Python's
+    # slicing takes element 1 (eager's own x[1:5:2**63 - 1] overflows too, and comes out empty)
+    graph = load_dsl("func f(x: f32[5, 3]) {\n  return slice(x, 0, 1, 5, 9223372036854775807)\n}\n", "p.mc")
+    x = torch.randn(5, 3)
+    assert list(range(5))[1:5:9223372036854775807] == [1]
+    torch.testing.assert_close(run(graph, [x])[0], x[1:2])
+
+
+def test_pow_keeps_an_integer_tensor_integer_as_eager_does():
+    graph = load_dsl("func f(x: i32[5]) {\n  return pow(x, 3)\n}\n", "p.mc")
+    x = torch.arange(-2, 3, dtype=torch.int32)
+    (y,) = run(graph, [x])
+    assert y.dtype == torch.int32 and torch.equal(y, torch.pow(x, 3))  # used to be f32
 
 
 def test_head_dim_zero_attention_gives_eagers_answer():

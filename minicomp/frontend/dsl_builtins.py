@@ -10,8 +10,9 @@ with no code here (`_register_pointwise`).
 Invariants:
 - values flowing through the lowering are `TensorVal` (a graph node) or plain Python
   values known at compile time (int, float, bool, str, list, torch.dtype);
-- pointwise ops whose operands are all Python numbers are folded in float64/int64 and
-  never reach the graph (`sqrt(D)` with a bound symbol D is a number);
+- pointwise ops whose operands are all Python numbers are folded (`dsl_limits.fold`: ints
+  exactly, within 64 bits; floats in float64) and never reach the graph (`sqrt(D)` with
+  a bound symbol D is a number);
 - builtins report bad arguments with `CallError`; `Graph.add` reports operands that do
   not fit with ValueError. The lowering turns both into SourceError at the right column.
 """
@@ -25,7 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from minicomp.frontend.dsl_hints import unknown_keyword
-from minicomp.frontend.dsl_limits import exact_int_fold, fits_dtype, kernel_refuses
+from minicomp.frontend.dsl_limits import fits_dtype, fold, kernel_refuses
 from minicomp.ir import ops
 from minicomp.ir.dtypes import dtype_name
 from minicomp.ir.graph import Graph, Node
@@ -94,6 +95,7 @@ Axes = Any            # int or list of ints
 Shape = tuple         # list of ints
 Dtype = torch.dtype   # a bare dtype name in the source: cast(x, bf16)
 Number = Any          # int, float or bool
+Scalar = Any          # int or float, kept as given (an int exponent keeps an int tensor int)
 
 
 def _is_int(v: Value) -> bool:
@@ -132,6 +134,8 @@ def _convert(e: Emit, kind: str, v: Value) -> tuple[bool, Any]:
         return _is_number(v), float(v) if _is_number(v) else None
     if kind == "Number":
         return isinstance(v, (int, float, bool)), v
+    if kind == "Scalar":
+        return _is_number(v), v
     if kind == "bool":
         return isinstance(v, bool), v
     if kind == "str":
@@ -153,7 +157,8 @@ def _convert(e: Emit, kind: str, v: Value) -> tuple[bool, Any]:
 
 _KIND_WORDS = {
     "Tensor": "a tensor or a number", "list[Tensor]": "a list of tensors", "int": "an int",
-    "float": "a number", "Number": "a number or a bool", "bool": "true or false", "str": "a string",
+    "float": "a number", "Number": "a number or a bool", "Scalar": "an int or a float", "bool": "true or false",
+    "str": "a string",
     "Dtype": "a dtype name (f32, bf16, ...)", "Shape": "a list of ints",
     "Axes": "an int or a list of ints",
 }
@@ -259,22 +264,6 @@ def call_builtin(e: Emit, b: Builtin, args: Sequence[Value], kwargs: Sequence[tu
 # ------------------------------------------------------------------ pointwise (with folding)
 
 
-def _fold(op: str, values: list[Value], attrs: dict[str, Any]) -> Value:
-    """Evaluate a pointwise op on Python numbers at compile time, in double precision."""
-    def as_tensor(v):
-        dt = torch.bool if isinstance(v, bool) else torch.int64 if isinstance(v, int) else torch.float64
-        return torch.tensor(v, dtype=dt)
-
-    exact = exact_int_fold(op, values)  # int64 arithmetic on ints wraps silently: exact, or refused
-    if exact is not None:
-        return exact
-    try:
-        out = ops.get(op).ref(*[as_tensor(v) for v in values], **attrs)
-    except (RuntimeError, TypeError, OverflowError) as err:  # e.g. relu(true): reported like a graph op's error
-        raise ValueError(str(err).split("\n")[0]) from None
-    return out.item()
-
-
 def broadcast_error(g: Graph, nids: Sequence[int]) -> str | None:
     """A readable message when the operands' shapes do not broadcast, else None."""
     shapes = [g.node(n).shape for n in nids]
@@ -290,7 +279,7 @@ def broadcast_error(g: Graph, nids: Sequence[int]) -> str | None:
 def pointwise(e: Emit, op: str, values: Sequence[Value], **attrs: Any) -> Value:
     """Apply a pointwise registry op to DSL values, folding when all are numbers."""
     if all(isinstance(v, (int, float, bool)) for v in values):
-        return _fold(op, list(values), attrs)
+        return fold(op, list(values), attrs)
     nids = []
     for i, v in enumerate(values):
         nid = _to_tensor(e, v)
@@ -343,7 +332,7 @@ def _gelu(e: Emit, x: Value, approximate: str = "none") -> Value:
 
 
 @builtin()
-def _pow(e: Emit, x: Value, exponent: float) -> Value:
+def _pow(e: Emit, x: Value, exponent: Scalar) -> Value:
     return pointwise(e, "pow", [x], exponent=exponent)
 
 

@@ -71,10 +71,14 @@ def shown_int(v: int) -> str:
 
 
 def fits_dtype(value: bool | int | float, dtype: torch.dtype) -> bool:
-    """Whether a Python number can be stored in a tensor of `dtype` (floats may round or
-    overflow to inf, as PyTorch's do; integers must be in range)."""
-    if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
+    """Whether a Python number can be stored in a tensor of `dtype`, as `torch.full` decides:
+    a float type takes inf, nan and finite values up to its largest (1e39 is refused for
+    f32, 1e5 for f16); an integer type takes integers in its range."""
+    if dtype == torch.bool or dtype.is_complex:
         return True
+    if dtype.is_floating_point:
+        v = float(value)
+        return v != v or v in (float("inf"), float("-inf")) or abs(v) <= torch.finfo(dtype).max
     if isinstance(value, float):
         return value == value and abs(value) != float("inf")  # NaN and inf have no integer
     info = torch.iinfo(dtype)
@@ -99,25 +103,53 @@ _EXACT_INT = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambd
               "neg": lambda a: -a, "abs": abs}
 
 
-def exact_int_fold(op: str, values: list) -> int | None:
+def exact_int_fold(op: str, values: list, attrs: dict[str, Any]) -> int | None:
     """`op` of Python ints, exactly (None: not all ints, or not an op folded this way);
     ValueError past 64 bits."""
-    exact = _EXACT_INT.get(op)
-    if exact is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return None
-    out = exact(*values)
+    n = attrs.get("exponent")
+    if op == "pow" and isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+        base = values[0]
+        if abs(base) > 1 and n > 64:  # past 2**64 for any base of 2 or more: refused without computing it
+            raise ValueError(f"integer overflow: pow({base}, {n}) does not fit in 64 bits")
+        out = base ** n
+    elif op in _EXACT_INT:
+        out = _EXACT_INT[op](*values)
+    else:
+        return None
     if not fits_int64(out):
         raise ValueError(f"integer overflow: {op} of {', '.join(map(shown_int, values))} does not fit in 64 bits")
     return out
+
+
+def fold(op: str, values: list, attrs: dict[str, Any]) -> bool | int | float:
+    """A pointwise op on Python numbers, evaluated at compile time: integers exactly (and
+    refused past 64 bits, where int64 would wrap), floats in double precision; ValueError
+    with PyTorch's reason where it refuses (relu(true))."""
+    exact = exact_int_fold(op, values, attrs)
+    if exact is not None:
+        return exact
+
+    def as_tensor(v):
+        dt = torch.bool if isinstance(v, bool) else torch.int64 if isinstance(v, int) else torch.float64
+        return torch.tensor(v, dtype=dt)
+
+    try:
+        out = ops.get(op).ref(*[as_tensor(v) for v in values], **attrs)
+    except (RuntimeError, TypeError, OverflowError) as err:  # reported like a graph op's error
+        raise ValueError(str(err).split("\n")[0]) from None
+    return out.item()
 
 
 def kernel_refuses(op: str, dtypes: list[torch.dtype], attrs: dict[str, Any]) -> str | None:
     """Why PyTorch's CPU kernel refuses `op` on operands of these dtypes, or None. Shape
     inference runs on meta tensors, which accept some ops the kernels refuse (relu or abs
     of bool, neg of bool); eager refuses them, so the DSL does too, rather than build a
-    graph that cannot run. Float operands are always accepted, so only calls with a bool
-    or integer operand are tried, on 0-d zeros."""
-    if all(dt.is_floating_point for dt in dtypes):
+    graph that cannot run. Float operands with no attributes are always accepted; other
+    calls are tried on 0-d zeros (PyTorch converts `pow`'s exponent and `clamp`'s bounds
+    to the tensor's dtype, and refuses one that overflows it: pow(x, 1e10) of an f16 x)."""
+    if all(dt.is_floating_point for dt in dtypes) and not any(isinstance(v, (int, float)) for v in attrs.values()):
         return None
     if op in ("neg", "sub") and torch.bool in dtypes:  # PyTorch's own advice names Python operators
         return "'-' of b8 is not supported: invert a mask with logical_not(x), compare two with ne(a, b)"

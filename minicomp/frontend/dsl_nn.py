@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from minicomp.frontend.dsl_builtins import Axes, CallError, Emit, Tensor, TensorVal, Value, builtin
 from minicomp.ir import composites
 
@@ -41,8 +43,18 @@ def _amin(e: Emit, x: Tensor, axis: Axes | None = None, keepdim: bool = False) -
     return _reduce(e, "amin", x, axis, keepdim)
 
 
+def _floating(e: Emit, what: str, **tensors: int) -> None:
+    """PyTorch computes these in floating point only (its kernels refuse integer and bool
+    tensors, though meta tensors accept them); a decomposition would quietly compute them."""
+    for name, t in tensors.items():
+        if not e.node(t).dtype.is_floating_point:
+            raise CallError(f"{what} needs a floating-point tensor, got {e.node(t).type} (cast it first: "
+                            f"cast({name}, f32))", arg=name)
+
+
 @builtin()
 def _var(e: Emit, x: Tensor, axis: Axes | None = None, keepdim: bool = False, correction: int = 1) -> Value:
+    _floating(e, "var", x=x)
     return _reduce(e, "var", x, axis, keepdim, correction=correction)
 
 
@@ -54,6 +66,7 @@ def _empty_axis(e: Emit, x: int, axis: int) -> bool:
 
 @builtin()
 def _softmax(e: Emit, x: Tensor, axis: int = -1) -> Value:
+    _floating(e, "softmax", x=x)
     if _empty_axis(e, x, axis):  # eager gives x's (empty) shape; the decomposition's amax would refuse it
         return TensorVal(x)
     return TensorVal(composites.softmax(e.g, x, axis, origin=e.origin))
@@ -61,6 +74,7 @@ def _softmax(e: Emit, x: Tensor, axis: int = -1) -> Value:
 
 @builtin()
 def _log_softmax(e: Emit, x: Tensor, axis: int = -1) -> Value:
+    _floating(e, "log_softmax", x=x)
     if _empty_axis(e, x, axis):
         return TensorVal(x)
     return TensorVal(composites.log_softmax(e.g, x, axis, origin=e.origin))
@@ -83,11 +97,14 @@ def _rms_norm(e: Emit, x: Tensor, w: Tensor | None = None, eps: float | None = N
 
 
 def _same_dtype(e: Emit, what: str, **tensors: int) -> None:
-    """PyTorch refuses mixed-dtype matmuls on real tensors (meta tensors let them pass)."""
+    """PyTorch refuses mixed-dtype matmuls on real tensors (meta tensors let them pass), and
+    matmuls of bool tensors."""
     dts = {name: e.node(n).dtype for name, n in tensors.items()}
     if len(set(dts.values())) > 1:
         listed = ", ".join(f"{k}: {e.node(tensors[k]).type}" for k in dts)
         raise CallError(f"{what} needs operands of one dtype, got {listed} (insert a cast)")
+    if torch.bool in dts.values():
+        raise CallError(f"{what} of b8 tensors is not supported, as in PyTorch (cast them to a number type)")
 
 
 @builtin()
@@ -112,6 +129,7 @@ def _linear(e: Emit, x: Tensor, w: Tensor, b: Tensor | None = None) -> Value:
 def _attention(e: Emit, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                scale: float | None = None, is_causal: bool = False, enable_gqa: bool = False) -> Value:
     _same_dtype(e, "attention", q=q, k=k, v=v)
+    _floating(e, "attention", q=q)
     if mask is not None and is_causal:
         raise CallError("attention() takes mask= or is_causal=true, not both", arg="mask")
     if scale is None and e.rank(q) and e.node(q).shape[-1] == 0:

@@ -88,7 +88,11 @@ def _slice(e: Emit, x: Tensor, dim: int, start: int | None = None, end: int | No
     d = _axis(e, x, dim, "dim")
     if step <= 0:
         raise CallError(f"step must be positive, got {step}", arg="step")
-    lo, hi, _ = slice(start, end, step).indices(e.node(x).shape[d])
+    size = e.node(x).shape[d]
+    lo, hi, _ = slice(start, end, step).indices(size)
+    # a step past the axis takes one element, as any such step does; a huge one would
+    # overflow the strides of the view (step * stride) in 64 bits
+    step = min(step, max(size, 1))
     return e.add("slice", x, dim=d, start=lo, end=max(hi, lo), step=step)
 
 
