@@ -433,9 +433,9 @@ class DslFunction:
 
     def compile_for(self, *args: Any) -> Compiled:
         """The compiled specialisation for these inputs (compiling it if new), without running it."""
-        return self._compiled(list(args))
+        return self._compiled(list(args))[1]
 
-    def _compiled(self, tensors: list) -> Compiled:
+    def _compiled(self, tensors: list) -> tuple[Any, Compiled]:
         bad = sorted({type(a).__name__ for a in tensors if not isinstance(a, torch.Tensor)})
         if bad:
             raise GuardError(f"{self.__name__} takes tensors only; got {', '.join(bad)}")
@@ -447,14 +447,17 @@ class DslFunction:
                 self.__name__ = graph.name
                 self._cache[key] = compile_graph(graph, tensors, self.options)
             self._last = self._cache[key]
-            return self._last
+            return key, self._last
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
             raise GuardError(f"{self.__name__} was called with keyword argument(s) {', '.join(sorted(kwargs))}; "
                              "compiled functions take their tensors positionally")
-        compiled = self._compiled(list(args))
-        outs = compiled.call(*args)
+        key, compiled = self._compiled(list(args))
+        ran, outs = run_compiled(compiled, list(args))
+        if ran is not compiled:  # Triton rejected a kernel, which now runs through PyTorch: keep what ran
+            with self._lock:
+                self._cache[key] = self._last = ran
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _need(self) -> Compiled:
