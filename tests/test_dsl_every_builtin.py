@@ -14,6 +14,7 @@ elementwise registry ops, which are covered by their arity.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 from conftest import tol
 from minicomp.api import compile_graph
-from minicomp.errors import SourceError
+from minicomp.errors import CompileError, SourceError
 from minicomp.frontend.dsl import load_dsl
 from minicomp.frontend.dsl_builtins import BUILTINS
 from minicomp.ir import ops
@@ -32,6 +33,11 @@ from minicomp.ir.interpret import run
 CASES = [(s, torch.float32) for s in [(0,), (0, 3), (3, 0), (2, 0, 3), (0, 0), (2, 3)]] + \
     [(s, dt) for dt in (torch.int32, torch.bool, torch.float16) for s in [(2, 3), (3, 0)]]
 END_TO_END = {((3, 0), torch.float32), ((2, 3), torch.int32), ((2, 3), torch.bool)}
+# End-to-end runs known to fail outside the frontend, pinned as they fail today (so a fix shows up).
+KNOWN_CODEGEN_BUGS = {
+    ("amin", (2, 3), torch.bool): "codegen: the looped reduction kernel for amin of b8 is rejected by Triton's "
+                                  "compiler for cuda:90 (loop-carried acc1 starts int1, is re-assigned int32)",
+}
 DSL_DTYPE = {torch.float32: "f32", torch.int32: "i32", torch.bool: "b8", torch.float16: "f16"}
 
 
@@ -134,6 +140,9 @@ def test_eagers_answer_or_a_source_error_where_eager_refuses(name, shape, dtype)
     (got,) = run(graph, [x])
     assert got.shape == want.shape and got.dtype == want.dtype, src
     torch.testing.assert_close(got, want, equal_nan=True, **tol(want.dtype))
-    if (shape, dtype) in END_TO_END:
+    if (name, shape, dtype) in KNOWN_CODEGEN_BUGS and os.environ.get("MINICOMP_VERIFY_TARGET") != "off":
+        with pytest.raises(CompileError, match="rejected by Triton's compiler"):
+            compile_graph(graph, [x])
+    elif (shape, dtype) in END_TO_END:
         (compiled,) = compile_graph(graph, [x]).call(x)
         torch.testing.assert_close(compiled, want, equal_nan=True, **tol(want.dtype))
