@@ -203,7 +203,7 @@ def _deep(rng: random.Random, expr: str) -> tuple[str, str]:
 
 
 def _chain(rng: random.Random) -> Case:
-    n = rng.choice([10, 100, 164, 500, 2000])
+    n = rng.choice([10, 100, 164, 500])  # 2000 and more only cost time: lark parses ~0.3 ms a line
     funcs = [f"func f{i}(x: f32[N]) -> f32[N] {{\n  return f{i + 1}(x) + 1.0\n}}\n" for i in range(n)]
     funcs.append(f"func f{n}(x: f32[N]) -> f32[N] {{\n  return x\n}}\n")
     if rng.random() < 0.5:
