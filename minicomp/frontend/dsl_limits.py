@@ -14,8 +14,8 @@ programs hold live here, each with the limit it enforces:
   minus are walked in a loop and cost one level, however long;
 - integers are 64-bit: literals, `--dim` values and compile-time arithmetic outside
   [-2**63, 2**63 - 1] are refused rather than wrapped or left to overflow inside PyTorch;
-  a tensor may take at most 2**63 - 1 bytes; a number stored into an integer tensor
-  must fit its dtype;
+  `fold` evaluates integer ops exactly; a tensor may take at most 2**63 - 1 bytes; a
+  number stored into a tensor must fit its dtype, as `torch.full` decides;
 - what PyTorch's CPU kernels refuse (`kernel_refuses`: relu of bool...) is refused when
   the graph is built, although the meta tensors of shape inference accept it;
 - `printable(text)`: what error messages echo from the program is shown with control and
