@@ -162,6 +162,10 @@ def test_huge_dims_are_refused_at_the_type_or_the_binding():
                                                        dims={"N": 2 ** 64}).message
     err = _error("func f(x: f32[N, N, N]) {\n  return x\n}\n", dims={"N": 2 ** 40})
     assert "would take" in err.message and "bytes, more than 2**63 - 1" in err.message
+    # no elements, yet PyTorch's stride arithmetic overflows: random_inputs used to crash on it
+    err = _error("func f(x: f32[7, N, 0]) {\n  return x\n}\n", dims={"N": 2 ** 63 - 1})
+    assert "PyTorch cannot make a tensor of shape [7, 9223372036854775807, 0]: Storage size calculation overflowed" \
+        in err.message
 
 
 def test_huge_dims_that_fit_compile_to_a_graph_without_allocating():

@@ -95,6 +95,10 @@ def size_error(shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
     if nbytes > INT64_MAX:
         return (f"a tensor of shape {list(shape)} would take {shown_int(nbytes)} bytes, more than 2**63 - 1 "
                 "(sizes are 64-bit)")
+    try:  # PyTorch's own layout arithmetic, which overflows for [7, 2**63 - 1, 0] though it holds nothing
+        torch.empty(shape, dtype=dtype, device="meta")
+    except RuntimeError as err:
+        return f"PyTorch cannot make a tensor of shape {list(shape)}: {str(err).splitlines()[0]}"
     return None
 
 
