@@ -435,11 +435,15 @@ class DslFunction:
         """The compiled specialisation for these inputs (compiling it if new), without running it."""
         return self._compiled(list(args))[1]
 
-    def _compiled(self, tensors: list) -> tuple[Any, Compiled]:
-        bad = sorted({type(a).__name__ for a in tensors if not isinstance(a, torch.Tensor)})
+    def _compiled(self, args: list) -> tuple[Any, Compiled, list[torch.Tensor]]:
+        """(signature, its compiled specialisation, the inputs to run it on)."""
+        from minicomp.runtime.boundary import resolved
+        from minicomp.runtime.guards import signature_of
+        bad = sorted({type(a).__name__ for a in args if not isinstance(a, torch.Tensor)})
         if bad:
             raise GuardError(f"{self.__name__} takes tensors only; got {', '.join(bad)}")
-        key = _signature(tensors)
+        tensors = [resolved(t) for t in args]   # neg and conj bits applied: kernels read raw memory
+        key = signature_of(tensors)
         with self._lock:
             if key not in self._cache:
                 from minicomp.frontend.dsl import load_dsl
@@ -447,14 +451,14 @@ class DslFunction:
                 self.__name__ = graph.name
                 self._cache[key] = compile_graph(graph, tensors, self.options)
             self._last = self._cache[key]
-            return key, self._last
+            return key, self._last, tensors
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
             raise GuardError(f"{self.__name__} was called with keyword argument(s) {', '.join(sorted(kwargs))}; "
                              "compiled functions take their tensors positionally")
-        key, compiled = self._compiled(list(args))
-        ran, outs = run_compiled(compiled, list(args))
+        key, compiled, tensors = self._compiled(list(args))
+        ran, outs = run_compiled(compiled, tensors)
         if ran is not compiled:  # Triton rejected a kernel, which now runs through PyTorch: keep what ran
             with self._lock:
                 self._cache[key] = self._last = ran

@@ -106,6 +106,14 @@ def test_non_contiguous_inputs_and_new_shapes_compile_again():
     assert "@triton.jit" in f.source and len(f._cache) == 4  # one specialisation per signature
 
 
+def test_a_tensor_with_the_negative_bit_is_read_with_its_sign():
+    f = minicomp.compile_dsl("func f(x: f32[N]) -> f32[N] {\n  return x * 2.0 + 1.0\n}\n")
+    z = torch.randn(7, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    x = z.conj().imag                     # a view with the negative bit set
+    assert x.is_neg()
+    torch.testing.assert_close(f(x), x * 2.0 + 1.0, **tol(torch.float32))
+
+
 def test_dims_bind_a_symbol_that_no_input_gives_and_contradictions_are_errors():
     src = "func f(x: f32[N]) -> f32[M] {\n  return full([M], 1.0) * sum(x)\n}\n"
     f = minicomp.compile_dsl(src, dims={"M": 3})
