@@ -404,8 +404,8 @@ def compile(fn: Callable | None = None, **options: Any):
 class DslFunction:
     """A DSL function compiled for each new input signature: what `compile_dsl` returns.
 
-    The program is parsed when this is made, so a syntax error is raised by `compile_dsl`
-    itself. A call with a new signature (shapes, dtypes, strides, device) binds the entry
+    The program is parsed and its entry chosen when this is made, so a syntax error or an
+    entry the user must name is raised by `compile_dsl` itself. A call with a new signature (shapes, dtypes, strides, device) binds the entry
     function's symbols from the inputs' shapes and `dims`, lowers it to a graph (the input
     types are checked against the declared ones there) and compiles it; later calls with
     that signature reuse the result. Compiling holds a lock, so threads may share one.
@@ -415,18 +415,17 @@ class DslFunction:
                  options: Options):
         import threading
 
-        from minicomp.frontend.dsl import list_functions
-        self.text, self.filename, self.entry = text, filename, entry
-        self.dims = dict(dims or {})
-        self.options = options
-        self.functions = list_functions(text, filename)   # parses: SourceError here, not at the first call
+        from minicomp.frontend.dsl_entry import pick_entry
+        from minicomp.frontend.dsl_parse import parse_module
+        module = parse_module(text, filename)   # SourceError here, not at the first call
+        self.functions = list(module.funcs)
         if not self.functions:
             raise MinicompError(f"{filename}: defines no function (expected 'func name(x: f32[N]) {{ ... }}')")
-        if entry is not None and entry not in self.functions:
-            raise MinicompError(f"{filename}: no function named '{entry}'; it defines "
-                                f"{', '.join(self.functions) or 'no function'}")
-        # with one function any entry rule picks it; otherwise the frontend's rule names it at the first call
-        self.__name__ = entry or (self.functions[0] if len(self.functions) == 1 else "dsl_function")
+        self.text, self.filename = text, filename
+        self.entry = pick_entry(module, filename, entry)   # the frontend's rule; UsageError when the user must choose
+        self.dims = dict(dims or {})
+        self.options = options
+        self.__name__ = self.entry
         self._cache: dict[Any, Compiled] = {}
         self._last: Compiled | None = None
         self._lock = threading.Lock()

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import minicomp
 from conftest import tol
-from minicomp.errors import GuardError, MinicompError, SourceError
+from minicomp.errors import GuardError, MinicompError, SourceError, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
@@ -88,6 +88,17 @@ def test_a_path_object_and_an_entry_among_several_functions():
     torch.testing.assert_close(f(x, w, b), F.layer_norm(x, (80,), w, b), **tol(torch.float32))
     with pytest.raises(MinicompError, match="no function named 'layer_norm'; it defines moments, layernorm"):
         minicomp.compile_dsl(ROOT / "samples" / "layernorm.mc", entry="layer_norm")
+
+
+def test_the_entry_follows_the_frontends_rule_and_an_ambiguous_file_is_refused_at_once():
+    two = "func a(x: f32[N]) {\n  return x + 1.0\n}\nfunc b(x: f32[N]) {\n  return x * 2.0\n}\n"
+    with pytest.raises(UsageError, match="several functions could be the entry \\(a, b\\)"):
+        minicomp.compile_dsl(two)
+    x = rand(5)
+    torch.testing.assert_close(minicomp.compile_dsl(two, entry="b")(x), x * 2.0)
+    f = minicomp.compile_dsl(two.replace("func b(", "func main("))
+    assert f.__name__ == "main"
+    torch.testing.assert_close(f(x), x * 2.0)
 
 
 def test_integer_and_bool_programs_are_exact():
