@@ -20,7 +20,8 @@ if not _torch.cuda.is_available():
     # imports it through torch._dynamo), so it is set here, at minicomp's import.
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from minicomp.api import CompiledFunction, DslFunction, compile, compile_dsl  # noqa: E402
+from minicomp.api import CompiledFunction, compile  # noqa: E402
+from minicomp.api_dsl import DslFunction, compile_dsl  # noqa: E402
 from minicomp.errors import MinicompError
 
 __version__ = "0.1.0"
