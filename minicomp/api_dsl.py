@@ -31,10 +31,11 @@ class DslFunction:
     """A DSL function compiled for each new input signature: what `compile_dsl` returns.
 
     The program is parsed and its entry chosen when this is made, so a syntax error or an
-    entry the user must name is raised by `compile_dsl` itself. A call with a new signature (shapes, dtypes, strides, device) binds the entry
-    function's symbols from the inputs' shapes and `dims`, lowers it to a graph (the input
-    types are checked against the declared ones there) and compiles it; later calls with
-    that signature reuse the result. Compiling holds a lock, so threads may share one.
+    entry the user must name is raised by `compile_dsl` itself. A call with a new signature
+    (shapes, dtypes, strides, device) binds the entry function's symbols from the inputs'
+    shapes and `dims`, lowers it to a graph (the input types are checked against the
+    declared ones there) and compiles it; later calls with that signature reuse the
+    result. Compiling holds a lock, so threads may share one.
     """
 
     def __init__(self, text: str, filename: str, entry: str | None, dims: dict[str, int] | None,

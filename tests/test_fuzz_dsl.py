@@ -195,7 +195,8 @@ def test_ops_the_kernels_refuse_on_bool_are_refused_like_eager(expr):
 def test_attributes_that_overflow_the_tensors_dtype_are_refused_like_eager(expr):
     # PyTorch converts the exponent or bound to f16 and refuses what overflows it
     err = _error("func f(x: f16[4]) {\n  return %s\n}\n" % expr)
-    assert "of f16 is not supported (PyTorch: value cannot be converted to type c10::Half without overflow)" in err.message
+    assert "of f16 is not supported (PyTorch: value cannot be converted to type c10::Half without overflow)" \
+        in err.message
 
 
 def test_a_slice_step_past_the_axis_takes_one_element():

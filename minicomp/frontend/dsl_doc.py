@@ -86,7 +86,8 @@ _ABOUT: dict[str, tuple[str, str]] = {
 }
 # How the page names an argument kind (the table's own words, shortened for a table cell).
 _KIND_CELL = {"Value": "tensor or number", "Tensor": "tensor or number", "list[Tensor]": "list of tensors",
-              "int": "int", "float": "number", "Number": "number or bool", "Scalar": "int or float", "bool": "bool", "str": "string",
+              "int": "int", "float": "number", "Number": "number or bool", "Scalar": "int or float", "bool": "bool",
+              "str": "string",
               "Dtype": "dtype name", "Shape": "list of ints", "Axes": "int or list of ints"}
 
 
