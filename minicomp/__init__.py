@@ -21,7 +21,7 @@ if not _torch.cuda.is_available():
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from minicomp.api import CompiledFunction, compile  # noqa: E402
-from minicomp.api_dsl import DslFunction, compile_dsl  # noqa: E402
+from minicomp.api.dsl import DslFunction, compile_dsl  # noqa: E402
 from minicomp.errors import MinicompError
 
 __version__ = "0.1.0"

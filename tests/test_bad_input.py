@@ -83,7 +83,7 @@ def test_dsl_syntax_error_in_the_cli_is_one_paragraph(tmp_path, capsys):
 
 @pytest.mark.parametrize("expr, words", [
     ("frobnicate(x)", "unknown function 'frobnicate'"),
-    ("sigmod(x)", "unknown function 'sigmod' (did you mean 'sigmoid'?)"),
+    ("sigmod(x)", "unknown function 'sigmod' (did you mean 'sigmoid'?"),
     ("x + y", "unknown name 'y'"),
 ])
 def test_dsl_unknown_function_or_name(expr, words):

@@ -80,6 +80,16 @@ TABLE = {
     "contiguous": ("contiguous(x) + 0.0", lambda x: x + 0.0),
     "slice": ("slice(x, -1, 1, 3)", lambda x: x[..., 1:3]),
     "cat": ("cat([x, x * 2.0], axis=-1)", lambda x: torch.cat([x, x * 2.0], -1)),
+    # not torch.* names: torch.nn.functional's
+    "hardsigmoid": ("hardsigmoid(x)", F.hardsigmoid),
+    "hardswish": ("hardswish(x)", F.hardswish),
+    "mish": ("mish(x)", F.mish),
+    # integer division by an element that is 0 is data, which eager refuses and kernels divide
+    # by 1 (docs/bad_input.md): the rule here is about dtypes, so the divisor is a number
+    "div": ('div(x, -3, rounding_mode="trunc")', lambda x: torch.div(x, -3, rounding_mode="trunc")),
+    "floor_divide": ("floor_divide(x, -3)", lambda x: torch.floor_divide(x, -3)),
+    "remainder": ("remainder(x, -3)", lambda x: torch.remainder(x, -3)),
+    "fmod": ("fmod(x, -3)", lambda x: torch.fmod(x, -3)),
 }
 
 
@@ -89,6 +99,13 @@ def _case(name: str) -> tuple[str, object]:
     arity = ops.get(name).arity  # an elementwise registry op: operands only
     fn = getattr(torch, name)
     return f"{name}({', '.join(['x'] * arity)})", lambda x: fn(*[x] * arity)
+
+
+def test_the_op_tables_internal_ops_are_not_builtins():
+    # div_trunc and pow_tensor are the table's spellings of div's rounding mode and of pow with
+    # a tensor exponent: the DSL has PyTorch's names only (docs/dsl.md, "Builtins")
+    assert {"div_trunc", "pow_tensor"} <= set(ops.REGISTRY)
+    assert not {"div_trunc", "pow_tensor"} & set(BUILTINS)
 
 
 def test_every_builtin_is_covered():
@@ -146,3 +163,69 @@ def test_eagers_answer_or_a_source_error_where_eager_refuses(name, shape, dtype)
     elif (shape, dtype) in END_TO_END:
         (compiled,) = compile_graph(graph, [x]).call(x)
         torch.testing.assert_close(compiled, want, equal_nan=True, **tol(want.dtype))
+
+
+# PyTorch's spellings of the table's internal ops: div's rounding modes and pow with a tensor
+# exponent, with broadcasting, an odd shape and each kind of dtype, end to end against eager.
+SPELLINGS = [
+    ('div(x, y, rounding_mode="trunc")', lambda x, y: torch.div(x, y, rounding_mode="trunc")),
+    ('div(x, y, rounding_mode="floor")', lambda x, y: torch.div(x, y, rounding_mode="floor")),
+    ("div(x, y)", torch.div),
+    ("pow(x, y)", torch.pow),
+    ("pow(2.0, y)", lambda x, y: torch.pow(2.0, y)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32], ids=["f32", "f16", "i32"])
+@pytest.mark.parametrize("expr,eager", SPELLINGS, ids=[e for e, _ in SPELLINGS])
+def test_rounding_modes_and_tensor_exponents_are_pytorchs(expr, eager, dtype):
+    name = DSL_DTYPE[dtype]
+    gen = torch.Generator().manual_seed(1)
+    if dtype.is_floating_point:
+        x, y = torch.randn(5, 7, generator=gen).to(dtype), torch.randn(7, generator=gen).to(dtype)
+    else:  # divisors and exponents with no zero or negative element: those are data, not types
+        x, y = torch.randint(-9, 10, (5, 7), generator=gen, dtype=dtype), torch.randint(1, 4, (7,), generator=gen,
+                                                                                            dtype=dtype)
+    src = f"func f(x: {name}[5, 7], y: {name}[7]) {{\n  return {expr}\n}}\n"
+    want = eager(x, y)
+    graph = load_dsl(src, "z.mc")
+    (got,) = compile_graph(graph, [x, y]).call(x, y)
+    assert got.dtype == want.dtype, src
+    torch.testing.assert_close(got, want, equal_nan=True, **tol(want.dtype))
+
+
+@pytest.mark.parametrize("expr,eager,message", [
+    ("floor_divide(x, 0)", lambda x: torch.floor_divide(x, 0),
+     "floor_divide: integer division by zero (eager raises RuntimeError: ZeroDivisionError)"),
+    ('div(x, 0, rounding_mode="trunc")', lambda x: torch.div(x, 0, rounding_mode="trunc"),
+     "div_trunc: integer division by zero"),
+    ("remainder(x, full([3], 0, dtype=i32))", lambda x: torch.remainder(x, torch.zeros(3, dtype=torch.int32)),
+     "remainder: integer division by zero"),
+    ("fmod(x, false)", lambda x: torch.fmod(x, False), "fmod: integer division by zero"),
+    ('div(x, 2, rounding_mode="round")', lambda x: torch.div(x, 2, rounding_mode="round"),
+     'rounding_mode must be "trunc" or "floor" (or left out), got "round"'),
+    ("lerp(x, x, 0.5)", lambda x: torch.lerp(x, x, 0.5),
+     "lerp of a i32 start is not supported (eager raises NotImplementedError)"),
+], ids=["floor_divide-0", "div-trunc-0", "remainder-full-0", "fmod-false", "rounding-mode", "lerp-int"])
+def test_what_eager_refuses_whatever_the_data_is_a_source_error(expr, eager, message):
+    src = f"func f(x: i32[3]) {{\n  return {expr}\n}}\n"
+    x = torch.tensor([-7, 7, 5], dtype=torch.int32)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        eager(x)
+    with pytest.raises(SourceError) as info:
+        load_dsl(src, "z.mc")
+    assert info.value.message.startswith(message), info.value.message
+
+
+def test_a_bool_exponent_is_refused():
+    # eager would take True as 1; in a program it is a mistake (the exponent is a number or a tensor)
+    with pytest.raises(SourceError, match="argument 'exponent' of pow\\(\\) must be a tensor, an int or a float, "
+                                          "got bool true"):
+        load_dsl("func f(x: f32[3]) {\n  return pow(x, true)\n}\n", "z.mc")
+
+
+def test_a_float_division_by_zero_is_eagers_inf():
+    x = torch.tensor([-1.0, 0.0, 2.0])
+    graph = load_dsl("func f(x: f32[3]) {\n  return floor_divide(x, 0) + fmod(x, 0.0)\n}\n", "z.mc")
+    (got,) = compile_graph(graph, [x]).call(x)
+    torch.testing.assert_close(got, torch.floor_divide(x, 0) + torch.fmod(x, 0.0), equal_nan=True)

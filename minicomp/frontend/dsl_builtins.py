@@ -5,7 +5,9 @@ other parameters are the DSL-visible ones. Their annotations (`Tensor`, `int`, `
 `Shape`, `Dtype`, ...) are not decoration: `bind_call` reads them to convert and check
 each argument, so `sum(x, axis=1.5)` fails with a message that names `axis` and points at
 it. Every pointwise registry op without attributes (exp, maximum, where, ...) is a builtin
-with no code here (`_register_pointwise`).
+with no code here (`_register_pointwise`), except the registry's own spellings of what a
+builtin writes (`dsl_hints.INTERNAL_OPS`: div_trunc is div's rounding_mode="trunc",
+pow_tensor is pow with a tensor exponent), which are not DSL names.
 
 Invariants:
 - values flowing through the lowering are `TensorVal` (a graph node) or plain Python
@@ -25,8 +27,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from minicomp.frontend.dsl_hints import unknown_keyword
-from minicomp.frontend.dsl_limits import fits_dtype, fold, kernel_refuses
+from minicomp.frontend.dsl_hints import INTERNAL_OPS, unknown_keyword
+from minicomp.frontend.dsl_limits import division_by_zero, fold, kernel_refuses
 from minicomp.ir import ops
 from minicomp.ir.dtypes import dtype_name
 from minicomp.ir.graph import Graph, Node
@@ -95,7 +97,6 @@ Axes = Any            # int or list of ints
 Shape = tuple         # list of ints
 Dtype = torch.dtype   # a bare dtype name in the source: cast(x, bf16)
 Number = Any          # int, float or bool
-Scalar = Any          # int or float, kept as given (an int exponent keeps an int tensor int)
 
 
 def _is_int(v: Value) -> bool:
@@ -134,8 +135,6 @@ def _convert(e: Emit, kind: str, v: Value) -> tuple[bool, Any]:
         return _is_number(v), float(v) if _is_number(v) else None
     if kind == "Number":
         return isinstance(v, (int, float, bool)), v
-    if kind == "Scalar":
-        return _is_number(v), v
     if kind == "bool":
         return isinstance(v, bool), v
     if kind == "str":
@@ -157,8 +156,7 @@ def _convert(e: Emit, kind: str, v: Value) -> tuple[bool, Any]:
 
 _KIND_WORDS = {
     "Tensor": "a tensor or a number", "list[Tensor]": "a list of tensors", "int": "an int",
-    "float": "a number", "Number": "a number or a bool", "Scalar": "an int or a float", "bool": "true or false",
-    "str": "a string",
+    "float": "a number", "Number": "a number or a bool", "bool": "true or false", "str": "a string",
     "Dtype": "a dtype name (f32, bf16, ...)", "Shape": "a list of ints",
     "Axes": "an int or a list of ints",
 }
@@ -293,6 +291,11 @@ def pointwise(e: Emit, op: str, values: Sequence[Value], **attrs: Any) -> Value:
     want = _weak_scalar_dtype(e, op, values, attrs)
     if want is not None and want != e.node(out.nid).dtype:
         out = e.add("cast", out.nid, dtype=want)
+    if len(nids) == 2:  # a zero divisor known now: refused, as eager and the fx frontend refuse it
+        d = e.node(nids[1])
+        msg = division_by_zero(op, d.attrs if d.op in ("constant", "full") else None, e.node(out.nid).dtype)
+        if msg:
+            raise CallError(msg)
     return out
 
 
@@ -310,14 +313,16 @@ def _weak_scalar_dtype(e: Emit, op: str, values: Sequence[Value], attrs: dict[st
         return None
 
 
-_POINTWISE_NAMES = {1: ("x",), 2: ("a", "b"), 3: ("cond", "a", "b")}
+# The operands' names, by arity, and for the ops whose operands are not alike.
+_POINTWISE_NAMES = {1: ("x",), 2: ("a", "b"), 3: ("a", "b", "c")}
+_OPERAND_NAMES = {"where": ("cond", "a", "b"), "lerp": ("start", "end", "weight")}
 
 
 def _register_pointwise() -> None:
     for name, d in ops.REGISTRY.items():
-        if d.kind != "pointwise" or d.attrs or not d.arity:
+        if d.kind != "pointwise" or d.attrs or not d.arity or name in INTERNAL_OPS:
             continue
-        params = [BParam(n, "Value") for n in _POINTWISE_NAMES[d.arity]]
+        params = [BParam(n, "Value") for n in _OPERAND_NAMES.get(name, _POINTWISE_NAMES[d.arity])]
         BUILTINS[name] = Builtin(name, params, lambda e, _op=name, **kw: pointwise(e, _op, list(kw.values())))
 
 
@@ -331,8 +336,24 @@ def _gelu(e: Emit, x: Value, approximate: str = "none") -> Value:
     return pointwise(e, "gelu", [x], approximate=approximate)
 
 
+_ROUNDING = {None: "div", "trunc": "div_trunc", "floor": "floor_divide"}
+
+
 @builtin()
-def _pow(e: Emit, x: Value, exponent: Scalar) -> Value:
+def _div(e: Emit, a: Value, b: Value, rounding_mode: str | None = None) -> Value:
+    if rounding_mode not in _ROUNDING:
+        raise CallError(f'rounding_mode must be "trunc" or "floor" (or left out), got "{rounding_mode}"',
+                        arg="rounding_mode")
+    return pointwise(e, _ROUNDING[rounding_mode], [a, b])
+
+
+@builtin()
+def _pow(e: Emit, x: Value, exponent: Value) -> Value:
+    if isinstance(exponent, TensorVal):  # torch.pow(x, t) and torch.pow(2.0, t)
+        return pointwise(e, "pow_tensor", [x, exponent])
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+        raise CallError(f"argument 'exponent' of pow() must be a tensor, an int or a float, got "
+                        f"{describe(exponent, e.g)}", arg="exponent")
     return pointwise(e, "pow", [x], exponent=exponent)
 
 
@@ -363,24 +384,6 @@ def _tril(e: Emit, x: Tensor, diagonal: int = 0) -> Value:
 @builtin()
 def _triu(e: Emit, x: Tensor, diagonal: int = 0) -> Value:
     return e.add("triu", x, diagonal=diagonal)
-
-
-@builtin()
-def _full(e: Emit, shape: Shape, value: Number, dtype: Dtype | None = None) -> Value:
-    if dtype is None:  # like torch.full: the value's kind picks the dtype
-        dtype = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float32
-    if not fits_dtype(value, dtype):
-        raise CallError(f"value {value} does not fit in {dtype_name(dtype)}", arg="value")
-    return e.add("full", shape=shape, value=value, dtype=dtype)
-
-
-@builtin()
-def _arange(e: Emit, start: int, end: int | None = None, step: int = 1, dtype: Dtype | None = None) -> Value:
-    if end is None:
-        start, end = 0, start
-    if dtype == torch.bool:
-        raise CallError("arange() makes numbers, not bools (compare the result to get bools)", arg="dtype")
-    return e.add("arange", start=start, end=end, step=step, dtype=dtype or torch.int64)
 
 
 # ------------------------------------------------------------------ the rest, registered on import

@@ -31,7 +31,8 @@ GROUPS = ["Elementwise", "Reductions and normalisation", "Matrix products and at
 # whose structure other code reads.
 _ABOUT: dict[str, tuple[str, str]] = {
     "add": ("Elementwise", "a + b"), "sub": ("Elementwise", "a - b"), "mul": ("Elementwise", "a * b"),
-    "div": ("Elementwise", "a / b (true division; integers give floats)"),
+    "div": ("Elementwise", 'a / b (true division; integers give floats); rounding_mode="trunc" rounds the quotient '
+                           'toward zero, "floor" down (floor_divide), as torch.div'),
     "maximum": ("Elementwise", "the larger of a and b (NaN if either is NaN)"),
     "minimum": ("Elementwise", "the smaller of a and b (NaN if either is NaN)"),
     "eq": ("Elementwise", "a == b, as b8"), "ne": ("Elementwise", "a != b, as b8"),
@@ -47,10 +48,35 @@ _ABOUT: dict[str, tuple[str, str]] = {
     "relu": ("Elementwise", "max(x, 0)"), "silu": ("Elementwise", "x * sigmoid(x)"),
     "where": ("Elementwise", "a where cond is true, else b (cond is b8)"),
     "gelu": ("Elementwise", 'GELU; approximate is "none" (erf) or "tanh"'),
-    "pow": ("Elementwise", "x to a power known at compile time (pow(x, 2) for x squared: there is no `**`)"),
+    "pow": ("Elementwise", "x to the power exponent, a number (pow(x, 2) for x squared: there is no `**`; an int "
+                           "exponent keeps integers integer) or a tensor (elementwise powers)"),
     "clamp": ("Elementwise", "x limited to [min, max]; give min=, max= or both"),
     "tril": ("Elementwise", "zero above the diagonal (of the last two axes); diagonal shifts it"),
     "triu": ("Elementwise", "zero below the diagonal (of the last two axes); diagonal shifts it"),
+    "fmax": ("Elementwise", "the larger of a and b, ignoring a NaN (NaN only where both are)"),
+    "fmin": ("Elementwise", "the smaller of a and b, ignoring a NaN (NaN only where both are)"),
+    "bitwise_and": ("Elementwise", "a & b, bit by bit, of integers or b8 (floats are refused)"),
+    "bitwise_or": ("Elementwise", "a \\| b, bit by bit, of integers or b8 (floats are refused)"),
+    "bitwise_xor": ("Elementwise", "a ^ b, bit by bit, of integers or b8 (floats are refused)"),
+    "bitwise_not": ("Elementwise", "~x, bit by bit, of integers or b8 (floats are refused)"),
+    "bitwise_left_shift": ("Elementwise", "a << b, of integers"),
+    "bitwise_right_shift": ("Elementwise", "a >> b, of integers (keeping the sign of a signed a)"),
+    "floor": ("Elementwise", "x rounded down (integers are kept)"),
+    "ceil": ("Elementwise", "x rounded up (integers are kept)"),
+    "trunc": ("Elementwise", "x rounded toward zero (integers are kept)"),
+    "frac": ("Elementwise", "x - trunc(x)"),
+    "sign": ("Elementwise", "-1, 0 or 1 as x is negative, zero or positive"),
+    "signbit": ("Elementwise", "whether x's sign bit is set (true for -0.0), as b8"),
+    "floor_divide": ("Elementwise", "a / b rounded down, as Python's // (div(a, b, rounding_mode=\"floor\"))"),
+    "remainder": ("Elementwise", "a - floor_divide(a, b) * b: the sign of b, as Python's %"),
+    "fmod": ("Elementwise", "a - trunc(a / b) * b: the sign of a, as C's fmod"),
+    "expm1": ("Elementwise", "exp(x) - 1, accurate near 0"), "log1p": ("Elementwise", "log(1 + x), accurate near 0"),
+    "log2": ("Elementwise", "base-2 logarithm"), "erfc": ("Elementwise", "1 - erf(x)"),
+    "erfinv": ("Elementwise", "the inverse of erf"), "isnan": ("Elementwise", "whether x is NaN, as b8"),
+    "isinf": ("Elementwise", "whether x is infinite, as b8"), "xlogy": ("Elementwise", "a * log(b), 0 where a is 0"),
+    "lerp": ("Elementwise", "start + weight * (end - start)"),
+    "hardsigmoid": ("Elementwise", "0 below -3, 1 above 3, x / 6 + 1/2 between"),
+    "hardswish": ("Elementwise", "x * hardsigmoid(x)"), "mish": ("Elementwise", "x * tanh(log(1 + exp(x)))"),
     "cast": ("Dtypes", "x converted to dtype, as PyTorch's .to(dtype)"),
     "type_as": ("Dtypes", "x converted to other's dtype"),
     "full": ("Making tensors", "a tensor of shape filled with value; dtype defaults from the value (b8, i64, f32)"),
@@ -86,8 +112,7 @@ _ABOUT: dict[str, tuple[str, str]] = {
 }
 # How the page names an argument kind (the table's own words, shortened for a table cell).
 _KIND_CELL = {"Value": "tensor or number", "Tensor": "tensor or number", "list[Tensor]": "list of tensors",
-              "int": "int", "float": "number", "Number": "number or bool", "Scalar": "int or float", "bool": "bool",
-              "str": "string",
+              "int": "int", "float": "number", "Number": "number or bool", "bool": "bool", "str": "string",
               "Dtype": "dtype name", "Shape": "list of ints", "Axes": "int or list of ints"}
 
 

@@ -34,6 +34,7 @@ _FUNCTION_ALIASES = {
     "zeros_like": "write x * 0.0 (or full([...], 0.0))", "ones_like": "write x * 0.0 + 1.0",
     "repeat": "write expand(x, [...]) (a size-1 axis may be expanded)",
     "square": "write x * x (or pow(x, 2))", "power": "write pow(x, exponent)",
+    "true_divide": "write div(a, b) or a / b", "mod": "write remainder(a, b) (Python's %) or fmod(a, b)",
     "std": "write sqrt(var(x, axis=...))", "logsumexp": "write log(sum(exp(x), axis=...))",
     "to": "write cast(x, f32)", "float": "write cast(x, f32)", "half": "write cast(x, f16)",
     "int": "write cast(x, i32)", "type": "write cast(x, f32) or type_as(x, other)",
@@ -44,6 +45,12 @@ _FUNCTION_ALIASES = {
     "shape": "dims are names: a parameter typed f32[N] makes N an int in the body",
     "size": "dims are names: a parameter typed f32[N] makes N an int in the body",
     "dropout": "there is no dropout: programs describe inference",
+}
+# Op-table names that are not builtins: the registry's own spellings of what a builtin
+# already writes (dsl_builtins skips them when it makes the elementwise builtins).
+INTERNAL_OPS = {
+    "div_trunc": 'write div(a, b, rounding_mode="trunc")',
+    "pow_tensor": "write pow(x, exponent): the exponent may be a tensor",
 }
 # Keyword names from PyTorch -> the DSL's own.
 _KEYWORD_ALIASES = {"dim": "axis", "keepdims": "keepdim", "axes": "axis", "approx": "approximate", "bias": "b",
@@ -73,8 +80,9 @@ def unknown_name(name: str, known: Iterable[str]) -> str:
 
 def unknown_function(name: str, known: Iterable[str]) -> str:
     """Tail for "unknown function 'f'": an alias's advice, else the near names, else where the list is."""
-    if name in _FUNCTION_ALIASES:
-        return f": {_FUNCTION_ALIASES[name]}"
+    advice = _FUNCTION_ALIASES.get(name) or INTERNAL_OPS.get(name)
+    if advice:
+        return f": {advice}"
     close = _nearest(name, known)
     return close or " (docs/dsl.md lists the builtins)"
 

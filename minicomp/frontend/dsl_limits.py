@@ -16,8 +16,10 @@ programs hold live here, each with the limit it enforces:
   [-2**63, 2**63 - 1] are refused rather than wrapped or left to overflow inside PyTorch;
   `fold` evaluates integer ops exactly; a tensor may take at most 2**63 - 1 bytes; a
   number stored into a tensor must fit its dtype, as `torch.full` decides;
-- what PyTorch's CPU kernels refuse (`kernel_refuses`: relu of bool...) is refused when
-  the graph is built, although the meta tensors of shape inference accept it;
+- what PyTorch's CPU kernels refuse (`kernel_refuses`: relu of bool, bitwise ops of
+  floats...) is refused when the graph is built, although the meta tensors of shape
+  inference accept it, and so is an integer division by a zero known then
+  (`division_by_zero`);
 - `printable(text)`: what error messages echo from the program is shown with control and
   format characters replaced, so a message never carries a terminal escape, a line
   break or a lone surrogate into the user's terminal.
@@ -149,20 +151,42 @@ def fold(op: str, values: list, attrs: dict[str, Any]) -> bool | int | float:
 def kernel_refuses(op: str, dtypes: list[torch.dtype], attrs: dict[str, Any]) -> str | None:
     """Why PyTorch's CPU kernel refuses `op` on operands of these dtypes, or None. Shape
     inference runs on meta tensors, which accept some ops the kernels refuse (relu or abs
-    of bool, neg of bool); eager refuses them, so the DSL does too, rather than build a
-    graph that cannot run. Float operands with no attributes are always accepted; other
-    calls are tried on 0-d zeros (PyTorch converts `pow`'s exponent and `clamp`'s bounds
-    to the tensor's dtype, and refuses one that overflows it: pow(x, 1e10) of an f16 x)."""
-    if all(dt.is_floating_point for dt in dtypes) and not any(isinstance(v, (int, float)) for v in attrs.values()):
-        return None
+    of bool, neg of bool, bitwise_and of floats); eager refuses them, so the DSL does too,
+    rather than build a graph that cannot run. The call is tried on 0-d ones: what is
+    checked is the dtypes (and attributes: PyTorch converts `pow`'s exponent and `clamp`'s
+    bounds to the tensor's dtype, and refuses one that overflows it: pow(x, 1e10) of an f16
+    x), not values. Ones, not zeros: an integer division by an element that is zero is a
+    matter of the data (kernels divide by 1 there), not of the types; a zero known when the
+    graph is built is `division_by_zero`'s."""
     if op in ("neg", "sub") and torch.bool in dtypes:  # PyTorch's own advice names Python operators
         return "'-' of b8 is not supported: invert a mask with logical_not(x), compare two with ne(a, b)"
+    if op == "lerp" and not dtypes[0].is_floating_point:  # as the fx frontend: a 0-d f32 weight would pass below
+        return f"lerp of a {dtype_name(dtypes[0])} start is not supported (eager raises NotImplementedError)"
     try:
-        ops.get(op).ref(*[torch.zeros((), dtype=dt) for dt in dtypes], **attrs)
+        ops.get(op).ref(*[torch.ones((), dtype=dt) for dt in dtypes], **attrs)
     except (RuntimeError, TypeError, NotImplementedError) as err:
         types = " and ".join(dtype_name(dt) for dt in dtypes)
         return f"{op} of {types} is not supported (PyTorch: {str(err).splitlines()[0]})"
     return None
+
+
+# Registry ops that divide their first operand by their second.
+INTEGER_DIVISIONS = ("floor_divide", "div_trunc", "remainder", "fmod")
+
+
+def division_by_zero(op: str, divisor: Any, out: torch.dtype) -> str | None:
+    """Why an integer division by a divisor known to be zero is refused, or None: eager
+    raises ZeroDivisionError, the fx frontend refuses it at capture, and the DSL does too.
+    `divisor` is the Python number given, or the attributes of the constant or `full` node
+    holding it (anything else is data, which kernels divide by 1 where it is zero)."""
+    if op not in INTEGER_DIVISIONS or out.is_floating_point or out == torch.bool:
+        return None
+    value = divisor.get("value") if isinstance(divisor, dict) else divisor
+    if isinstance(value, torch.Tensor):
+        zero = bool((value == 0).any())
+    else:
+        zero = isinstance(value, (bool, int, float)) and value == 0
+    return f"{op}: integer division by zero (eager raises RuntimeError: ZeroDivisionError)" if zero else None
 
 
 # ------------------------------------------------------------------ reading a program

@@ -1,4 +1,5 @@
-"""The DSL's neural-network builtins: reductions, softmax, norms, matmul/linear and attention.
+"""The DSL's neural-network builtins: reductions, softmax, norms, matmul/linear, attention,
+and the builtins that make tensors (full, arange, causal_mask).
 
 Composite operators go through `minicomp.ir.composites`, so the DSL and the fx frontend build
 the same graphs for them. Registered into `dsl_builtins.BUILTINS` on import.
@@ -10,8 +11,11 @@ from typing import Any
 
 import torch
 
-from minicomp.frontend.dsl_builtins import Axes, CallError, Emit, Tensor, TensorVal, Value, builtin
+from minicomp.frontend.dsl_builtins import (Axes, CallError, Dtype, Emit, Number, Shape, Tensor, TensorVal, Value,
+                                            builtin)
+from minicomp.frontend.dsl_limits import fits_dtype
 from minicomp.ir import composites
+from minicomp.ir.dtypes import dtype_name
 
 
 # ------------------------------------------------------------------ reductions and norms
@@ -142,3 +146,24 @@ def _attention(e: Emit, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
 @builtin()
 def _causal_mask(e: Emit, sq: int, sk: int) -> Value:
     return TensorVal(composites.causal_mask(e.g, sq, sk, origin=e.origin))
+
+
+# ------------------------------------------------------------------ making tensors
+
+
+@builtin()
+def _full(e: Emit, shape: Shape, value: Number, dtype: Dtype | None = None) -> Value:
+    if dtype is None:  # like torch.full: the value's kind picks the dtype
+        dtype = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float32
+    if not fits_dtype(value, dtype):
+        raise CallError(f"value {value} does not fit in {dtype_name(dtype)}", arg="value")
+    return e.add("full", shape=shape, value=value, dtype=dtype)
+
+
+@builtin()
+def _arange(e: Emit, start: int, end: int | None = None, step: int = 1, dtype: Dtype | None = None) -> Value:
+    if end is None:
+        start, end = 0, start
+    if dtype == torch.bool:
+        raise CallError("arange() makes numbers, not bools (compare the result to get bools)", arg="dtype")
+    return e.add("arange", start=start, end=end, step=step, dtype=dtype or torch.int64)

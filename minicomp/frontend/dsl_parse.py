@@ -263,9 +263,11 @@ def _pos_at(text: str, offset: int) -> Pos:
 
 # A character the grammar has no use for -> what the user probably meant.
 _CHAR_HINTS = {
-    "%": "there is no '%' operator",
-    "&": "write logical_and(a, b)", "|": "write logical_or(a, b)", "!": "write logical_not(x) (or a != b)",
-    "~": "write logical_not(x)", "^": "there is no '^' operator; for a power write pow(x, 2)",
+    "%": "there is no '%' operator: write remainder(a, b) (Python's %) or fmod(a, b) (C's)",
+    "&": "write logical_and(a, b) (bitwise_and(a, b) for integers)",
+    "|": "write logical_or(a, b) (bitwise_or(a, b) for integers)", "!": "write logical_not(x) (or a != b)",
+    "~": "write logical_not(x) (bitwise_not(x) for integers)",
+    "^": "there is no '^' operator; for a power write pow(x, 2), for exclusive or ne(a, b) or bitwise_xor(a, b)",
     ";": "statements end at the end of a line, without ';'",
     "\ufeff": "a byte-order mark may only open the file",
 }

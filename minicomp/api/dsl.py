@@ -4,9 +4,10 @@
     h, y = f(x, residual, weight)       # compiled on this first call, for these shapes
     f.plan, f.source, f.explain()
 
-Part of the api, beside api.py (whose `Options`, `compile_graph` and `run_compiled` it
-uses): the DSL frontend's graph goes through the same pipeline as a captured Python
-function's. `minicomp` exports both.
+Part of the api package (`minicomp.api`, whose `Options`, `compile_graph` and `run_compiled`
+it uses), so the layering contract (.importlinter) places it with `minicomp.compile`: the DSL
+frontend's graph goes through the same pipeline as a captured Python function's. `minicomp`
+exports both.
 
 Invariants:
 - a syntax error, an entry the user must name, an unknown option or a file that cannot be
