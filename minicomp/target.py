@@ -3,7 +3,7 @@
 Codegen writes different kernels for a CUDA device than for Triton's CPU interpreter
 (autotuning sweeps, bf16 `tl.dot`, TMA descriptors, the Hopper attention kernel), and the
 choice depends on the device's compute capability and a few switches. All of that is one
-frozen record, built by `api.py`/`cli.py` (`Target.for_device`, `Target.for_check`) and passed
+frozen record, built by `minicomp/api`/`cli.py` (`Target.for_device`, `Target.for_check`) and passed
 down; no stage below reads the environment or asks the driver.
 
 `parse_verify_target("cuda:90")` reads the GPU-true check's target (`MINICOMP_VERIFY_TARGET`,

@@ -1,7 +1,7 @@
 """Layout assignment: strides for every tensor a kernel writes, chosen from the plan.
 
 `assign_layout(graph, plan) -> Graph` runs after planning (`passes -> plan -> layout ->
-codegen`, wired by api.py): which tensors reach memory, and who reads them, is the plan's
+codegen`, wired by minicomp/api): which tensors reach memory, and who reads them, is the plan's
 decision, so the strides follow it instead of planning again. The planner never reads
 strides, so `plan` stays the plan of the graph this returns (same nodes, same ids).
 
