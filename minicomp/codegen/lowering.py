@@ -174,7 +174,7 @@ class Lowering:
             return self._view(node, idx, cond)
         if indirect.handles(node):
             return indirect.value(self, node, idx, cond)
-        if kind == "reduction":
+        if kind in ("reduction", "scan"):   # the row kernel computes both (codegen/reduction.py)
             if self.reduction_value is None:
                 raise Unsupported(f"reduction {node.describe()} inside a pointwise kernel")
             return self.reduction_value(node, idx)

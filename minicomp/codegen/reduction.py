@@ -1,7 +1,10 @@
 """Reduction kernels: a row kernel over one reduction domain (shape S, axes A).
 
-The domain is the plan's decision (the group's `ReductionSpec`: S, A and the reductions in
-order); this module checks only that it can write those reductions.
+The domain is the plan's decision (the group's `ReductionSpec`: S, A, the reductions in
+order and the scans); this module checks only that it can write them. Each reduction's
+accumulator is codegen/row_reduce.py's, each scan codegen/scan.py's; a scan is a value per
+element, computed where the lowering asks for it (scans along A's one axis). A 0-d S is one
+row of one element (A empty); an empty A axis gives each row the reduction's neutral value.
 
 The domain is viewed as a matrix: rows = the kept dimensions of S (row-major), columns =
 the reduced ones. One program owns BLOCK_R rows; tiles are [BLOCK_R, BLOCK_C] with the
@@ -22,7 +25,8 @@ Two forms:
 
 Values that depend on rows only (reductions, their post-processing, row-shaped loads)
 are written outside the loops and reused; the accumulator is fp32 (the compute type of
-the reduction's dtype) and padding lanes hold the reduction's neutral element.
+the reduction's dtype) and padding lanes hold the reduction's neutral element. Kernels
+that use row_lib's combine functions import them through `Kernel.shared`.
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ from __future__ import annotations
 import torch
 
 from minicomp.codegen import indexing as ix
+from minicomp.codegen import row_reduce, scan
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, group_spec, kernel_name,
                                      next_pow2)
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
-from minicomp.codegen.tlexpr import NAN_ALL, Val, compute_tl, convert
+from minicomp.codegen.tlexpr import NAN_ALL, Val, convert
 from minicomp.plan.specs import ReductionSpec
 
 SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
@@ -43,7 +48,12 @@ CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass t
 CPU_LOOP_BLOCK = 1024        # interpreter: column block of the looped form
 CUDA_LOOP_CONFIGS = ((1024, 4), (2048, 8), (4096, 8))
 CUDA_COLUMN_CONFIGS = ((16, 64, 2), (32, 64, 4), (32, 32, 2), (64, 32, 4))   # (BLOCK_R, BLOCK_C, warps): enough programs
-REDUCTIONS = ("sum", "mean", "amax", "amin", "var")
+REDUCTIONS = row_reduce.REDUCTIONS
+# the combine functions of scans, index reductions and products (runtime/row_lib.py), imported
+# once per module that needs them (`Kernel.shared`: one text for every kernel, so written once)
+ROW_HELPERS = ("_add_combine", "_mul_combine", "_argmax_combine", "_argmin_combine", "_cummax_combine",
+               "_cummin_combine", "_logaddexp_combine")
+HELPERS_IMPORT = f"from minicomp.runtime.row_lib import {', '.join(ROW_HELPERS)}"
 
 
 def full_index(dom: ReductionSpec, rows: ix.Expr, cols: ix.Expr) -> ix.Index:
@@ -60,12 +70,10 @@ def full_index(dom: ReductionSpec, rows: ix.Expr, cols: ix.Expr) -> ix.Index:
 def domain(ctx: KernelCtx) -> ReductionSpec:
     """The group's domain, as the plan decided it, if this emitter can write its reductions."""
     dom = group_spec(ctx, ReductionSpec)
-    for r in dom.reductions:
+    for r in dom.reductions + dom.scans:
         n = ctx.graph.node(r)
-        if n.op not in REDUCTIONS:
-            raise Unsupported(f"reduction op {n.op!r}")
-    if dom.n_cols == 0:
-        raise Unsupported("reduction over an empty axis")
+        if n.op not in REDUCTIONS + scan.SCANS:
+            raise Unsupported(f"{n.kind} op {n.op!r}")
     return dom
 
 
@@ -79,8 +87,10 @@ class RowKernel:
         self.low = Lowering(ctx, self._builder_for, self._mask_for)
         self.low.reduction_value = self._reduction_value
         self.rows = ix.sym("rows", max(dom.n_rows, 1))
-        self.cols = ix.sym("cols", dom.n_cols)
+        self.cols = ix.sym("cols", max(dom.n_cols, 1))
         self.reduced: dict[int, Val] = {}
+        self.shared: dict[tuple[str, int], Val] = {}   # (op, operand) -> a row value one reduction gave another
+        self.helpers = False                            # uses runtime/row_lib.py's combine functions
 
     def _builder_for(self, syms: frozenset) -> CodeBuilder:
         return self.loop if (self.loop is not None and "cols" in syms) else self.main
@@ -95,6 +105,8 @@ class RowKernel:
         return full_index(self.dom, self.rows, self.cols)
 
     def _reduction_value(self, node, idx: ix.Index) -> Val:
+        if node.kind == "scan":
+            return scan.scan_value(self, node, idx)
         if node.id not in self.reduced:
             raise Unsupported(f"{node.describe()} is used before it is reduced")
         if idx.key() != ix.Index(node.shape, flat=self.rows).key():
@@ -102,7 +114,11 @@ class RowKernel:
         return self.reduced[node.id]
 
     # ------------------------------------------------------------------ loops
-    def _open_loop(self) -> CodeBuilder:
+    def col_builder(self) -> CodeBuilder:
+        """Where a line over the columns goes: the open loop, else the single tile's body."""
+        return self._builder_for(frozenset({"cols"}))
+
+    def open_loop(self) -> CodeBuilder:
         self.low.forget("cols")
         self.loop = CodeBuilder()
         self.loop.writeline("cols = c0 + tl.arange(0, BLOCK_C)[None, :]")
@@ -110,27 +126,15 @@ class RowKernel:
         self.loop.writeline("mask = row_mask & col_mask")
         return self.loop
 
-    def _close_loop(self) -> None:
+    def close_loop(self) -> None:
         with self.main.block("for c0 in range(0, n_cols, BLOCK_C):"):
             self.main.splice(self.loop.getvalue())
         self.loop = None
         self.low.forget("cols")
 
     # ------------------------------------------------------------------ reductions
-    def reduce(self, nid: int) -> None:
-        node = self.ctx.graph.node(nid)
-        op = node.op
-        if op == "var":
-            mean = self._accumulate(node, "sum", center=None)
-            mean = self.low.emit(f"mean{nid}", f"{mean.code} / {float(self.dom.n_cols)!r}", node.dtype, mean.syms)
-            sq = self._accumulate(node, "sum_sq", center=mean)
-            denom = float(max(self.dom.n_cols - node.attrs["correction"], 0))
-            self.reduced[nid] = self.low.emit(f"var{nid}", f"{sq.code} / {denom!r}", node.dtype, sq.syms)
-            return
-        total = self._accumulate(node, "sum" if op in ("sum", "mean") else op, center=None)
-        if op == "mean":
-            total = self.low.emit(f"mean{nid}", f"{total.code} / {float(self.dom.n_cols)!r}", node.dtype, total.syms)
-        self.reduced[nid] = total
+    def reduce(self, nid: int, pending: list[int]) -> None:
+        row_reduce.reduce(self, nid, pending)
 
     def online_partner(self, m_id: int, pending: list[int]) -> int | None:
         """A later `sum(exp(a - m))` that can share the loop of `m = amax(a)` (online softmax)."""
@@ -157,7 +161,7 @@ class RowKernel:
         main.writeline("# online softmax: max and sum of exp in one pass over the row")
         main.writeline(f"{m_acc} = tl.full([BLOCK_R, BLOCK_C], -float('inf'), tl.float32)")
         main.writeline(f"{s_acc} = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)")
-        loop = self._open_loop()
+        loop = self.open_loop()
         x = convert(low.value(m.args[0], self.s_index), m.dtype)
         xm, m_new = low.names.fresh("x_masked"), low.names.fresh("m_new")
         loop.writeline(f"{xm} = tl.where(mask, {x}, -float('inf'))")
@@ -165,60 +169,13 @@ class RowKernel:
         loop.writeline(f"{s_acc} = {s_acc} * tl.where({m_acc} == -float('inf'), 0.0, tl.exp({m_acc} - {m_new})) "
                        f"+ tl.where({xm} == -float('inf'), 0.0, tl.exp({xm} - {m_new}))")
         loop.writeline(f"{m_acc} = {m_new}")
-        self._close_loop()
+        self.close_loop()
         mx, sm = low.names.fresh(f"amax{m_id}"), low.names.fresh(f"sum{s_id}")
         main.writeline(f"{mx} = tl.reduce({m_acc}, 1, _max_nan)[:, None]")  # NaN in a row: NaN, as eager
         main.writeline(f"{sm} = tl.sum(tl.where({m_acc} == -float('inf'), 0.0, {s_acc} * tl.exp({m_acc} - {mx})), "
                        "axis=1)[:, None]")
         self.reduced[m_id] = Val(mx, m.dtype, frozenset({"rows"}))
         self.reduced[s_id] = Val(sm, torch.float32, frozenset({"rows"}))
-
-    def _neutral(self, kind: str, dtype: torch.dtype) -> str:
-        if kind in ("sum", "sum_sq"):
-            return "0.0" if dtype.is_floating_point else "0"
-        if dtype.is_floating_point:
-            return "-float('inf')" if kind == "amax" else "float('inf')"
-        info = torch.iinfo(dtype) if dtype != torch.bool else None
-        if info is None:
-            return "0" if kind == "amax" else "1"
-        return str(info.min if kind == "amax" else info.max)
-
-    def _accumulate(self, node, kind: str, center: Val | None) -> Val:
-        """Reduce node's argument (minus `center`, squared, for sum_sq) over the columns -> [BLOCK_R, 1]."""
-        dt = node.dtype
-        acc_tl = compute_tl(dt)
-        neutral = self._neutral(kind, dt)
-        combine = {"sum": "tl.sum", "sum_sq": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[kind]
-        name = self.low.names.fresh(f"{node.op}{node.id}" if kind != "sum_sq" else f"sq{node.id}")
-        if not self.single:
-            acc = self.low.names.fresh(f"acc{node.id}")
-            self.main.writeline(f"{acc} = tl.full([BLOCK_R, BLOCK_C], {neutral}, {acc_tl})")
-            self._open_loop()
-        x = self.low.value(node.args[0], self.s_index)
-        term = convert(x, dt)
-        if center is not None:
-            diff = self.low.names.fresh(f"diff{node.id}")
-            self._builder_for(frozenset({"cols"})).writeline(
-                f"{diff} = tl.where(mask, {term} - {center.code}, 0.0)")
-            term = f"{diff} * {diff}"
-        else:
-            term = f"tl.where(mask, {term}, {neutral})"
-        nan = NAN_ALL if dt.is_floating_point else ""
-
-        def reduce_row(x: str) -> str:
-            if nan and kind in ("amax", "amin"):  # tl.max/tl.min drop NaN; torch.amax/amin keep it
-                return f"tl.reduce({x}, 1, _{kind[1:]}_nan)[:, None]"
-            return f"{combine}({x}, axis=1)[:, None]"
-
-        if self.single:
-            self.main.writeline(f"{name} = {reduce_row(term)}")
-        else:
-            update = {"sum": f"{acc} + {term}", "sum_sq": f"{acc} + {term}",
-                      "amax": f"tl.maximum({acc}, {term}{nan})", "amin": f"tl.minimum({acc}, {term}{nan})"}[kind]
-            self.loop.writeline(f"{acc} = {update}")
-            self._close_loop()
-            self.main.writeline(f"{name} = {reduce_row(acc)}")
-        return Val(name, dt, frozenset({"rows"}))
 
     # ------------------------------------------------------------------ outputs
     def output_index(self, nid: int) -> ix.Index | None:
@@ -255,11 +212,11 @@ class RowKernel:
         if not full:
             return
         if not self.single:
-            self._open_loop()
+            self.open_loop()
         for o, idx in full:
             self.low.store(o, idx, "[BLOCK_R, BLOCK_C]")
         if not self.single:
-            self._close_loop()
+            self.close_loop()
 
 
 def _needed_reductions(ctx: KernelCtx, dom: ReductionSpec) -> list[int]:
@@ -303,7 +260,7 @@ def _build(ctx: KernelCtx, dom: ReductionSpec, single: bool) -> RowKernel:
             pending.remove(partner)
             k.reduce_online(r, partner)
         else:
-            k.reduce(r)
+            k.reduce(r, pending)
     k.store_outputs()
     return k
 
@@ -350,7 +307,8 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writelines(io_comment(ctx, reads, group.outputs))
         how = {"single": "one tile per row block", "looped": "looped over column blocks",
                "columns": "looped over column blocks, many rows at a time (rows are contiguous)"}[form]
-        src.writeline(f"# domain {list(dom.shape)} reduced over axes {list(dom.axes)}: "
+        what = "reduced over axes" if dom.reductions else "scanned along axis"
+        src.writeline(f"# domain {list(dom.shape)} {what} {list(dom.axes)}: "
                       f"{dom.n_rows} rows of {dom.n_cols}, {how}")
         src.writeline("pid = tl.program_id(0)")
         start = "pid.to(tl.int64)" if wide else "pid"
@@ -364,11 +322,12 @@ def emit(ctx: KernelCtx) -> Kernel:
 
     args = tuple(Buf(n) for n in reads) + tuple(Buf(n) for n in group.outputs) + (dom.n_rows, dom.n_cols)
     if dom.n_rows == 0:
-        return Kernel(name, src.getvalue(), [], note="nothing to compute (0 rows)")
+        return Kernel(name, src.getvalue(), [], note="nothing to compute (0 rows)",
+                      shared=HELPERS_IMPORT if k.helpers else "")
     if ctx.device_type == "cuda":
         kwargs = (("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()
         launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, kwargs)
     else:
         br, bc = _block_sizes(dom, form, ctx.device_type)
         launch = Launch(Grid.of(-(-dom.n_rows // br)), args, (("BLOCK_R", br), ("BLOCK_C", bc)))
-    return Kernel(name, src.getvalue(), [launch])
+    return Kernel(name, src.getvalue(), [launch], shared=HELPERS_IMPORT if k.helpers else "")

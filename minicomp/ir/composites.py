@@ -46,6 +46,29 @@ def reduce(g: Graph, op: str, x: int, axes, keepdim: bool = False, origin=None, 
     return g.add(op, x, axes=norm_axes(axes, len(g.node(x).shape)), keepdim=bool(keepdim), origin=origin, **extra)
 
 
+def vector_norm(g: Graph, x: int, ord: float, axes, keepdim: bool = False, origin=None) -> int:
+    """torch.linalg.vector_norm of a float tensor over `axes`: ord 2 sqrt(sum(x*x)), 1 sum(|x|),
+    inf/-inf amax/amin(|x|), 0 the count of non-zeros, any other p sum(|x|^p)^(1/p). Half
+    types are reduced in fp32 and rounded once, as eager's kernels do."""
+    x32, dt = _upcast(g, x, origin)
+    ord = float(ord)
+    if ord == 2:
+        y = g.add("sqrt", reduce(g, "sum", g.add("mul", x32, x32, origin=origin), axes, keepdim, origin), origin=origin)
+    elif ord == 0:
+        nonzero = g.add("ne", x32, g.constant(0.0), origin=origin)
+        y = reduce(g, "sum", g.add("cast", nonzero, dtype=g.node(x32).dtype, origin=origin), axes, keepdim, origin)
+    else:
+        a = g.add("abs", x32, origin=origin)
+        if math.isinf(ord):
+            y = reduce(g, "amax" if ord > 0 else "amin", a, axes, keepdim, origin)
+        elif ord == 1:
+            y = reduce(g, "sum", a, axes, keepdim, origin)
+        else:
+            total = reduce(g, "sum", g.add("pow", a, exponent=ord, origin=origin), axes, keepdim, origin)
+            y = g.add("pow", total, exponent=1.0 / ord, origin=origin)
+    return _downcast(g, y, dt, origin)
+
+
 def softmax(g: Graph, x: int, axis: int = -1, origin=None) -> int:
     x32, dt = _upcast(g, x, origin)
     m = reduce(g, "amax", x32, axis, keepdim=True, origin=origin)

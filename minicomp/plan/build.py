@@ -32,7 +32,10 @@ def _ordered_clusters(state: State) -> list[int]:
 
 def _anchor(graph: Graph, kind: str, nodes: list[int]) -> int | None:
     wanted = {"gemm": "gemm", "attention": "attention", "reduction": "reduction", "opaque": "opaque"}.get(kind)
-    return next((n for n in nodes if graph.node(n).kind == wanted), None)
+    found = next((n for n in nodes if graph.node(n).kind == wanted), None)
+    if found is None and kind == "reduction":   # a row kernel of scans only
+        found = next((n for n in nodes if graph.node(n).kind == "scan"), None)
+    return found
 
 
 def _dtype(graph: Graph, kind: str, anchor: int | None):
@@ -66,7 +69,8 @@ def group_name(graph: Graph, kind: str, nodes: list[int], anchor: int | None) ->
             return prefix + "layernorm"
         if "mean" in ops and "rsqrt" in ops:
             return prefix + "rmsnorm"
-        return prefix + "_".join(dict.fromkeys(graph.node(n).op for n in nodes if graph.node(n).kind == "reduction"))
+        return prefix + "_".join(dict.fromkeys(graph.node(n).op for n in nodes
+                                               if graph.node(n).kind in ("reduction", "scan")))
     if kind == "gemm":
         out_shape = graph.node(anchor).shape
         tokens = []

@@ -65,7 +65,7 @@ def _reduced_axes(g: Graph, nid: int, plan: Plan, writer: Group) -> tuple[int, .
             return None
         for r in grp.nodes:
             rn = g.node(r)
-            if rn.kind == "reduction" and rn.args[0] == nid:
+            if rn.kind in ("reduction", "scan") and rn.args[0] == nid:
                 found.add(grp.spec.axes)   # the group's domain: every reduction in it reduces these
             elif nid in rn.args:
                 return None   # read elementwise too: leave it contiguous

@@ -10,8 +10,9 @@ contracts.md:
 - pointwise: pointwise and view nodes; every output has one shape (the iteration space).
   A view of a value the group computes is allowed: the operand is evaluated at the
   remapped index (rotary's `cat(-x2, x1)`), since no reduction sits underneath it.
-- reduction: one domain (every reduction reduces a tensor of shape S over axes A); other
-  nodes are per element of S or per row (S reduced over A); a per-row value must line up
+- reduction: one domain (every reduction reduces a tensor of shape S over axes A, every
+  scan scans one of shape S along the one axis of A); other nodes are per element of S
+  (a scan's result is one) or per row (S reduced over A); a per-row value must line up
   with the rows it is broadcast back to (a keepdim=False statistic of shape [M] may not
   broadcast against [M, N] as numpy would, along the wrong axis); a row kernel may
   re-shape a value it computes only by adding or dropping unit axes, or expand it;
@@ -50,7 +51,7 @@ def kind_of(graph: Graph, nodes: Iterable[int]) -> str:
     for k in ("opaque", "attention", "gemm", "reduction"):
         if k in kinds:
             return k
-    return "pointwise"
+    return "reduction" if "scan" in kinds else "pointwise"   # a scan runs in a row kernel
 
 
 def in_group_args(graph: Graph, n: Node, nodes: set[int]) -> list[int]:
@@ -97,7 +98,7 @@ def check(graph: Graph, nodes: set[int], outputs: set[int]) -> str | None:
         return f"{describe(graph, opaque[0].id)} runs in PyTorch; nothing fuses across it"
     attention = [n.id for n in ops_ if n.kind == "attention"]
     matmuls = [n.id for n in ops_ if n.kind == "gemm"]
-    reductions = [n.id for n in ops_ if n.kind == "reduction"]
+    reductions = [n.id for n in ops_ if n.kind in ("reduction", "scan")]   # scans share the row kernel
     if attention and (matmuls or reductions or len(attention) > 1):
         other = (attention[1:] + matmuls + reductions)[0]
         return f"{describe(graph, attention[0])} and {describe(graph, other)} are not one attention kernel"
@@ -138,11 +139,14 @@ def _check_pointwise(graph: Graph, nodes: set[int], outputs: set[int]) -> str | 
 
 
 def reduction_domain(graph: Graph, nid: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(S, A): the shape a reduction reduces and its axes (an empty axes list means all)."""
+    """(S, A): the shape a reduction reduces (a scan scans) and its axes (an empty axes list
+    means all). A 0-d operand has no axes to reduce: its domain is one row of one element."""
     n = graph.node(nid)
     shape = graph.node(n.args[0]).shape
-    axes = tuple(n.attrs.get("axes", ())) or tuple(range(len(shape)))
-    return shape, tuple(sorted(a % max(len(shape), 1) for a in axes))
+    if not shape:
+        return shape, ()
+    axes = (n.attrs["axis"],) if n.kind == "scan" else tuple(n.attrs.get("axes", ())) or tuple(range(len(shape)))
+    return shape, tuple(sorted(a % len(shape) for a in axes))
 
 
 def _pad(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
@@ -180,6 +184,9 @@ def _check_reduction(graph: Graph, nodes: set[int], outputs: set[int], reduction
             if not (n.op == "expand" or (n.op == "reshape" and _unit_reshape(src.shape, n.shape))):
                 return (f"a row kernel cannot {n.op} {describe(graph, src.id)}, a value it computes "
                         f"({describe(graph, nid)})")
+        if n.kind == "scan":
+            tag[nid] = "full"     # a value per element of S
+            continue
         if n.kind == "reduction":
             tag[nid] = "row" if n.attrs.get("keepdim") or drop_aligned else "drop"
             continue

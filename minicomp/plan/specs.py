@@ -14,7 +14,7 @@ again in the graph. The split between the two stages:
 and opaque groups, which need none); the planner calls it for every group it builds, and
 `Plan.with_specs(graph)` gives them to a plan made by hand (tests). Invariants: specs are
 frozen; node ids in a spec are nodes of the group (operands may be read from memory);
-`derive_spec` raises CompileError for a group that is not one of its kind (no reduction,
+`derive_spec` raises CompileError for a group that is not one of its kind (no reduction or scan,
 reductions over different domains, no matmul, not exactly one attention node): the planner's
 rules never build one.
 """
@@ -32,10 +32,12 @@ from minicomp.plan.rules import reduction_domain
 
 @dataclass(frozen=True)
 class ReductionSpec:
-    """A row kernel's domain: every reduction reduces a tensor of `shape` (S) over `axes` (A)."""
+    """A row kernel's domain: every reduction reduces a tensor of `shape` (S) over `axes` (A),
+    every scan scans one of shape S along A's one axis."""
     shape: tuple[int, ...]         # S
-    axes: tuple[int, ...]          # A: sorted, non-negative, not empty
+    axes: tuple[int, ...]          # A: sorted, non-negative; empty only for a 0-d S (one element)
     reductions: tuple[int, ...]    # the reduction nodes, topological order
+    scans: tuple[int, ...] = ()    # the scan nodes, topological order
 
     @property
     def n_cols(self) -> int:
@@ -111,14 +113,16 @@ def _after(graph: Graph, starts: Sequence[int], nodes: Sequence[int]) -> tuple[i
 
 def _reduction(graph: Graph, gid: int, nodes: Sequence[int]) -> ReductionSpec:
     reds = tuple(n for n in nodes if graph.node(n).kind == "reduction")
-    if not reds:
-        raise CompileError(f"group {gid} (reduction) holds no reduction node")
-    shape, axes = reduction_domain(graph, reds[0])
-    for r in reds[1:]:
+    scans = tuple(n for n in nodes if graph.node(n).kind == "scan")
+    if not reds and not scans:
+        raise CompileError(f"group {gid} (reduction) holds no reduction or scan node")
+    first = (reds + scans)[0]
+    shape, axes = reduction_domain(graph, first)
+    for r in reds + scans:
         if reduction_domain(graph, r) != (shape, axes):
             raise CompileError(f"group {gid} (reduction): {graph.node(r).describe()} reduces another domain "
-                               f"than {graph.node(reds[0]).describe()}")
-    return ReductionSpec(tuple(shape), axes, reds)
+                               f"than {graph.node(first).describe()}")
+    return ReductionSpec(tuple(shape), axes, reds, scans)
 
 
 def _gemm(graph: Graph, gid: int, nodes: Sequence[int], anchor: int | None) -> GemmSpec:

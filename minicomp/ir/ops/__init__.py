@@ -1,8 +1,9 @@
 """The op table: every operator minicomp knows, each written once, in one `OpDef`.
 
 An entry holds what every stage needs to know about its op:
-- `name`, `kind` (how the planner treats it: input, constant, pointwise, reduction, view,
-  gemm, attention, opaque), `arity` and `attrs` (attribute names, all required);
+- `name`, `kind` (how the planner treats it: input, constant, pointwise, reduction, scan,
+  view, gemm, attention, opaque; a scan shares a reduction's row kernel), `arity` and
+  `attrs` (attribute names, all required);
 - `ref`, the PyTorch reference (`ref(*tensors, **attrs)`): the reference interpreter,
   constant folding, the DSL's compile-time folding and meta-tensor inference all run it, so
   broadcasting and type promotion follow PyTorch exactly;
@@ -36,8 +37,9 @@ constant, opaque), arith.py (binary ops), unary.py (math and activations), selec
 cast, index-dependent generators), bitwise.py (bitwise ops, shifts), rounding.py (floor ...
 round, sign, floor division, remainder), special.py (expm1, erfc, erfinv, predicates, xlogy,
 lerp, tensor powers), activations.py (elu, hardswish, softplus, ...), indexing.py (index,
-gather: indirect loads), reductions.py, views.py, linalg.py (matmul, attention). `mathtext.py`
-holds the Triton texts of what Triton lacks.
+gather: indirect loads), reductions.py (with the composites of multi-output reductions),
+scans.py, views.py, linalg.py (matmul, attention). `mathtext.py` holds the Triton texts of
+what Triton lacks.
 `composite.py` names what aten lowers to several ops (softmax, layer_norm, ...).
 Adding a pointwise op is one `register(OpDef(...))` in a family file plus its tests.
 """
@@ -53,7 +55,7 @@ import torch
 from minicomp.ir.ops.rules import Rule
 from minicomp.ir.ops.text import Steps, Unsupported, py_literal, py_value
 
-KINDS = ("input", "constant", "pointwise", "reduction", "view", "gemm", "attention", "opaque")
+KINDS = ("input", "constant", "pointwise", "reduction", "scan", "view", "gemm", "attention", "opaque")
 
 # How codegen converts operand values before an op's Triton form sees them (codegen/tlexpr.py):
 OPERANDS = {
@@ -75,6 +77,7 @@ EMITTERS = {
     "load": "codegen/lowering.py (a load, or a literal)",
     "indirect": "codegen/indirect.py (a load at positions an index tensor holds)",
     "reduction": "codegen/reduction.py",
+    "scan": "codegen/scan.py (inside the row kernel of codegen/reduction.py)",
     "gemm": "codegen/gemm.py",
     "attention": "codegen/attention.py",
     "pytorch": "codegen/fallback.py (always runs through PyTorch)",
@@ -164,7 +167,7 @@ def flops(op: str, arg_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]
     d = get(op)
     if d.kind in ("pointwise",):
         return int(d.flops_per_element * math.prod(out_shape))
-    if d.kind == "reduction":
+    if d.kind in ("reduction", "scan"):
         return int(d.flops_per_element * math.prod(arg_shapes[0]))
     if d.kind == "gemm":
         k = arg_shapes[0][-1]
@@ -182,7 +185,8 @@ def flops(op: str, arg_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]
 
 # The families register themselves, in the order the table lists ops.
 from minicomp.ir.ops import (  # noqa: E402,F401,I001
-    leaves, arith, unary, select, bitwise, rounding, special, activations, indexing, reductions, views, linalg,
+    leaves, arith, unary, select, bitwise, rounding, special, activations, indexing, reductions, scans, views,
+    linalg,
     composite)
 from minicomp.ir.ops.composite import COMPOSITES, Composite  # noqa: E402
 
