@@ -50,7 +50,8 @@ def test_a_claim_that_does_not_fit_the_generic_lowering_is_refused():
 
 
 def test_every_op_names_who_writes_its_code():
-    writers = {"pointwise": {"expr", "cast", "index", "literal", "indirect"}, "reduction": {"reduction"}, "view": {"view"},
+    writers = {"pointwise": {"expr", "cast", "index", "literal", "indirect"}, "reduction": {"reduction"},
+               "scan": {"scan"}, "view": {"view"},
                "gemm": {"gemm"}, "attention": {"attention"}, "input": {"load"}, "constant": {"load"},
                "opaque": {"pytorch"}}
     for name, d in ops.REGISTRY.items():

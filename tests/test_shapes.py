@@ -68,7 +68,7 @@ def cases(draw):
             attrs[name] = tuple(draw(st.lists(small_ints, max_size=len(base) + 1)))
         elif name == "shape":
             attrs[name] = tuple(draw(st.lists(st.sampled_from([-1, 0, 1, 2, 3, 5, 6, 15]), max_size=5)))
-        elif name in ("dim", "diagonal"):
+        elif name in ("dim", "diagonal", "axis"):
             attrs[name] = draw(small_ints)
         elif name in ("start", "end"):
             attrs[name] = draw(st.one_of(st.none(), small_ints))

@@ -24,8 +24,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
 TEST = "tests/test_aten_lowerings.py::test_lowering"
 
 # an op's kind -> the group its node ends up in (views and constants have no kernel of their own)
-_GROUP_OF_KIND = {"pointwise": "pointwise", "reduction": "reduction", "gemm": "gemm", "attention": "attention",
-                  "view": "view", "constant": "none", "input": "none", "opaque": "none"}
+_GROUP_OF_KIND = {"pointwise": "pointwise", "reduction": "reduction", "scan": "reduction", "gemm": "gemm",
+                  "attention": "attention", "view": "view", "constant": "none", "input": "none", "opaque": "none"}
 
 
 def group_kind(name: str) -> str:
@@ -82,7 +82,7 @@ def _op_rows() -> list[str]:
     for name, d in ops.REGISTRY.items():
         attrs = ", ".join(d.attrs) or "-"
         written = "its Triton form" if d.emitter == "expr" else ops.EMITTERS[d.emitter]
-        flops = "-" if d.kind not in ("pointwise", "reduction") else f"{d.flops_per_element:g}"
+        flops = "-" if d.kind not in ("pointwise", "reduction", "scan") else f"{d.flops_per_element:g}"
         rows.append(f"| `{name}` | {d.kind} | {d.arity if d.arity is not None else 'any'} | {attrs} | {flops} "
                     f"| {written} | {sum(1 for o in ops.ATEN.values() if o == name)} |")
     return rows
