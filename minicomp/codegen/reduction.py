@@ -57,7 +57,11 @@ HELPERS_IMPORT = f"from minicomp.runtime.row_lib import {', '.join(ROW_HELPERS)}
 
 
 def full_index(dom: ReductionSpec, rows: ix.Expr, cols: ix.Expr) -> ix.Index:
-    """The canonical index into the domain S at (rows, cols)."""
+    """The canonical index into the domain S at (rows, cols). A row of one element is its row:
+    the index is `rows` alone, so a keepdim reduction over a size-1 axis (shape S) is read at
+    the same index as the element it reduces."""
+    if dom.n_cols == 1:
+        return ix.Index(dom.shape, flat=rows)
     if dom.trailing:
         return ix.Index(dom.shape, flat=rows * dom.n_cols + cols)
     kept = [d for i, d in enumerate(dom.shape) if i not in dom.axes]
@@ -202,6 +206,8 @@ class RowKernel:
         g, dom = self.ctx.graph, self.dom
         full, row = [], []
         for o in self.ctx.group.outputs:
+            if g.node(o).numel == 0:
+                continue      # nothing to store (an empty S: no element is ever evaluated)
             idx = self.output_index(o)
             if idx is None:
                 raise Unsupported(f"output %{o} of shape {g.node(o).shape} is neither the domain {dom.shape}, "
@@ -285,7 +291,7 @@ def _block_sizes(dom: ReductionSpec, form: str, device_type: str) -> tuple[int, 
 
 def emit(ctx: KernelCtx) -> Kernel:
     dom = domain(ctx)
-    single = dom.n_cols <= SINGLE_PASS_MAX
+    single = dom.n_cols <= max(SINGLE_PASS_MAX, 1)      # a row of one element is always one tile
     k = _build(ctx, dom, single)
     form = "single" if single else "looped"
     if dom.n_rows > 1 and _column_major(k):

@@ -17,6 +17,7 @@ integers); bool inputs of max/min/any/all fold as int32 (no reduction over i1).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -82,6 +83,11 @@ def fold(k, name: str, term_of, f: Fold) -> str:
 
 
 def _operand(k, node) -> Val:
+    """The operand at the element (rows, cols); an empty domain has no element to evaluate (its
+    index would divide by a size 0): zeros stand for it, and every lane is padding."""
+    if math.prod(k.dom.shape) == 0:
+        dt = k.ctx.graph.node(node.args[0]).dtype
+        return Val(f"tl.zeros([BLOCK_R, BLOCK_C], dtype={compute_tl(dt)})", dt, frozenset({"rows", "cols"}))
     return k.low.value(node.args[0], k.s_index)
 
 
@@ -139,7 +145,9 @@ def _any_all(k, node) -> Val:
     kind = "max" if node.op == "any" else "min"
     x_dtype = k.ctx.graph.node(node.args[0]).dtype
     truth = lambda: f"({convert(_operand(k, node), x_dtype)} != 0).to(tl.int32)"  # noqa: E731  (NaN is true)
-    r = fold(k, f"{node.op}{node.id}", truth, fold_of(kind, torch.int32))
+    f = fold_of(kind, torch.int32)
+    # truth values are 0 and 1: an empty row is any() False, all() True
+    r = fold(k, f"{node.op}{node.id}", truth, Fold(f.acc_tl, "0" if kind == "max" else "1", f.update, f.row))
     text = f"{r} != 0" if node.dtype == torch.bool else f"{r}.to({compute_tl(node.dtype)})"
     return k.low.emit(f"{node.op}{node.id}_v", text, node.dtype, frozenset({"rows"}))
 

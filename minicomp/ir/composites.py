@@ -25,7 +25,7 @@ def norm_axes(axes, ndim: int) -> tuple[int, ...]:
         axes = (axes,)
     out = []
     for a in axes:
-        if not -ndim <= a < max(ndim, 1):
+        if not -max(ndim, 1) <= a < max(ndim, 1):      # a 0-d tensor takes dim 0 and -1, as in PyTorch
             raise ValueError(f"axis {a} is out of range for a tensor of rank {ndim}")
         out.append(a % ndim if ndim else 0)
     return tuple(sorted(set(out)))

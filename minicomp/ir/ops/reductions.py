@@ -42,7 +42,14 @@ def _amin(x, *, axes, keepdim):
     return torch.amin(x, dim=axes, keepdim=keepdim)
 
 
+def _floats_only(x: torch.Tensor, what: str) -> None:
+    # eager's CPU and CUDA kernels refuse these dtypes; its meta kernels (shape inference) do not
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        raise ValueError(f"{what} takes floating point tensors, not {x.dtype} (eager refuses it)")
+
+
 def _var(x, *, axes, keepdim, correction):
+    _floats_only(x, "var")
     return torch.var(x, dim=axes, keepdim=keepdim, correction=correction)
 
 
@@ -90,10 +97,14 @@ def _index_text(name: str):
 
 
 def _argmax(x, *, axes, keepdim):
+    if x.dtype == torch.bool:
+        raise ValueError("argmax of bool (eager refuses it)")
     return torch.argmax(x, dim=_one_dim(x, axes), keepdim=keepdim)
 
 
 def _argmin(x, *, axes, keepdim):
+    if x.dtype == torch.bool:
+        raise ValueError("argmin of bool (eager refuses it)")
     return torch.argmin(x, dim=_one_dim(x, axes), keepdim=keepdim)
 
 

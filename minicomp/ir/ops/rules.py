@@ -81,7 +81,7 @@ def floats(*operands: Operand) -> bool:
 def norm_axes(axes: Any, rank: int) -> tuple[int, ...] | None:
     """Sorted non-negative axes, or None when one is out of range, repeated or not an int."""
     axes = (axes,) if isinstance(axes, int) else tuple(axes)
-    if any(not isinstance(a, int) or not -rank <= a < max(rank, 1) for a in axes):
+    if any(not isinstance(a, int) or not -max(rank, 1) <= a < max(rank, 1) for a in axes):
         return None
     norm = tuple(sorted({a % rank if rank else 0 for a in axes}))
     return norm if len(norm) == len(axes) else None

@@ -45,6 +45,8 @@ def _cummin_index(x, *, axis):
 
 
 def _logcumsumexp(x, *, axis):
+    if not x.dtype.is_floating_point:      # eager's kernels refuse it; its meta kernel does not
+        raise ValueError(f"logcumsumexp takes floating point tensors, not {x.dtype} (eager refuses it)")
     return torch.logcumsumexp(x, axis)
 
 
