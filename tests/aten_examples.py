@@ -261,6 +261,9 @@ EXAMPLES: dict[str, Example] = {
     "argmax.default": lambda: call(small(5, 7), 1),
     "argmin.default": lambda: call(tr(5, 7)),
     "aminmax.default": lambda: call(r(5, 7), dim=0, keepdim=True),
+    "nansum.default": lambda: call(r(5, 7).masked_fill(b(5, 7), float("nan")), [1]),
+    "count_nonzero.dim_IntList": lambda: call(small(5, 7), [0, 1]),
+    "count_nonzero.default": lambda: call(tr(5, 7).round(), 1),
     "logsumexp.default": lambda: call(r(5, 37) * 4, [1]),
     "linalg_vector_norm.default": lambda: call(r(5, 7, dtype=torch.float16), 3.0, [1], True),
     # --- scans

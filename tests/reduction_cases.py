@@ -49,6 +49,8 @@ CASES: list[OpCase] = [
     OpCase("amax", lambda x, d, k, _: x.amax(d if d is not None else (), keepdim=k), ALL, values="small"),
     OpCase("amin", lambda x, d, k, _: x.amin(d if d is not None else (), keepdim=k), ALL, values="small"),
     OpCase("prod", _prod, ALL, dims="one", values="near_one"),
+    OpCase("nansum", lambda x, d, k, _: torch.nansum(x, d, keepdim=k) if d is not None else torch.nansum(x), ALL),
+    OpCase("count_nonzero", lambda x, d, k, _: torch.count_nonzero(x, d), ALL, keepdim=False, values="sparse"),
     OpCase("any", lambda x, d, k, _: x.any(d, keepdim=k) if d is not None else x.any(), ALL, values="sparse"),
     OpCase("all", lambda x, d, k, _: x.all(d, keepdim=k) if d is not None else x.all(), ALL, values="sparse"),
     OpCase("argmax", lambda x, d, k, _: x.argmax(d, keepdim=k), FLOATS + INTS, dims="one_or_all", values="small"),

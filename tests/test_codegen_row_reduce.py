@@ -150,3 +150,27 @@ def test_var_of_ints_is_eagers_error():
     # eager refuses it; its meta kernel does not, and minicomp used to compute a kernel for it
     with pytest.raises(RuntimeError, match="floating point"):
         minicomp.compile(lambda x: torch.var(x, 1))(torch.ones(3, 4, dtype=torch.int32))
+
+
+def test_max_dim_of_bool_gives_its_indices_from_the_kernel(form):
+    # argmax refuses bool and max.dim does not: the indices used to stay a PyTorch call
+    x = torch.rand(6, 29, generator=torch.Generator().manual_seed(5)) > 0.7
+    x[2] = False                                   # all False: index 0, as eager
+    x[3] = True                                    # all True: index 0
+    fn = lambda x: (*torch.max(x, 1), *torch.min(x.t(), 0, keepdim=True))  # noqa: E731
+    f, out = _compile(fn, x)
+    for got, want in zip(out, fn(x), strict=True):
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    assert f.plan.kinds() == ["reduction", "reduction"], f.plan    # one kernel per reduced domain
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+def test_nansum_and_count_nonzero(dtype, form):
+    gen = torch.Generator().manual_seed(11)
+    x = (torch.randn(5, 31, generator=gen) * (torch.rand(5, 31, generator=gen) < 0.4)).to(dtype)
+    if dtype.is_floating_point:
+        x[0, 3], x[1, :] = NAN, NAN                 # a row of NaN sums to 0
+        x[2, 7] = INF
+    fn = lambda x: (torch.nansum(x, 1), torch.count_nonzero(x, 0), torch.count_nonzero(x), torch.nansum(x))  # noqa: E731
+    _, out = _compile(fn, x)
+    _same(out, fn(x))

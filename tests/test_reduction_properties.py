@@ -1,12 +1,11 @@
 """Property tests of reductions and scans: random calls of each op, compiled, equal eager.
 
-For every op of `reduction_cases.CASES` (sum ... logcumsumexp, 23 aten-level ops), each example
+For every op of `reduction_cases.CASES` (sum ... logcumsumexp, 25 aten-level ops), each example
 draws a call (`reduction_cases.draw`: rank 0-4, odd and zero sizes, every dtype eager accepts,
 NaN/inf, transposed or strided inputs, negative and several axes, keepdim, a fused pointwise
 prologue and epilogue) and checks that minicomp:
 - gives eager's shape, dtype and values (tolerance by dtype; NaN where eager has NaN; indices
-  exactly), from kernels only: no group runs through PyTorch (eager's own opaque parts
-  aside: max.dim's indices of a bool tensor, which argmax refuses);
+  exactly), from kernels only: no group runs through PyTorch;
 - puts the op, its multi-output siblings and the fused prologue/epilogue in one row kernel;
 - raises where eager raises (the dtypes eager refuses are tried too: mean of int, argmax of
   bool, logcumsumexp of int).
@@ -35,8 +34,6 @@ EXAMPLES = 6
 ENV = os.environ.get("MINICOMP_REDUCTION_EXAMPLES")
 SEED = int(os.environ.get("MINICOMP_REDUCTION_SEED", random.randrange(2**32) if ENV else 0))
 COUNT = int(ENV) if ENV else EXAMPLES
-# eager's own PyTorch calls that stay opaque: (op, dtype)
-OPAQUE_OK = {("max.dim", torch.bool), ("min.dim", torch.bool)}
 
 
 def _tol(dtype: torch.dtype) -> dict:
@@ -113,11 +110,9 @@ def _check(ex: Example, looped: bool, monkeypatch) -> str:
             assert _nearer(g, w, exact[k]), f"{where}: neither eager's nor nearer the fp64 result"
             continue
         torch.testing.assert_close(g, w, equal_nan=True, **_tol(w.dtype), msg=lambda m: f"{where}\n{m}")
-    allowed = {gid for gid, why in c.generated.fallbacks.items()
-               if why == "opaque op" and (ex.case.name, ex.x.dtype) in OPAQUE_OK}
-    assert set(c.generated.fallbacks) == allowed, f"{where}: {c.generated.fallbacks}\n{c.plan}"
+    assert not c.generated.fallbacks, f"{where}: {c.generated.fallbacks}\n{c.plan}"
     rows = [g for g in c.plan.groups if g.kind != "opaque"]
-    if ex.x.numel() > 1 and not c.generated.fallbacks:
+    if ex.x.numel() > 1:
         # an empty or one-element tensor saves no bytes by fusing: the planner may keep groups apart
         assert [g.kind for g in rows] == ["reduction"], f"{where}: one row kernel expected\n{c.plan}"
     return "compared"

@@ -68,14 +68,39 @@ def _value_and_index(op: str) -> Handler:
     # max.dim/min.dim: (values, indices), as amax and argmax over the same operand
     def lower(cx: Ctx, x, dim, keepdim=False):
         values = composites.reduce(cx.graph, "a" + op, x.id, dim, keepdim, origin=cx.origin)
-        if cx.dtype(x) == torch.bool:
-            return [values, None]       # argmax refuses bool: the indices stay a PyTorch call
-        return [values, composites.reduce(cx.graph, "arg" + op, x.id, dim, keepdim, origin=cx.origin)]
+        # argmax refuses bool, max.dim does not: its indices are argmax's over the operand as
+        # int32 (False < True, first index on ties), a cast the row kernel fuses
+        src = cx.cast(x, torch.int32) if cx.dtype(x) == torch.bool else x.id
+        return [values, composites.reduce(cx.graph, "arg" + op, src, dim, keepdim, origin=cx.origin)]
     return lower
 
 
 lowers("max.dim")(_value_and_index("max"))
 lowers("min.dim")(_value_and_index("min"))
+
+
+@lowers("nansum.default")
+def _nansum(cx: Ctx, x, dim=None, keepdim=False, dtype=None):
+    # NaN counts as zero; integers have none
+    src = _src(cx, x, dtype)
+    if cx.graph.node(src).dtype.is_floating_point:
+        src = cx.add("where", cx.add("isnan", src), cx.const(0.0, cx.graph.node(src).dtype), src)
+    return composites.reduce(cx.graph, "sum", src, _axes(dim, len(cx.shape(x))), keepdim, origin=cx.origin)
+
+
+def _count_nonzero(cx: Ctx, x, dim) -> int:
+    nonzero = cx.cast(cx.add("ne", x.id, cx.const(0, cx.dtype(x))), torch.int64)
+    return composites.reduce(cx.graph, "sum", nonzero, _axes(dim, len(cx.shape(x))), False, origin=cx.origin)
+
+
+@lowers("count_nonzero.dim_IntList")
+def _count_nonzero_dims(cx: Ctx, x, dim):
+    return _count_nonzero(cx, x, dim)
+
+
+@lowers("count_nonzero.default")
+def _count_nonzero_one(cx: Ctx, x, dim=None):
+    return _count_nonzero(cx, x, None if dim is None else [dim])
 
 
 @lowers("aminmax.default")

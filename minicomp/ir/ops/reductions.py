@@ -172,3 +172,7 @@ composite(Composite("var_mean", "reduction", ("var", "mean", "sqrt"), ("var_mean
                     "one node per output; the variance's mean is the mean"))
 composite(Composite("vector_norm", "reduction", ("abs", "mul", "sum", "sqrt", "amax", "amin", "ne", "pow"),
                     ("linalg_vector_norm.default",), "ord 2, 1, inf, -inf, 0 and any other p; half types in fp32"))
+composite(Composite("nansum", "reduction", ("isnan", "where", "sum"), ("nansum.default",),
+                    "a sum with NaN as zero"))
+composite(Composite("count_nonzero", "reduction", ("ne", "cast", "sum"),
+                    ("count_nonzero.dim_IntList", "count_nonzero.default"), "a sum of x != 0 as int64"))
