@@ -136,6 +136,12 @@ def test_empty_rows_give_the_neutral_value():
         minicomp.compile(lambda x: x.amax(1))(x)       # no identity: eager's error
     with pytest.raises(Exception, match="non-zero size"):
         minicomp.compile(lambda x: x.argmax(1))(x)
+    for y, dim in ((x, 1), (torch.randn(0, 0), 0), (torch.randn(0, 0), -1)):
+        # an empty result too: aten's meta kernel of max.dim let it through, so it used to give empty tensors
+        with pytest.raises(minicomp.errors.MinicompError, match="non-zero size"):
+            minicomp.compile(lambda y: torch.max(y, dim))(y)
+        with pytest.raises(minicomp.errors.MinicompError, match="non-zero size"):
+            minicomp.compile(lambda y: torch.min(y * 2, dim, keepdim=True))(y)
 
 
 def test_a_keepdim_reduction_over_a_size_1_axis_is_a_kernel():

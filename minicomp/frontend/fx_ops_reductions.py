@@ -67,6 +67,10 @@ def _prod_dim(cx: Ctx, x, dim, keepdim=False, dtype=None):
 def _value_and_index(op: str) -> Handler:
     # max.dim/min.dim: (values, indices), as amax and argmax over the same operand
     def lower(cx: Ctx, x, dim, keepdim=False):
+        shape = cx.shape(x)
+        if shape and shape[dim] == 0:
+            # aten's meta kernel lets an empty result through; eager's CPU and CUDA kernels refuse it
+            raise cx.refuse(f"{op}(): Expected reduction dim {dim} to have non-zero size (eager raises IndexError)")
         values = composites.reduce(cx.graph, "a" + op, x.id, dim, keepdim, origin=cx.origin)
         # argmax refuses bool, max.dim does not: its indices are argmax's over the operand as
         # int32 (False < True, first index on ties), a cast the row kernel fuses
