@@ -23,8 +23,8 @@ measured on the samples, the LLVM stage and ptxas are 80% of the time and the fr
 compiles every config through Triton's frontend and TritonGPU passes, which is where a
 kernel's text and a config's layout are checked, and one config per kernel, its least
 demanding, all the way down to a cubin. The shorter pipeline is cut with Triton's
-`add_stages_inspection_hook`, whose key is part of Triton's cache key, so a cut compile is
-never served to a launch.
+`add_stages_inspection_hook`, whose key is part of Triton's cache key (Triton 3.9), so a cut
+compile is never served to a launch; a Triton that does not key it compiles "sampled" as "full".
 """
 
 from __future__ import annotations
@@ -106,6 +106,17 @@ def _cut_after_ttgir(*args):
     stages["cubin"] = end
 
 
+def _cut_is_keyed() -> bool:
+    """Whether this Triton puts the stage hook's key into its kernel cache keys (3.9 does;
+    older releases call the hook only to edit the stages, and a cut compile would then be
+    cached under a launch's key). Without it, "sampled" is compiled as "full"."""
+    try:
+        from triton.runtime.jit import JITFunction
+        return "add_stages_inspection_hook()" in inspect.getsource(JITFunction.run)
+    except (ImportError, OSError, TypeError, AttributeError):
+        return False
+
+
 def check_module(source: str, arch: int, counter: list[int], depth: str = "full") -> list[dict]:
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
@@ -118,6 +129,8 @@ def check_module(source: str, arch: int, counter: list[int], depth: str = "full"
     module.__file__ = filename
     exec(compile(source, filename, "exec"), module.__dict__)
     names = {id(value): name for name, value in vars(module).items()}  # a library kernel is bound under the group's name
+    if depth != "full" and not _cut_is_keyed():
+        depth = "full"
     work = []
     for kernel, args, kwargs in getattr(module, "_WARM", []):
         configs = getattr(kernel, "configs", None)
