@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The GPU half of the tests, on a machine with CUDA (the lent H200 reaches no package
+# registry: wheels carried in .whl/ are installed into .site/ first, see BENCHMARKS.md).
+# Writes its logs under $OUT (default /tmp/minicomp-gpu) and prints one line per part.
+#   bash scripts/gpu_suite.sh            # `pytest -m gpu`, then property tests and samples on CUDA
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/minicomp-gpu}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl $(ls .whl/hf/*.whl 2>/dev/null) \
+        > "$OUT/pip.log" 2>&1 || echo "pip: see $OUT/pip.log"
+    export PYTHONPATH=$PWD/.site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=15 > "$OUT/gpu-tests.log" 2>&1
+echo "pytest -m gpu: rc=$? $(tail -1 "$OUT/gpu-tests.log")"
+MINICOMP_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -rfE tests/test_properties.py tests/test_samples.py \
+    > "$OUT/cuda-props.log" 2>&1
+echo "property tests and samples on cuda: rc=$? $(tail -1 "$OUT/cuda-props.log")"
