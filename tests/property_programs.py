@@ -298,7 +298,7 @@ class Builder:
             return None
         if self.draw(st.booleans()):
             keep = self.emit(f"causal_mask({s_q}, {s_k})",
-                             f"torch.ones({s_q}, {s_k}, dtype=torch.bool).tril()")
+                             f"torch.ones({s_q}, {s_k}, dtype=torch.bool, device={q.name}.device).tril()")
             scores = self.emit(f"where({keep.name}, {scores.name}, -inf)",
                                f"torch.where({keep.name}, {scores.name}, float('-inf'))")
         p = self.emit(f"softmax({scores.name}, axis=-1)", f"torch.softmax({scores.name}, dim=-1)")

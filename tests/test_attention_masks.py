@@ -13,7 +13,13 @@ for -inf (hand-written softmax) and 0 for SDPA (CPU flash and math backends alik
 2.13, checked below).
 
 CPU runs are Triton's interpreter (fp32, and fp16/bf16 through the interpreter's upcast);
-`gpu` tests run fp16/bf16 at realistic lengths. Every kernel is also compiled for sm_90 by
+`gpu` tests run fp16/bf16 at realistic lengths. There the kernel (scores in fp32) must be no
+further from the function run in fp32 than eager fp16/bf16 is (the real-models issue's
+rule): eager rounds the scores to half precision before the softmax, which at realistic
+lengths and scales moves an output by more than the half-precision tolerance. On CUDA the
+references run on SDPA's math backend: SDPA's CUDA backends disagree on fully masked rows
+(seen on the H200, PyTorch 2.11: cuDNN gives zeros where the math backend, like the CPU,
+averages over every key for a finite mask). Every kernel is also compiled for sm_90 by
 Triton's own compiler (conftest's GPU-true check).
 """
 
@@ -116,12 +122,38 @@ def attention_node(compiled):
     return node
 
 
+def eager(fn, args):
+    """fn(*args), on SDPA's math backend for CUDA tensors (see the module docstring)."""
+    if not args[0].is_cuda:
+        return fn(*args)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):
+        return fn(*args)
+
+
+def no_further_than_eager(out, ref, fn, args, dtype):
+    """Half precision on a GPU: NaN where eager has NaN, and elsewhere no further from the
+    fp32 run of `fn` than eager is (largest and root-mean-square errors, with 1.25x slack and
+    the dtype's absolute tolerance)."""
+    wide = eager(fn, [a.float() if a.is_floating_point() else a for a in args]).float()
+    assert torch.equal(out.isnan(), ref.isnan())
+    ok = ~ref.isnan()
+    mine, theirs = (out.float() - wide)[ok].abs(), (ref.float() - wide)[ok].abs()
+    atol = tol(dtype)["atol"]
+    assert mine.max() <= 1.25 * theirs.max() + atol, (mine.max().item(), theirs.max().item())
+    rms = lambda e: e.square().mean().sqrt()
+    assert rms(mine) <= 1.25 * rms(theirs) + atol, (rms(mine).item(), rms(theirs).item())
+
+
 def check(fn, *args, dtype=F32, groups=1):
     """Compile `fn`, compare with eager (NaN where eager has NaN), assert the kernel ran."""
     compiled = minicomp.compile(fn)
     out = compiled(*args)
-    ref = fn(*args)
-    torch.testing.assert_close(out, ref, equal_nan=True, **tol(dtype))
+    ref = eager(fn, args)
+    if out.is_cuda and dtype in (F16, BF16):
+        no_further_than_eager(out, ref, fn, args, dtype)
+    else:
+        torch.testing.assert_close(out, ref, equal_nan=True, **tol(dtype))
     gen = compiled._last.generated
     assert not gen.fallbacks, gen.fallbacks
     assert sum(name.startswith("mc_attn") for name in gen.kernel_names) == groups, gen.kernel_names
@@ -286,29 +318,29 @@ def test_hand_written_boolean_masks(fn, s, d):
 # --------------------------------------------------------------------------- sliding windows (Mistral)
 
 
-def sliding_window_keep(s, window):
+def sliding_window_keep(s, window, device=None):
     """masking_utils: and_masks(sliding_window_overlay(W), causal_mask_function), [1, 1, S, S]."""
-    q_idx = torch.arange(s)[None, None, :, None]
-    kv_idx = torch.arange(s)[None, None, None, :]
+    q_idx = torch.arange(s, device=device)[None, None, :, None]
+    kv_idx = torch.arange(s, device=device)[None, None, None, :]
     return (kv_idx > q_idx - window) & (kv_idx <= q_idx)
 
 
 def mistral_eager(window):
     def attention(q, k, v):
-        keep = sliding_window_keep(q.shape[-2], window).expand(q.shape[0], -1, -1, -1)
+        keep = sliding_window_keep(q.shape[-2], window, q.device).expand(q.shape[0], -1, -1, -1)
         return eager_attention(q, k, v, additive(keep, q.dtype))
     return attention
 
 
 def mistral_sdpa(window):
     def attention(q, k, v):
-        return sdpa_attention(q, k, v, sliding_window_keep(q.shape[-2], window))
+        return sdpa_attention(q, k, v, sliding_window_keep(q.shape[-2], window, q.device))
     return attention
 
 
 def mistral_padded(window):
     def attention(q, k, v, pad):
-        keep = sliding_window_keep(q.shape[-2], window) & pad[:, None, None, :]
+        keep = sliding_window_keep(q.shape[-2], window, q.device) & pad[:, None, None, :]
         return eager_attention(q, k, v, additive(keep, q.dtype))
     return attention
 
@@ -347,7 +379,7 @@ def gemma2_eager(cap, scaling, window=None):
         w = torch.tanh(w)
         w = w * cap
         if window is not None:           # a sliding layer: the band is built here, constant
-            mask = additive(sliding_window_keep(q.shape[-2], window), q.dtype)
+            mask = additive(sliding_window_keep(q.shape[-2], window, q.device), q.dtype)
         w = w + mask
         w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
         return torch.matmul(w, v)
