@@ -1,0 +1,130 @@
+"""The model zoo through `torch.compile(model, backend="minicomp")`: every model of
+`zoo_models.py`, with attention implementations "eager" and "sdpa", called the plain way,
+with a right-padding and with a left-padding 2-D mask, against eager PyTorch (fp32, CPU,
+Triton's interpreter; the GPU-true check compiles every kernel for sm_90 as well).
+
+Outputs are compared at the positions that hold tokens: a padded position computes on
+padding, and what eager leaves there depends on how the mask fills a fully masked row, which
+no caller reads. Each case also checks that the backend compiled every graph (no graph fell
+back to eager) into at least one kernel, and records the kernels and the ops that ran
+through PyTorch; the table is printed at the end of the run (and written as markdown to
+$MINICOMP_ZOO_REPORT when that is set).
+
+MINICOMP_ZOO=all adds `zoo_models.ZOO_EXTRA`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+import minicomp
+from conftest import tol
+from zoo_models import zoo
+
+pytest.importorskip("transformers")
+
+ATTN = ("eager", "sdpa")
+
+# (model, attn, call) -> why it is expected to fail; strict, so the fix shows as a pass.
+XFAIL: dict[tuple[str, str, str], str] = {}
+
+
+@dataclass
+class _Row:
+    name: str
+    attn: str
+    results: dict[str, str] = field(default_factory=dict)
+    graphs: int = 0
+    kernels: int = 0
+    aten_calls: int = 0
+    pytorch_calls: int = 0
+    pytorch_ops: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+_ROWS: dict[tuple[str, str], _Row] = {}
+_LIVE: dict = {}          # the one compiled model kept: (name, attn) -> (model, compiled, backend)
+
+
+def _compiled(name: str, attn: str):
+    key = (name, attn)
+    if key not in _LIVE:
+        _LIVE.clear()
+        torch._dynamo.reset()          # each model starts with Dynamo's caches and recompile limits clear
+        model = zoo()[name].model(attn)
+        backend = minicomp.backend()
+        _LIVE[key] = (model, torch.compile(model, backend=backend), backend)
+    return _LIVE[key]
+
+
+def _cases():
+    for name, zm in zoo().items():
+        for attn in ATTN:
+            for call in zm.calls:
+                reason = XFAIL.get((name, attn, call))
+                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+                yield pytest.param(name, attn, call, id=f"{name}-{attn}-{call}", marks=marks)
+
+
+@pytest.mark.parametrize("name,attn,call", list(_cases()))
+def test_zoo_model_matches_eager(name, attn, call):
+    zm = zoo()[name]
+    start = time.perf_counter()
+    model, compiled, backend = _compiled(name, attn)
+    kwargs, valid = zm.inputs(call, model)
+    row = _ROWS.setdefault((name, attn), _Row(name, attn))
+    row.results[call] = "fail"
+    with torch.no_grad():
+        ref = getattr(model(**kwargs), zm.output)
+        out = getattr(compiled(**kwargs), zm.output)
+    row.seconds += time.perf_counter() - start
+    rep = backend.report()
+    row.graphs, row.kernels = len(rep.graphs), rep.kernels
+    row.aten_calls, row.pytorch_calls, row.pytorch_ops = rep.aten_calls, rep.pytorch_calls, dict(rep.pytorch_ops)
+    assert not rep.failures, rep.table()
+    assert rep.graphs and rep.kernels > 0, rep.table()
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    if valid is not None and valid.shape == ref.shape[:2]:
+        ref, out = ref[valid], out[valid]       # positions that hold tokens
+    torch.testing.assert_close(out, ref, **tol(torch.float32))
+    row.results[call] = "pass"
+
+
+def zoo_table(rows: list[_Row]) -> str:
+    """The zoo's markdown table and the fraction of aten calls compiled to kernels."""
+    lines = ["| model | attn | " + " | ".join(("plain", "right_pad", "left_pad")) +
+             " | graphs | kernels | aten calls | through PyTorch | ops through PyTorch | s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        res = [r.results.get(c, "n/a") for c in ("plain", "right_pad", "left_pad")]
+        ops = ", ".join(f"{op.removeprefix('aten.')} x{n}" for op, n in sorted(r.pytorch_ops.items())) or "-"
+        lines.append(f"| {r.name} | {r.attn} | " + " | ".join(res) +
+                     f" | {r.graphs} | {r.kernels} | {r.aten_calls} | {r.pytorch_calls} | {ops} | {r.seconds:.0f} |")
+    calls = sum(r.aten_calls for r in rows)
+    through = sum(r.pytorch_calls for r in rows)
+    if calls:
+        lines.append(f"\n{calls - through} of {calls} aten calls ({1 - through / calls:.1%}) compiled to kernels; "
+                     f"{sum(r.kernels for r in rows)} kernels")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_table(request):
+    yield
+    _LIVE.clear()
+    torch._dynamo.reset()
+    if not _ROWS:
+        return
+    text = zoo_table(list(_ROWS.values()))
+    path = os.environ.get("MINICOMP_ZOO_REPORT")
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    reporter = request.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("\nminicomp backend model zoo:\n" + text)
