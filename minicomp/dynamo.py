@@ -238,14 +238,15 @@ def _expected_outputs(gm: fx.GraphModule) -> list[tuple[fx.Node, bool]]:
     return [(n, _aliases_input(n)) for n in out.args[0]]
 
 
-def _aliases_input(node: fx.Node) -> bool:
-    while True:
+def _aliases_input(node: Any) -> bool:
+    while isinstance(node, fx.Node):
         if node.op == "placeholder":
             return True
         schema = getattr(node.target, "_schema", None)
         if not (schema and schema.returns and schema.returns[0].alias_info is not None and not schema.is_mutable):
             return False
         node = node.args[0]
+    return False
 
 
 class _Run:

@@ -128,3 +128,26 @@ def _print_table(request):
     reporter = request.config.pluginmanager.getplugin("terminalreporter")
     if reporter is not None:
         reporter.write_line("\nminicomp backend model zoo:\n" + text)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_greedy_generation_with_a_static_cache_gives_eagers_tokens(name):
+    """transformers' recipe for torch.compile: a static KV cache (fixed shapes, written in place
+    at `cache_position`, which the backend gets functionalised) and a compiled `model.forward`."""
+    zm = zoo()[name]
+    model = zm.model("sdpa")
+    ids = torch.randint(4, 128, (2, 6), generator=torch.Generator().manual_seed(0))
+    settings = dict(max_new_tokens=16, do_sample=False, cache_implementation="static", pad_token_id=0)
+    with torch.no_grad():
+        ref = model.generate(ids, **settings)
+        torch._dynamo.reset()
+        backend = minicomp.backend()
+        model.forward = torch.compile(model.forward, backend=backend)
+        out = model.generate(ids, **settings)
+    torch._dynamo.reset()
+    assert ref.shape == (2, 6 + 16)
+    assert torch.equal(out, ref), (out, ref)
+    rep = backend.report()
+    assert not rep.failures and rep.kernels > 0, rep.table()
+    # prefill and one decoding step: the cache keeps every decoding step's shapes the same
+    assert len(rep.graphs) == 2 and not any(g.symbolic for g in rep.graphs), rep.table()
