@@ -28,7 +28,6 @@ from zoo_models import zoo
 
 pytest.importorskip("transformers")
 
-ATTN = ("eager", "sdpa")
 
 # (model, attn, call) -> why it is expected to fail; strict, so the fix shows as a pass.
 XFAIL: dict[tuple[str, str, str], str] = {}
@@ -64,7 +63,7 @@ def _compiled(name: str, attn: str):
 
 def _cases():
     for name, zm in zoo().items():
-        for attn in ATTN:
+        for attn in zm.attns:
             for call in zm.calls:
                 reason = XFAIL.get((name, attn, call))
                 marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
@@ -93,6 +92,14 @@ def test_zoo_model_matches_eager(name, attn, call):
         ref, out = ref[valid], out[valid]       # positions that hold tokens
     torch.testing.assert_close(out, ref, **tol(torch.float32))
     row.results[call] = "pass"
+
+
+@pytest.mark.parametrize("name", [n for n, zm in zoo().items() if "sdpa" not in zm.attns])
+def test_models_without_sdpa_are_refused_sdpa_by_transformers(name):
+    """Gemma2 and Bloom run with eager attention only because transformers refuses SDPA for them:
+    when it stops refusing, this fails, and they join the sdpa cases."""
+    with pytest.raises(ValueError, match="does not support an attention implementation"):
+        zoo()[name].model("sdpa")
 
 
 def zoo_table(rows: list[_Row]) -> str:

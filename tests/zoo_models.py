@@ -20,7 +20,7 @@ Invariant: building a model twice gives the same weights (`torch.manual_seed` be
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -37,7 +37,7 @@ class ZooModel:
     kind: str = "text"                             # "text", "vision" or "audio"
     output: str = "logits"                         # the output field compared
     calls: tuple[str, ...] = CALLS
-    extra: dict[str, Any] = field(default_factory=dict)
+    attns: tuple[str, ...] = ("eager", "sdpa")     # transformers has no SDPA path for Gemma2 and Bloom
 
     def model(self, attn: str) -> torch.nn.Module:
         torch.manual_seed(0)
@@ -92,7 +92,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("qwen3", _hf("Qwen3Config", "Qwen3ForCausalLM", **_DEC, head_dim=8)),
     ZooModel("gemma", _hf("GemmaConfig", "GemmaForCausalLM", **_DEC, head_dim=8)),
     ZooModel("gemma2", _hf("Gemma2Config", "Gemma2ForCausalLM", **_DEC, head_dim=8, sliding_window=4,
-                                  query_pre_attn_scalar=8)),
+                                  query_pre_attn_scalar=8), attns=("eager",)),
     ZooModel("phi3", _hf("Phi3Config", "Phi3ForCausalLM", **_DEC)),
     ZooModel("gpt2", _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
                                 n_positions=64, pad_token_id=0)),
@@ -105,7 +105,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
                                num_hidden_layers=2, num_attention_heads=4, word_embed_proj_dim=32,
                                max_position_embeddings=64, pad_token_id=1)),
     ZooModel("bloom", _hf("BloomConfig", "BloomForCausalLM", vocab_size=VOCAB, hidden_size=32, n_layer=2,
-                                 n_head=4, pad_token_id=0)),
+                                 n_head=4, pad_token_id=0), attns=("eager",)),
     ZooModel("bert", _hf("BertConfig", "BertForMaskedLM", vocab_size=VOCAB, hidden_size=32,
                                 num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                                 max_position_embeddings=64, pad_token_id=0)),
