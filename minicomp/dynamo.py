@@ -60,6 +60,7 @@ class GraphRecord:
     origin: str | None                 # the user line the graph starts at
     mode: str                          # "inference", or "forward" (its backward runs in PyTorch)
     aten_calls: int = 0                # aten calls in the graph AOTAutograd handed over
+    view_calls: int = 0                # of which views (no computation of their own)
     pytorch_calls: int = 0             # of which run through PyTorch (opaque nodes)
     kernels: int = 0                   # Triton kernels generated
     pytorch_ops: list[str] = field(default_factory=list)   # "aten.embedding.default (file.py:12)"
@@ -68,12 +69,12 @@ class GraphRecord:
     symbolic: bool = False
     error: str | None = None           # set when minicomp could not compile it: it ran eagerly
 
-    def update(self, compiled: Compiled, aten_calls: int) -> None:
+    def update(self, compiled: Compiled, aten_calls: tuple[int, int]) -> None:
         from minicomp.frontend.fx import opaque_nodes
         ops = [n.attrs["target"] + (f" ({n.origin})" if n.origin else "")
                for n in compiled.graph.nodes() if n.op == "opaque"]
         groups = [f"group {gid} runs through PyTorch: {why}" for gid, why in compiled.forced.items()]
-        self.aten_calls, self.pytorch_calls = aten_calls, len(opaque_nodes(compiled.graph))
+        (self.aten_calls, self.view_calls), self.pytorch_calls = aten_calls, len(opaque_nodes(compiled.graph))
         self.kernels = len(compiled.generated.kernel_names)
         self.pytorch_ops = ops + groups
         self.compile_seconds += compiled.compile_seconds
@@ -94,8 +95,18 @@ class BackendReport:
         return sum(g.aten_calls for g in self.graphs)
 
     @property
+    def view_calls(self) -> int:
+        return sum(g.view_calls for g in self.graphs)
+
+    @property
     def pytorch_calls(self) -> int:
         return sum(g.pytorch_calls for g in self.graphs)
+
+    @property
+    def fraction_computed_in_kernels(self) -> float:
+        """Of the aten calls that compute (views left out), the fraction run by minicomp's kernels."""
+        computing = self.aten_calls - self.view_calls
+        return 1.0 - self.pytorch_calls / computing if computing else 1.0
 
     @property
     def fraction_compiled(self) -> float:
@@ -119,7 +130,8 @@ class BackendReport:
             rows.append(f"| {g.index} | {g.origin or '?'} | {g.mode} | {g.aten_calls} | {g.pytorch_calls} | "
                         f"{g.kernels} | {g.shapes}{' (symbolic)' if g.symbolic else ''} |")
         lines = ["\n".join(rows), f"{len(self.graphs)} graph(s), {self.kernels} kernel(s), "
-                 f"{self.fraction_compiled:.1%} of {self.aten_calls} aten calls compiled"]
+                 f"{self.fraction_compiled:.1%} of {self.aten_calls} aten calls compiled "
+                 f"({self.fraction_computed_in_kernels:.1%} of the {self.aten_calls - self.view_calls} that are not views)"]
         for g in self.graphs:
             if g.error:
                 lines.append(f"graph {g.index} ran eagerly: {g.error}")

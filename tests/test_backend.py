@@ -180,8 +180,20 @@ def test_ops_minicomp_cannot_lower_run_through_pytorch_and_are_reported():
     torch.testing.assert_close(torch.compile(f, backend=b)(x), f(x), **tol(torch.float32))
     rep = b.report()
     assert rep.pytorch_ops == {"aten.cumsum.default": 1}
-    assert 0 < rep.fraction_compiled < 1 and rep.pytorch_calls == 1
+    assert rep.aten_calls == 3 and rep.view_calls == 0 and rep.pytorch_calls == 1      # exp, cumsum, mul
+    assert rep.fraction_compiled == pytest.approx(2 / 3) == rep.fraction_computed_in_kernels
     assert "aten.cumsum.default" in rep.table()
+
+
+def test_views_count_as_compiled_and_are_counted_apart():
+    def f(x):
+        return torch.cumsum(x.t().reshape(-1, 2), dim=0) + 1
+    b = minicomp.backend()
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(torch.compile(f, backend=b)(x), f(x), **tol(torch.float32))
+    rep = b.report()
+    assert rep.view_calls >= 1 and rep.pytorch_calls == 1, rep.table()
+    assert rep.fraction_computed_in_kernels < rep.fraction_compiled < 1
 
 
 def test_outputs_are_fresh_where_eagers_are():

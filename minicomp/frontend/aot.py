@@ -17,8 +17,8 @@ are tensors, and in a training forward also the SymInts and tensors saved for th
   decomposes to on CUDA (flash, efficient, cuDNN) become `minicomp::sdpa` when only their
   attention output is read, so they lower to minicomp's attention like the CPU op does;
   where the backward reads their other outputs (logsumexp, seeds) they stay as they are.
-- `aten_calls(gm)`: the aten calls of a graph, the denominator of the backend's "fraction
-  compiled".
+- `aten_calls(gm)`: the aten calls of a graph (and how many are views), the denominators of
+  the backend's "fraction compiled".
 
 Invariant: every function here returns a graph computing exactly what its input computed,
 with node `meta["val"]` set on every node `fx.lower` reads.
@@ -160,7 +160,10 @@ def rewrite_sdpa(gm: fx.GraphModule) -> int:
     return replaced
 
 
-def aten_calls(gm: fx.GraphModule) -> int:
-    """The calls of aten (and minicomp::) operators in `gm`: what the backend's fraction counts."""
-    return sum(1 for n in gm.graph.nodes
-               if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
+def aten_calls(gm: fx.GraphModule) -> tuple[int, int]:
+    """The calls of aten (and minicomp::) operators in `gm`, what the backend's fraction counts,
+    and how many of them are views (no computation: index arithmetic inside kernels)."""
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+    views = sum(1 for n in calls if n.target._schema.returns and n.target._schema.returns[0].alias_info is not None
+                and not n.target._schema.is_mutable)
+    return len(calls), views
