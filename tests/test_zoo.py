@@ -60,14 +60,17 @@ _ROWS: dict[tuple[str, str], _Row] = {}
 _LIVE: dict = {}          # the one compiled model kept: (name, attn) -> (model, compiled, backend)
 
 
+def _verified(name: str) -> bool:
+    return os.environ.get("MINICOMP_ZOO_VERIFY") == "all" or name in VERIFIED
+
+
 def _compiled(name: str, attn: str):
     key = (name, attn)
     if key not in _LIVE:
         _LIVE.clear()
         torch._dynamo.reset()          # each model starts with Dynamo's caches and recompile limits clear
         model = zoo()[name].model(attn)
-        verify = os.environ.get("MINICOMP_ZOO_VERIFY") == "all" or name in VERIFIED
-        backend = minicomp.backend(**({} if verify else {"verify_target": None}))
+        backend = minicomp.backend(**({} if _verified(name) else {"verify_target": None}))
         _LIVE[key] = (model, torch.compile(model, backend=backend), backend)
     return _LIVE[key]
 
@@ -162,7 +165,7 @@ def test_greedy_generation_with_a_static_cache_gives_eagers_tokens(name):
     with torch.no_grad():
         ref = model.generate(ids, **settings)
         torch._dynamo.reset()
-        backend = minicomp.backend()
+        backend = minicomp.backend(**({} if _verified(name) else {"verify_target": None}))
         model.forward = torch.compile(model.forward, backend=backend)
         out = model.generate(ids, **settings)
     torch._dynamo.reset()
