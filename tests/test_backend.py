@@ -278,6 +278,24 @@ def test_cuda_sdpa_ops_become_minicomps_attention():
     torch.testing.assert_close(gm(q, k, v, mask)[0], ref, **tol(torch.float32))
 
 
+def test_cuda_sdpa_with_fewer_kv_heads_becomes_grouped_query_attention():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    q, k, v = torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    g = fx.Graph()
+    ph = [g.placeholder(n) for n in "qkv"]
+    call = g.call_function(torch.ops.aten._scaled_dot_product_flash_attention.default, (*ph, 0.0, True))
+    out = g.call_function(operator.getitem, (call, 0))
+    g.output((out,))
+    gm = fx.GraphModule(nn.Module(), g)
+    with FakeTensorMode() as mode:
+        for p, t in zip(ph, (q, k, v)):
+            p.meta["val"] = mode.from_tensor(t)
+    out.meta["val"] = torch.empty(1, 4, 6, 8)
+    assert aot.rewrite_sdpa(gm) == 1
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(gm(q, k, v)[0], ref, **tol(torch.float32))
+
+
 def test_sdpa_ops_whose_other_outputs_are_read_stay():
     g = fx.Graph()
     q, k, v = (g.placeholder(n) for n in "qkv")

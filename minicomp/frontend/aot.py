@@ -145,10 +145,13 @@ def rewrite_sdpa(gm: fx.GraphModule) -> int:
         if not users or any(u.target is not operator.getitem or u.args[1] != 0 for u in users):
             continue
         a = _bound(node)
+        q, k = (a[n].meta.get("val") for n in ("query", "key"))
+        # the CUDA kernels take fewer KV heads than query heads as grouped-query attention
+        gqa = q is not None and k is not None and q.dim() >= 3 and q.shape[-3] != k.shape[-3]
         with gm.graph.inserting_before(node):
             new = gm.graph.call_function(SDPA, (a["query"], a["key"], a["value"], a.get("attn_bias"),
                                                 float(a.get("dropout_p", 0.0)), bool(a.get("is_causal", False)),
-                                                a.get("scale"), False))
+                                                a.get("scale"), bool(gqa)))
         new.meta = dict(users[0].meta)
         for u in users:
             u.replace_all_uses_with(new)
