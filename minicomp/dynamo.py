@@ -195,7 +195,8 @@ class Backend:
         with self._lock:
             return BackendReport(list(self._records))
 
-    def reset(self) -> None:
+    def clear(self) -> None:
+        # not `reset`: torch._dynamo.reset() calls a backend's reset(), and the report outlives it
         with self._lock:
             self._records.clear()
 
@@ -383,7 +384,7 @@ def _backend_of(compiled: Any) -> Backend | None:
 def backend_report(compiled: Any = None) -> BackendReport:
     """What the minicomp backend compiled: for `torch.compile(..., backend=minicomp.backend())`
     results, that backend's graphs; for `backend="minicomp"` (and with no argument), every graph
-    the shared backend compiled in this process (`minicomp.dynamo.DEFAULT.reset()` clears it)."""
+    the shared backend compiled in this process (`minicomp.dynamo.DEFAULT.clear()` clears it)."""
     if compiled is None:
         return DEFAULT.report()
     found = _backend_of(compiled)

@@ -34,7 +34,7 @@ def test_entry_point_registers_the_backend_by_name():
     def f(x, w):
         return torch.softmax(x @ w, dim=-1) * 2
     x, w = torch.randn(5, 7), torch.randn(7, 9)
-    minicomp.dynamo.DEFAULT.reset()
+    minicomp.dynamo.DEFAULT.clear()
     out = torch.compile(f, backend="minicomp")(x, w)
     torch.testing.assert_close(out, f(x, w), **tol(torch.float32))
     rep = minicomp.backend_report()
@@ -246,6 +246,13 @@ def test_a_graph_minicomp_cannot_compile_runs_eagerly_and_says_why(monkeypatch):
     rep = b.report()
     assert rep.failures and "no kernel today" in rep.failures[0].error
     assert "ran eagerly" in rep.table()
+
+
+def test_the_report_outlives_dynamo_reset():
+    b = minicomp.backend()
+    torch.compile(lambda x: x * 3, backend=b)(torch.randn(4))
+    torch._dynamo.reset()
+    assert len(b.report().graphs) == 1
 
 
 def test_backend_report_of_something_else_is_refused():
