@@ -20,8 +20,8 @@ if not _torch.cuda.is_available():
     # imports it through torch._dynamo), so it is set here, at minicomp's import.
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from minicomp.api import CompiledFunction, compile  # noqa: E402
 from minicomp.api.dsl import DslFunction, compile_dsl  # noqa: E402
+from minicomp.entry import CompiledFunction, compile  # noqa: E402
 from minicomp.errors import MinicompError
 
 

@@ -1,7 +1,7 @@
 """`torch.compile(model, backend="minicomp")`: Dynamo captures, AOTAutograd functionalises,
 minicomp compiles each graph it is handed.
 
-    cm = torch.compile(model, backend="minicomp", options={"verify_target": None})
+    cm = torch.compile(model, backend="minicomp", options={"verify_target": "off"})
     cm(input_ids)
     print(minicomp.backend_report(cm).table())   # graphs, kernels, ops that ran through PyTorch
 

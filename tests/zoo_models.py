@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-BATCH, SEQ, VOCAB = 2, 10, 128
+BATCH, SEQ, VOCAB = 2, 8, 128
 PAD = 3                                   # padded positions in the second row of a masked batch
 CALLS = ("plain", "right_pad", "left_pad")
 
