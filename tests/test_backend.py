@@ -310,3 +310,17 @@ def test_sdpa_ops_whose_other_outputs_are_read_stay():
     g.output((g.call_function(operator.getitem, (call, 0)), g.call_function(operator.getitem, (call, 1))))
     gm = fx.GraphModule(nn.Module(), g)
     assert aot.rewrite_sdpa(gm) == 0
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_cpu_sdpa_with_fewer_kv_heads_is_grouped_query_attention_in_a_kernel(causal):
+    """transformers passes enable_gqa=True when no mask is given; on the CPU AOTAutograd hands
+    `_scaled_dot_product_flash_attention_for_cpu` k and v with fewer heads (it used to stay opaque)."""
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True) * 2
+
+    q, k, v = torch.randn(2, 4, 7, 8), torch.randn(2, 1, 7, 8), torch.randn(2, 1, 7, 8)   # one KV head
+    b = minicomp.backend()
+    torch.testing.assert_close(torch.compile(f, backend=b)(q, k, v), f(q, k, v), **tol(torch.float32))
+    rep = b.report()
+    assert rep.pytorch_calls == 0 and rep.kernels >= 1, rep.table()
