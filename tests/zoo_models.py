@@ -1,8 +1,10 @@
 """The model zoo: third-party models built from tiny random configs, and their inputs.
 
 Each `ZooModel` builds a `transformers` model from a config small enough for Triton's CPU
-interpreter (width 32-64, 2 layers, 2-4 heads, vocab 128), seeded, in eval mode, with no
-download. `inputs(kind)` gives its arguments for one way of calling it:
+interpreter (width 32, one layer, Gemma2 two for its sliding and global layers, 4 heads,
+vocab 128), seeded, in eval mode, with no download: one layer is what every later layer
+repeats, and the zoo's share of CI stays small. `inputs(kind)` gives its arguments for one
+way of calling it:
 
 - "plain": `model(input_ids)` (or pixel values / audio features), no mask;
 - "right_pad": a 2-D attention mask whose second row ends in padding;
@@ -82,7 +84,7 @@ def _hf(config_cls: str, model_cls: str, **cfg: Any) -> Callable[[str], torch.nn
     return build
 
 
-_DEC = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+_DEC = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0)
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in [
@@ -91,38 +93,39 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("qwen2", _hf("Qwen2Config", "Qwen2ForCausalLM", **_DEC)),
     ZooModel("qwen3", _hf("Qwen3Config", "Qwen3ForCausalLM", **_DEC, head_dim=8)),
     ZooModel("gemma", _hf("GemmaConfig", "GemmaForCausalLM", **_DEC, head_dim=8)),
-    ZooModel("gemma2", _hf("Gemma2Config", "Gemma2ForCausalLM", **_DEC, head_dim=8, sliding_window=4,
+    ZooModel("gemma2", _hf("Gemma2Config", "Gemma2ForCausalLM", **{**_DEC, "num_hidden_layers": 2}, head_dim=8,
+                                  sliding_window=4,
                                   query_pre_attn_scalar=8), attns=("eager",)),
     ZooModel("phi3", _hf("Phi3Config", "Phi3ForCausalLM", **_DEC)),
-    ZooModel("gpt2", _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
+    ZooModel("gpt2", _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=4,
                                 n_positions=64, pad_token_id=0)),
     ZooModel("gpt_neox", _hf("GPTNeoXConfig", "GPTNeoXForCausalLM", vocab_size=VOCAB, hidden_size=32,
-                                    intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
                                     max_position_embeddings=64, pad_token_id=0)),
     ZooModel("falcon", _hf("FalconConfig", "FalconForCausalLM", vocab_size=VOCAB, hidden_size=32,
-                                  num_hidden_layers=2, num_attention_heads=4, multi_query=True, pad_token_id=0)),
+                                  num_hidden_layers=1, num_attention_heads=4, multi_query=True, pad_token_id=0)),
     ZooModel("opt", _hf("OPTConfig", "OPTForCausalLM", vocab_size=VOCAB, hidden_size=32, ffn_dim=64,
-                               num_hidden_layers=2, num_attention_heads=4, word_embed_proj_dim=32,
+                               num_hidden_layers=1, num_attention_heads=4, word_embed_proj_dim=32,
                                max_position_embeddings=64, pad_token_id=1)),
-    ZooModel("bloom", _hf("BloomConfig", "BloomForCausalLM", vocab_size=VOCAB, hidden_size=32, n_layer=2,
+    ZooModel("bloom", _hf("BloomConfig", "BloomForCausalLM", vocab_size=VOCAB, hidden_size=32, n_layer=1,
                                  n_head=4, pad_token_id=0), attns=("eager",)),
     ZooModel("bert", _hf("BertConfig", "BertForMaskedLM", vocab_size=VOCAB, hidden_size=32,
-                                num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
                                 max_position_embeddings=64, pad_token_id=0)),
     ZooModel("roberta", _hf("RobertaConfig", "RobertaForMaskedLM", vocab_size=VOCAB, hidden_size=32,
-                                   num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                   num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
                                    max_position_embeddings=64, pad_token_id=1)),
     ZooModel("distilbert", _hf("DistilBertConfig", "DistilBertForMaskedLM", vocab_size=VOCAB, dim=32,
-                                      n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64,
+                                      n_layers=1, n_heads=4, hidden_dim=64, max_position_embeddings=64,
                                       pad_token_id=0)),
     ZooModel("t5_encoder", _hf("T5Config", "T5EncoderModel", vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64,
-                                      num_layers=2, num_heads=4, pad_token_id=0),
+                                      num_layers=1, num_heads=4, pad_token_id=0),
              output="last_hidden_state"),
-    ZooModel("vit", _hf("ViTConfig", "ViTModel", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    ZooModel("vit", _hf("ViTConfig", "ViTModel", hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                intermediate_size=64, image_size=16, patch_size=8, num_channels=3),
              kind="vision", output="last_hidden_state", calls=("plain",)),
     ZooModel("whisper_encoder", _hf("WhisperConfig", "whisper.modeling_whisper.WhisperEncoder", d_model=32,
-                                           encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                                           encoder_layers=1, encoder_attention_heads=4, encoder_ffn_dim=64,
                                            num_mel_bins=16, max_source_positions=8, decoder_layers=1,
                                            decoder_attention_heads=4, decoder_ffn_dim=64, vocab_size=VOCAB),
              kind="audio", output="last_hidden_state", calls=("plain",)),
