@@ -18,7 +18,8 @@ import math
 import sys
 from typing import Any
 
-BACKEND_TITLES = {"eager": "eager", "inductor": "torch.compile", "minicomp": "minicomp", "sdpa": "SDPA"}
+BACKEND_TITLES = {"eager": "eager", "inductor": "torch.compile", "minicomp": "minicomp", "sdpa": "SDPA",
+                  "minicomp_dynamo": "minicomp backend"}
 TARGETS = {
     "memory": "≥ 90% of copy bandwidth and no slower than torch.compile",
     "gemm": "≥ 0.97× torch.compile's speed",
@@ -212,6 +213,14 @@ def markdown(record: dict) -> str:
             lines += ["", f"{w['name']}: F.scaled_dot_product_attention(is_causal=True) "
                       f"{_time_cell(w, 'sdpa')} ms; minicomp/SDPA {_f(d.get('minicomp_over_sdpa'))} "
                       f"(target ≤ 1.10)"]
+    for w in record.get("workloads", []):
+        if "minicomp_dynamo" in w.get("backends", {}) or "minicomp_dynamo" in w.get("errors", {}):
+            eager, ind, dyn = (_ms(w, b) for b in ("eager", "inductor", "minicomp_dynamo"))
+            ok = _ok(w, "minicomp_dynamo")
+            lines += ["", f"{w['name']}: torch.compile(backend=\"minicomp\") {_time_cell(w, 'minicomp_dynamo')} ms; "
+                      f"over eager {_f(dyn / eager if ok and dyn and eager else None)}, over torch.compile "
+                      f"{_f(dyn / ind if ok and dyn and ind and _ok(w, 'inductor') else None)}; first call, fresh "
+                      f"process: {_ct_cell(w.get('compile_time', {}).get('minicomp_dynamo'))}"]
     lines += ["", f"Geometric mean of speedup over torch.compile: {_f(s.get('geomean_speedup_vs_compile'))} "
               f"over {s.get('geomean_over')} workload(s) (target ≥ {GEOMEAN_TARGET}: "
               f"{_yes(s.get('geomean_met'))}). Ledger bytes/flops: "

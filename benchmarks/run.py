@@ -74,7 +74,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="limit for one backend's compile + check + timing of one workload")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.add_argument("--compile-time-child", metavar="NAME", help=argparse.SUPPRESS)
-    p.add_argument("--backend", choices=["minicomp", "inductor"], help=argparse.SUPPRESS)
+    p.add_argument("--backend", choices=["minicomp", "inductor", "minicomp_dynamo"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.device is None:
         import torch
@@ -124,6 +124,8 @@ def make_backend(name: str, built) -> Callable:
     if name == "minicomp":
         import minicomp
         return minicomp.compile(built.fn)
+    if name == "minicomp_dynamo":          # the torch.compile backend (entry point "minicomp")
+        return torch.compile(built.fn, backend="minicomp")
     if built.reference and name == built.reference[0]:
         return built.reference[1]
     raise ValueError(f"unknown backend {name!r}")
@@ -195,6 +197,7 @@ def run_workload(w, args, ends_at: float) -> dict:
     rec.update(shapes=built.shapes, sizes=built.sizes, notes=built.notes, io_bytes=io_bytes(built, ref),
                analytic_flops=w.flops(built.sizes) if w.flops else None)
     names = [b for b in args.backends if b in ("eager", "inductor", "minicomp")]
+    names += [b for b in w.extra_backends if "minicomp" in args.backends and b not in names]
     if built.reference:
         names.append(built.reference[0])
     fns: dict[str, Callable] = {}
@@ -254,8 +257,8 @@ def child_main(args: argparse.Namespace) -> int:
     sync(args.device)
     result: dict[str, Any] = {}
     t0 = time.perf_counter()
-    if args.backend == "inductor":
-        fn = torch.compile(built.fn)
+    if args.backend in ("inductor", "minicomp_dynamo"):
+        fn = torch.compile(built.fn, **({"backend": "minicomp"} if args.backend == "minicomp_dynamo" else {}))
         fn(*built.inputs)
         sync(args.device)
         result["first_call_s"] = time.perf_counter() - t0
@@ -275,13 +278,14 @@ def compile_time_runs(names: list[str], args, record: dict, started: float, save
     """Fresh-process first calls, `--compile-jobs` at a time (1: no contention between them)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
+    from benchmarks.workloads import WORKLOADS
     lock = threading.Lock()                  # workers write records while the main thread saves
     backends = ["minicomp", "inductor"] if args.compile_time == "all" else ["minicomp"]
     jobs = []
     for name in names:
         wrec = next(r for r in record["workloads"] if r["name"] == name)
         ct = wrec.setdefault("compile_time", {})
-        for backend in backends:
+        for backend in backends + [b for b in WORKLOADS[name].extra_backends if b not in backends]:
             if backend in wrec["backends"]:
                 jobs.append((name, backend, ct))
             else:

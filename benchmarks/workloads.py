@@ -120,6 +120,7 @@ class Workload:
     # Matmul flops counted by hand (2 per multiply-add; causal attention: half the scores),
     # used only where minicomp's own ledger is missing because minicomp failed.
     flops: Callable[[dict[str, Any]], int] | None = None
+    extra_backends: tuple[str, ...] = ()   # timed besides the run's --backends (models: "minicomp_dynamo")
 
     def build(self, device: str, dtype: torch.dtype, tiny: bool, seed: int = 0) -> Built:
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -255,6 +256,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              dict(batch=4, seq=2048, width=4096, heads=32, kv_heads=8, hidden=11008),
              dict(batch=1, seq=16, width=64, heads=4, kv_heads=2), _sample("llama_block")),
 ]}
+
+from benchmarks.workloads_models import model_workloads  # noqa: E402  (needs Workload, defined above)
+
+WORKLOADS.update({w.name: w for w in model_workloads(Workload)})
 
 QUICK = ["pointwise", "softmax", "gemm_bias_gelu", "attention"]
 CPU_QUICK = ["pointwise", "add_rmsnorm", "gemm_bias_gelu"]

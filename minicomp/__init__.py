@@ -20,9 +20,25 @@ if not _torch.cuda.is_available():
     # imports it through torch._dynamo), so it is set here, at minicomp's import.
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from minicomp.api import CompiledFunction, compile  # noqa: E402
 from minicomp.api.dsl import DslFunction, compile_dsl  # noqa: E402
+from minicomp.entry import CompiledFunction, compile  # noqa: E402
 from minicomp.errors import MinicompError
 
+
+def backend(**options):
+    """A torch.compile backend of one's own: `torch.compile(m, backend=minicomp.backend(**options))`;
+    its `report()` lists what it compiled (see `minicomp.dynamo`)."""
+    from minicomp.dynamo import Backend
+    return Backend(**options)
+
+
+def backend_report(compiled=None):
+    """Graphs, kernels and the ops that ran through PyTorch of a `torch.compile(...,
+    backend="minicomp")` result (see `minicomp.dynamo.backend_report`)."""
+    from minicomp.dynamo import backend_report as report
+    return report(compiled)
+
+
 __version__ = "0.1.0"
-__all__ = ["compile", "compile_dsl", "CompiledFunction", "DslFunction", "MinicompError"]
+__all__ = ["compile", "compile_dsl", "CompiledFunction", "DslFunction", "MinicompError", "backend",
+           "backend_report"]

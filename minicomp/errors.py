@@ -68,3 +68,11 @@ class OutOfBoundsIndexError(OutOfBoundsError, IndexError):
 
 class OutOfBoundsRuntimeError(OutOfBoundsError, RuntimeError):
     """A bad index where eager raises RuntimeError."""
+
+
+class CaptureRefused(MinicompError):
+    """Valid PyTorch that minicomp's own capture, one static graph, cannot take whole: a tensor's
+    value read into Python (`.item()`, `.tolist()`, `.numpy()`), control flow decided by a value,
+    an output shape decided by values, a construct make_fx cannot trace (an `autograd.Function`
+    without `setup_context`). `minicomp.compile` then goes through Dynamo (minicomp/entry.py);
+    a user's own error (a shape mismatch, a bad index) is never one of these."""

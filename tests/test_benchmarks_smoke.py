@@ -197,3 +197,31 @@ def test_gluon_attention_prototype_keeps_its_mmas_in_flight_on_sm90(tmp_path, mo
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert not re.search(r"C751\d", out.stderr), out.stderr
+
+
+def test_model_workloads_build_tiny_and_run_eagerly():
+    for name in ("llama_model", "qwen2_model", "gpt2_model", "bert_model"):
+        w = WORKLOADS[name]
+        assert w.full["batch"] == 4 and w.full["seq"] == 512 and "minicomp_dynamo" in w.extra_backends
+        built = w.build("cpu", torch.bfloat16, tiny=True)
+        out = built.fn(*built.inputs)
+        assert out.dtype == torch.bfloat16 and out.shape[:2] == (1, 8) and torch.isfinite(out).all(), name
+        assert not any(p.requires_grad for p in built.fn.parameters()), name
+
+
+def test_a_model_workload_is_timed_through_both_minicomp_entry_points(tmp_path):
+    """GPT-2 (tiny) through eager, minicomp.compile and torch.compile(backend="minicomp"), each
+    checked against eager before timing."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1",
+               MINICOMP_CACHE_DIR=str(tmp_path / "cache"))
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--device", "cpu", "--only", "gpt2_model",
+           "--reps", "1", "--compile-time", "none", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rec = json.loads((tmp_path / "bench.json").read_text())
+    (w,) = rec["workloads"]
+    assert not w["errors"], w["errors"]
+    for backend in ("eager", "minicomp", "minicomp_dynamo"):
+        assert w["backends"][backend]["check"]["ok"], (backend, w["backends"][backend]["check"])
+        assert w["backends"][backend]["ms"] > 0
+    assert 'torch.compile(backend="minicomp")' in (tmp_path / "bench.md").read_text()

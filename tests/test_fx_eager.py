@@ -15,6 +15,10 @@ import torch.nn.functional as F
 from conftest import tol
 
 from benchmarks.workloads import WORKLOADS
+
+# the blocks: whole transformers models (the model workloads) are the zoo's (tests/test_zoo.py,
+# through Dynamo) and the benchmarks smoke test's
+BLOCKS = sorted(n for n, w in WORKLOADS.items() if not w.extra_backends)
 from minicomp.errors import MinicompError
 from minicomp.frontend import fx_trace
 from minicomp.frontend.fx import call_inputs, capture
@@ -46,7 +50,7 @@ def both(fn, inputs, monkeypatch):
     return g, tracer, g_fake
 
 
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
+@pytest.mark.parametrize("name", BLOCKS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_workloads_capture_to_the_same_ir_as_make_fx(name, dtype, monkeypatch):
     built = WORKLOADS[name].build("cpu", dtype, True)
@@ -192,7 +196,7 @@ def test_a_fresh_process_runs_a_block_on_cuda_without_importing_dynamo(tmp_path)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
+@pytest.mark.parametrize("name", BLOCKS)
 def test_workloads_on_cuda_capture_to_the_same_ir_as_make_fx(name, monkeypatch):
     built = WORKLOADS[name].build("cuda", torch.bfloat16, True)
     g, tracer, g_fake = both(built.fn, built.inputs, monkeypatch)

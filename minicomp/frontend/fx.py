@@ -73,7 +73,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.utils._pytree as pytree
 
-from minicomp.errors import MinicompError
+from minicomp.errors import CaptureRefused, MinicompError
 from minicomp.frontend import fx_ops, fx_ops_indexing
 from minicomp.frontend.binding import Binding
 from minicomp.frontend.effects import Snapshot, refusal
@@ -118,7 +118,7 @@ def _opaque(g: Graph, node: fx.Node, target: Any, args: tuple, kwargs: dict, out
     if output is not None:
         val = val[output]
     if not isinstance(val, torch.Tensor):
-        raise MinicompError(f"{origin or node.name}: cannot capture {node.target}: it returns "
+        raise CaptureRefused(f"{origin or node.name}: cannot capture {node.target}: it returns "
                             f"{type(val).__name__}, not a tensor")
     return g.add("opaque", *operands, fn=call, target=call.__name__, out_shape=tuple(val.shape),
                  out_dtype=val.dtype, origin=origin)

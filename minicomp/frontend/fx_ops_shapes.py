@@ -85,8 +85,11 @@ def lower_sdpa(cx: Ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 @lowers("_scaled_dot_product_flash_attention_for_cpu.default")
 def _sdpa_cpu(cx: Ctx, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
-    # reached only when SDPA is called in a way fx.py does not intercept; (out, logsumexp)
-    return [_attention(cx, q, k, v, attn_mask, dropout_p, is_causal, scale, False), None]
+    # reached only when SDPA is called in a way fx.py does not intercept; (out, logsumexp).
+    # Fewer key/value heads than query heads (SDPA's enable_gqa=True, which transformers passes
+    # when no mask is given) reach this op as they are: it is grouped-query attention.
+    gqa = len(cx.shape(q)) >= 3 and cx.shape(k)[-3] != cx.shape(q)[-3]
+    return [_attention(cx, q, k, v, attn_mask, dropout_p, is_causal, scale, gqa), None]
 
 
 # --------------------------------------------------------------------------- views

@@ -30,7 +30,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from minicomp.errors import MinicompError
+from minicomp.errors import CaptureRefused, MinicompError
 from minicomp.frontend.fx_eager import eager_trace
 from minicomp.frontend.pyframes import frame_error
 
@@ -190,6 +190,10 @@ def origin_of(node: fx.Node) -> str | None:
     return f"{short_path(hits[-1].group('file'))}:{hits[-1].group('line')}"
 
 
+# value reads that make_fx does not refuse on its own (the eager tracer declines all of them first)
+_NUMPY_READS = {torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.data_ptr}
+
+
 class _Intercept(TorchFunctionMode):
     """Active while tracing: stamps origins on new nodes and redirects the calls kept whole."""
 
@@ -199,6 +203,10 @@ class _Intercept(TorchFunctionMode):
         if frame is not None:
             code = frame.f_code
             fx_traceback.set_stack_trace([f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}\n'])
+        if func in _NUMPY_READS:   # make_fx's fake tensors would hand over uninitialised memory
+            where = f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}: " if frame is not None else ""
+            raise CaptureRefused(f"{where}the function reads a tensor's values into Python ({func.__name__}); "
+                                 "minicomp captures one static graph")
         try:
             out = _redirect(func, args, kwargs)
             return func(*args, **kwargs) if out is NotImplemented else out
@@ -240,17 +248,28 @@ def describe(fn: Any) -> str:
     return type(fn).__name__ if isinstance(fn, nn.Module) else getattr(fn, "__name__", type(fn).__name__)
 
 
-def _user_error(exc: BaseException, what: str) -> MinicompError:
-    """A one-paragraph error at the innermost user frame of `exc`'s traceback."""
+# what make_fx raises for valid PyTorch that one static graph cannot hold (CaptureRefused), by
+# exception type name or message; anything else the user's code raised is the user's error
+_LIMIT_TYPES = ("DataDependent", "DynamicOutputShape", "UnsupportedOperator")
+_LIMIT_TEXT = ("data-dependent", "unallocated storage", "Cannot access data pointer", "setup_context",
+               "SymFloat", "SymInt", "SymBool")   # a value read stands for a tensor's value: Python refused it
+
+
+def is_capture_limit(exc: BaseException) -> bool:
+    return any(t in type(exc).__name__ for t in _LIMIT_TYPES) or any(t in str(exc) for t in _LIMIT_TEXT)
+
+
+def user_error(exc: BaseException, what: str) -> MinicompError:
+    """A one-paragraph error at the innermost user frame of `exc`'s traceback: CaptureRefused
+    where the capture's limits caused it, else the user's own error."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     message = f"{what}: {type(exc).__name__}" + (f": {text}" if text else "")
     if "DataDependent" in type(exc).__name__ or "data-dependent" in str(exc):
         message += (" (a tensor's value decides Python control flow or is read with .item()/.tolist(); "
                     "minicomp captures one static graph, so compute it with tensor ops such as torch.where)")
-    if not frames:
-        return MinicompError(message)
-    return frame_error(message, frames[-1], short_path(frames[-1].filename))   # the line as written
+    error = frame_error(message, frames[-1], short_path(frames[-1].filename)) if frames else MinicompError(message)
+    return CaptureRefused(str(error)) if is_capture_limit(exc) else error
 
 
 @contextlib.contextmanager
@@ -326,5 +345,5 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.Grap
     except MinicompError:
         raise
     except Exception as e:  # anything the user's code raised while running on fake tensors
-        raise _user_error(e, f"capturing {describe(fn)} failed") from None
+        raise user_error(e, f"capturing {describe(fn)} failed") from None
     return gm, returned[-1]

@@ -1,0 +1,111 @@
+"""Whole third-party models as benchmark workloads: one per family (Llama, Qwen2, GPT-2, BERT).
+
+Invariants (with those of `workloads.py`):
+- Each model is built from a `transformers` config with random weights (seeded; no
+  download), in eval mode, parameters without grad, on the run's device and dtype.
+- `full` sizes are batch 4 x 512 tokens, 4 decoder layers at width 1024-2048 (BERT: the
+  base geometry, 12 layers at width 768); `tiny` ones are for the CPU smoke run.
+- The timed function is `model(input_ids)` returning the logits (BERT: the last hidden
+  state), called the plain way a user calls it, with attention implementation "sdpa".
+- Every model workload is also timed through `torch.compile(fn, backend="minicomp")`
+  (`EXTRA_BACKENDS`), so one run times eager, torch.compile, minicomp's own capture and the
+  minicomp backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+EXTRA_BACKENDS = ("minicomp_dynamo",)
+
+
+class ModelOutput(torch.nn.Module):
+    """`model(input_ids)` as a function of one tensor returning one tensor."""
+
+    def __init__(self, model: torch.nn.Module, field: str):
+        super().__init__()
+        self.model, self.field = model, field
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(input_ids=input_ids), self.field)
+
+
+def _config(family: str, s: dict[str, Any]):
+    import transformers
+    w, layers, heads, vocab = s["width"], s["layers"], s["heads"], s["vocab"]
+    if family == "llama":
+        return transformers.LlamaConfig(vocab_size=vocab, hidden_size=w, intermediate_size=s["hidden"],
+                                        num_hidden_layers=layers, num_attention_heads=heads,
+                                        num_key_value_heads=s["kv_heads"], max_position_embeddings=s["seq"])
+    if family == "qwen2":
+        return transformers.Qwen2Config(vocab_size=vocab, hidden_size=w, intermediate_size=s["hidden"],
+                                        num_hidden_layers=layers, num_attention_heads=heads,
+                                        num_key_value_heads=s["kv_heads"], max_position_embeddings=s["seq"])
+    if family == "gpt2":
+        return transformers.GPT2Config(vocab_size=vocab, n_embd=w, n_layer=layers, n_head=heads,
+                                       n_positions=s["seq"], bos_token_id=vocab - 1, eos_token_id=vocab - 1)
+    if family == "bert":
+        return transformers.BertConfig(vocab_size=vocab, hidden_size=w, num_hidden_layers=layers,
+                                       num_attention_heads=heads, intermediate_size=s["hidden"],
+                                       max_position_embeddings=s["seq"])
+    raise ValueError(family)
+
+
+_CLASSES = {"llama": ("LlamaForCausalLM", "logits"), "qwen2": ("Qwen2ForCausalLM", "logits"),
+            "gpt2": ("GPT2LMHeadModel", "logits"), "bert": ("BertModel", "last_hidden_state")}
+
+
+def make_model(family: str):
+    def make(device, dtype, s, gen):
+        import transformers
+
+        from benchmarks.workloads import Built
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        cls, field = _CLASSES[family]
+        model = getattr(transformers, cls)._from_config(_config(family, s), attn_implementation="sdpa")
+        model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+        ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=gen).to(device)
+        shapes = (f"batch {s['batch']} x {s['seq']} tokens, {s['layers']} layers, width {s['width']}, "
+                  f"{s['heads']} heads" + (f" ({s['kv_heads']} KV)" if "kv_heads" in s else "")
+                  + f", vocab {s['vocab']}")
+        return Built(ModelOutput(model, field), [ids], shapes, dict(s))
+    return make
+
+
+def _matmul_flops(family: str, s: dict[str, Any]) -> int:
+    """Hand-counted matmul flops of one call (2 per multiply-add): projections, MLP, attention
+    (the full score matrix: these calls are causal for decoders, but SDPA kernels differ in
+    what they skip), and the LM head."""
+    tokens, w, layers, vocab = s["batch"] * s["seq"], s["width"], s["layers"], s["vocab"]
+    head_dim = w // s["heads"]
+    kv = s.get("kv_heads", s["heads"]) * head_dim
+    proj = 2 * tokens * w * (w + 2 * kv + w)
+    mlp = 2 * tokens * w * s["hidden"] * (3 if family in ("llama", "qwen2") else 2)
+    attn = 2 * 2 * s["batch"] * s["heads"] * s["seq"] * s["seq"] * head_dim
+    head = 0 if family == "bert" else 2 * tokens * w * vocab
+    return layers * (proj + mlp + attn) + head
+
+
+TINY = dict(batch=1, seq=8, width=32, layers=2, heads=4, kv_heads=2, hidden=64, vocab=128)
+
+
+def model_workloads(workload_cls) -> list:
+    """The model workloads, as `workloads.Workload` records."""
+    full = {
+        "llama": dict(batch=4, seq=512, width=2048, layers=4, heads=16, kv_heads=8, hidden=5632, vocab=32000),
+        "qwen2": dict(batch=4, seq=512, width=1536, layers=4, heads=12, kv_heads=2, hidden=8960, vocab=32000),
+        "gpt2": dict(batch=4, seq=512, width=1024, layers=4, heads=16, hidden=4096, vocab=50257),
+        "bert": dict(batch=4, seq=512, width=768, layers=12, heads=12, hidden=3072, vocab=30522),
+    }
+    titles = {"llama": "Llama (transformers), model(input_ids) -> logits",
+              "qwen2": "Qwen2 (transformers), model(input_ids) -> logits",
+              "gpt2": "GPT-2 (transformers), model(input_ids) -> logits",
+              "bert": "BERT-base (transformers), model(input_ids) -> last hidden state"}
+    out = []
+    for family, sizes in full.items():
+        tiny = {k: v for k, v in TINY.items() if k in sizes}
+        out.append(workload_cls(f"{family}_model", "block", titles[family], sizes, tiny, make_model(family),
+                                lambda s, f=family: _matmul_flops(f, s), extra_backends=EXTRA_BACKENDS))
+    return out

@@ -1,0 +1,172 @@
+"""Graphs from AOTAutograd (what `torch.compile(..., backend="minicomp")` is handed), made
+ready for `fx.lower`.
+
+AOTAutograd gives the backend a functional aten graph whose placeholders are the user's
+tensors, the lifted parameters and buffers, and (with dynamic shapes) SymInts; its outputs
+are tensors, and in a training forward also the SymInts and tensors saved for the backward.
+`fx.lower` takes tensor placeholders and tensor outputs of concrete shape, so:
+
+- `is_symbolic(example_inputs)`: whether the graph has symbolic sizes. minicomp's IR has
+  concrete sizes (a later issue makes it symbolic), so such a graph is compiled once per
+  concrete signature it is called with: `specialise(gm, args)` traces it again with make_fx
+  on fake copies of the actual arguments, SymInt inputs baked in as the ints they were,
+  giving a graph of concrete shapes with only tensor placeholders.
+- `split_outputs(gm)`: the graph with only its tensor outputs, and an `OutputLayout` that
+  puts the others (ints, None) back at run time.
+- `rewrite_sdpa(gm)`: the device-specific SDPA ops that `F.scaled_dot_product_attention`
+  decomposes to on CUDA (flash, efficient, cuDNN) become `minicomp::sdpa` when only their
+  attention output is read, so they lower to minicomp's attention like the CPU op does;
+  where the backward reads their other outputs (logsumexp, seeds) they stay as they are.
+- `aten_calls(gm)`: the aten calls of a graph (and how many are views), the denominators of
+  the backend's "fraction compiled".
+
+Invariant: every function here returns a graph computing exactly what its input computed,
+with node `meta["val"]` set on every node `fx.lower` reads.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+
+from minicomp.frontend.fx_trace import SDPA
+
+aten = torch.ops.aten
+
+
+def is_symbolic(example_inputs: Sequence[Any]) -> bool:
+    """True when any example input is a SymInt or a tensor with a symbolic size or stride."""
+    for a in example_inputs:
+        if isinstance(a, torch.SymInt):
+            return True
+        if isinstance(a, torch.Tensor):
+            if any(isinstance(s, torch.SymInt) for s in (*a.shape, *a.stride(), a.storage_offset())):
+                return True
+    return False
+
+
+def specialise(gm: fx.GraphModule, args: Sequence[Any]) -> tuple[fx.GraphModule, list[int]]:
+    """`gm` traced again for the concrete `args` it is being called with: a graph of concrete
+    shapes whose placeholders are only the tensor arguments (returned: their positions in
+    `args`); int arguments are baked in as the values they have now."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    tensor_pos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    fixed = list(args)
+
+    def with_tensors(*tensors: torch.Tensor) -> Any:
+        full = list(fixed)
+        for i, t in zip(tensor_pos, tensors):
+            full[i] = t
+        return gm(*full)
+
+    tensors = [args[i] for i in tensor_pos]
+    with torch.no_grad():
+        traced = make_fx(with_tensors, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+    return traced, tensor_pos
+
+
+@dataclass
+class OutputLayout:
+    """Where the compiled graph's tensor outputs go among the original graph's outputs."""
+    count: int                       # outputs of the original graph
+    tensor_pos: list[int]            # positions the compiled outputs fill, in order
+    others: dict[int, Any]           # position -> the non-tensor value (int, None) it always is
+
+    def merge(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
+        out: list[Any] = [None] * self.count
+        for pos, t in zip(self.tensor_pos, tensors):
+            out[pos] = t
+        for pos, v in self.others.items():
+            out[pos] = v
+        return out
+
+
+def _is_tensor_node(a: Any) -> bool:
+    return isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
+
+
+def split_outputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, OutputLayout]:
+    """`gm` (changed in place) returning only its tensor outputs, as a flat tuple.
+
+    A non-tensor output must be a constant (a concrete graph's ints and Nones): a SymInt
+    node would need the graph to compute it, which only a symbolic graph does, and those are
+    specialised first."""
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    result = out_node.args[0]
+    flat = list(result) if isinstance(result, (tuple, list)) else [result]
+    tensor_pos, others = [], {}
+    for i, a in enumerate(flat):
+        if _is_tensor_node(a):
+            tensor_pos.append(i)
+        elif isinstance(a, fx.Node):
+            raise ValueError(f"output {i} of the graph is {a.format_node()} ({type(a.meta.get('val')).__name__}), "
+                             "not a tensor or a constant")
+        else:
+            others[i] = a
+    out_node.args = (tuple(flat[i] for i in tensor_pos),)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm, OutputLayout(len(flat), tensor_pos, others)
+
+
+# The CUDA SDPA ops F.scaled_dot_product_attention decomposes to; their schemas name the
+# mask `attn_bias` (the flash op takes none).
+_SDPA_VARIANTS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                  "_scaled_dot_product_cudnn_attention")
+
+
+def _bound(node: fx.Node) -> dict[str, Any]:
+    """The call's arguments by schema name, defaults filled in."""
+    out = {}
+    for i, a in enumerate(node.target._schema.arguments):
+        if i < len(node.args) and not a.kwarg_only:
+            out[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            out[a.name] = node.kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+    return out
+
+
+def rewrite_sdpa(gm: fx.GraphModule) -> int:
+    """Replace CUDA SDPA calls whose only reader is `getitem(call, 0)` by `minicomp::sdpa`;
+    returns how many were replaced (`gm` is changed in place)."""
+    variants = {getattr(aten, n).default for n in _SDPA_VARIANTS if hasattr(aten, n)}
+    replaced = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in variants:
+            continue
+        users = list(node.users)
+        if not users or any(u.target is not operator.getitem or u.args[1] != 0 for u in users):
+            continue
+        a = _bound(node)
+        q, k = (a[n].meta.get("val") for n in ("query", "key"))
+        # the CUDA kernels take fewer KV heads than query heads as grouped-query attention
+        gqa = q is not None and k is not None and q.dim() >= 3 and q.shape[-3] != k.shape[-3]
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(SDPA, (a["query"], a["key"], a["value"], a.get("attn_bias"),
+                                                float(a.get("dropout_p", 0.0)), bool(a.get("is_causal", False)),
+                                                a.get("scale"), bool(gqa)))
+        new.meta = dict(users[0].meta)
+        for u in users:
+            u.replace_all_uses_with(new)
+            gm.graph.erase_node(u)
+        gm.graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        gm.recompile()
+    return replaced
+
+
+def aten_calls(gm: fx.GraphModule) -> tuple[int, int]:
+    """The calls of aten (and minicomp::) operators in `gm`, what the backend's fraction counts,
+    and how many of them are views (no computation: index arithmetic inside kernels)."""
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+    views = sum(1 for n in calls if n.target._schema.returns and n.target._schema.returns[0].alias_info is not None
+                and not n.target._schema.is_mutable)
+    return len(calls), views
