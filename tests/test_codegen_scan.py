@@ -132,3 +132,23 @@ def test_a_scan_across_dims_out_of_range_is_eagers_error():
         minicomp.compile(lambda x: torch.cumsum(x, 2))(torch.randn(3, 4))
     with pytest.raises(RuntimeError, match="not implemented for 'Int'"):
         minicomp.compile(lambda x: torch.logcumsumexp(x, 0))(torch.ones(3, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
+def test_a_scan_of_a_constant_or_a_per_row_value(dtype, form):
+    """OPT's position ids: cumsum of an all-ones mask the model built itself, which constant
+    folding leaves as a literal (the scan was handed a Python number: Triton's interpreter
+    and compiler reject that), and a scan of a value that varies by row only."""
+    def positions(x):
+        m = torch.ones(x.shape[0], x.shape[1], dtype=dtype)
+        return (torch.cumsum(m, dim=1) * m - 1) + x
+
+    def per_row(x, r):
+        return torch.cumsum(r.expand(-1, x.shape[1]), dim=1) + x
+
+    x = (torch.randn(3, 21) * 4).to(dtype)
+    _, out = _compile(positions, x)
+    _same(out, positions(x))
+    r = (torch.randn(3, 1) * 4).to(dtype)
+    _, out = _compile(per_row, x, r)
+    _same(out, per_row(x, r))

@@ -58,7 +58,10 @@ def scan_value(k, node, idx: ix.Index) -> Val:
     acc_tl = compute_tl(dt)
     low = k.low
     b = k.col_builder()
-    x = convert(low.value(node.args[0], k.s_index), dt)
+    xv = low.value(node.args[0], k.s_index)
+    x = convert(xv, dt)
+    if not {"rows", "cols"} <= xv.syms:   # a constant or a per-row value: the scan takes a whole tile
+        x = f"({x} + tl.zeros([BLOCK_R, BLOCK_C], dtype={acc_tl}))"
     combine = _COMBINE[values]
     k.helpers = True
     paired = values in ("cummax", "cummin")
