@@ -130,8 +130,14 @@ def _one_round(fn: Callable[[], Any], args, rep_ms: float | None, rounds: int) -
     return times
 
 
-def compare(outs: Any, refs: Any, tol: dict) -> dict:
-    """assert_close against eager, plus the size of the difference (for the tuner)."""
+def compare(outs: Any, refs: Any, tol: dict, wide: Any = None) -> dict:
+    """assert_close against eager, plus the size of the difference (for the tuner).
+
+    With `wide` (the computation in fp32: whole models, whose bf16 logits after several layers
+    differ from eager's by more than bf16's tolerance for any compiler, torch.compile's
+    included), an output that fails assert_close still passes when it is no further from
+    `wide` than eager is: largest and root-mean-square error at most 1.25x eager's plus atol
+    (the real-models issue's rule). Both errors are recorded."""
     import torch
     outs, refs = flat_tensors(outs), flat_tensors(refs)
     rec: dict[str, Any] = {"ok": True, "atol": tol["atol"], "rtol": tol["rtol"], "outputs": len(refs)}
@@ -151,6 +157,19 @@ def compare(outs: Any, refs: Any, tol: dict) -> dict:
             rec["ok"] = False
             rec.setdefault("error", " ".join(str(e).split())[:400])
     rec.update(max_abs=finite(max_abs), rel_l2=finite(rel_l2), mismatch_frac=bad)
+    if wide is not None and len(flat_tensors(wide)) == len(outs):
+        rec["vs_fp32"] = []
+        near = True
+        for o, r, w in zip(outs, refs, flat_tensors(wide)):
+            mine, theirs = (o.float() - w.float()).abs(), (r.float() - w.float()).abs()
+            rms = lambda e: float(e.square().mean().sqrt())
+            entry = {"max": float(mine.max()), "eager_max": float(theirs.max()),
+                     "rms": rms(mine), "eager_rms": rms(theirs)}
+            rec["vs_fp32"].append(entry)
+            near &= (entry["max"] <= 1.25 * entry["eager_max"] + tol["atol"]
+                     and entry["rms"] <= 1.25 * entry["eager_rms"] + tol["atol"])
+        if not rec["ok"] and near:
+            rec.update(ok=True, rule="no further from fp32 than eager", assert_close_error=rec.pop("error", ""))
     return rec
 
 

@@ -106,6 +106,7 @@ class Built:
     shapes: str                                   # human-readable, for the table
     sizes: dict[str, Any]                         # what was actually used
     reference: tuple[str, Callable] | None = None  # an extra baseline (attention: SDPA)
+    wide: Callable | None = None                  # the same computation in fp32 (whole models: see measure.compare)
     notes: list[str] = field(default_factory=list)
 
 

@@ -70,7 +70,10 @@ def make_model(family: str):
         shapes = (f"batch {s['batch']} x {s['seq']} tokens, {s['layers']} layers, width {s['width']}, "
                   f"{s['heads']} heads" + (f" ({s['kv_heads']} KV)" if "kv_heads" in s else "")
                   + f", vocab {s['vocab']}")
-        return Built(ModelOutput(model, field), [ids], shapes, dict(s))
+        def wide():                     # the model in fp32: what a bf16 run is held to (measure.compare)
+            import copy
+            return ModelOutput(copy.deepcopy(model).float(), field)(ids)
+        return Built(ModelOutput(model, field), [ids], shapes, dict(s), wide=wide)
     return make
 
 
