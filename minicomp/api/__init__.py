@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from minicomp.api.last import LastCompiled
 from minicomp.errors import CompileError, GuardError, MinicompError
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
@@ -202,7 +203,7 @@ _CAPTURE_LOCK = threading.RLock()   # capture sets process-wide fx state (node m
 _MAX_CHECKS = 8                     # fast checks kept per specialisation (grad or not, Parameter or not...)
 
 
-class CompiledFunction:
+class CompiledFunction(LastCompiled):
     """A callable that compiles `fn` for each new input signature and runs the kernels.
 
     A specialisation is found by the arguments' structure and `Signature`, then by its
@@ -349,27 +350,8 @@ class CompiledFunction:
                               Signature.of(inputs[len(plain):]), _module_call(compiled),
                               inputs[0].device.type == "cpu" if inputs else True)
 
-    def _need(self) -> Compiled:
-        if self._last is None:
-            raise MinicompError(f"{getattr(self.fn, '__name__', 'function')} has not been called yet: "
-                                "plan, source and explain() exist after the first call")
-        return self._last
-
-    @property
-    def plan(self):
-        return self._need().plan
-
-    @property
-    def source(self) -> str:
-        return self._need().generated.source
-
-    @property
-    def graph(self) -> Graph:
-        return self._need().graph
-
-    def explain(self) -> str:
-        c = self._need()
-        return f"{c.graph.dump()}\n\n{c.plan.table(fallbacks=c.generated.fallbacks)}"
+    def _label(self) -> str:
+        return getattr(self.fn, "__name__", "function")
 
     def report(self, path: str, *, bench: bool = False):
         """Write the HTML report of the last compiled signature to `path` (see minicomp.report);

@@ -24,11 +24,12 @@ from typing import Any
 import torch
 
 from minicomp.api import Compiled, Options, compile_graph, run_compiled
+from minicomp.api.last import LastCompiled
 from minicomp.errors import GuardError, MinicompError
 from minicomp.ir.graph import Graph
 
 
-class DslFunction:
+class DslFunction(LastCompiled):
     """A DSL function compiled for each new input signature: what `compile_dsl` returns.
 
     The program is parsed and its entry chosen when this is made, so a syntax error or an
@@ -89,27 +90,8 @@ class DslFunction:
                 self._cache[key] = self._last = ran
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _need(self) -> Compiled:
-        if self._last is None:
-            raise MinicompError(f"{self.__name__} has not been called yet: plan, source and explain() exist after "
-                                "the first call")
-        return self._last
-
-    @property
-    def plan(self):
-        return self._need().plan
-
-    @property
-    def source(self) -> str:
-        return self._need().generated.source
-
-    @property
-    def graph(self) -> Graph:
-        return self._need().graph
-
-    def explain(self) -> str:
-        c = self._need()
-        return f"{c.graph.dump()}\n\n{c.plan.table()}"
+    def _label(self) -> str:
+        return self.__name__
 
     def __repr__(self) -> str:
         return f"<minicomp DSL function {self.__name__} from {self.filename}>"
