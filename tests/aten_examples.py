@@ -71,6 +71,14 @@ def prob(*shape: int) -> torch.Tensor:
 Example = Callable[[], tuple[tuple, dict]]
 
 
+def _with_empty_rows(x: torch.Tensor) -> torch.Tensor:
+    """Rows of only -inf (0 from _safe_softmax), and a lone -inf in another row."""
+    x = x.clone()
+    x[1] = float("-inf")
+    x[3, 4] = float("-inf")
+    return x
+
+
 def call(*args: Any, **kwargs: Any) -> tuple[tuple, dict]:
     return args, kwargs
 
@@ -336,6 +344,7 @@ EXAMPLES: dict[str, Example] = {
     "_softmax.default": lambda: call(r(5, 37), -1, False),
     "softmax.int": lambda: call(r(5, 7, dtype=torch.float16), 0),
     "_log_softmax.default": lambda: call(r(5, 37), 1, False),
+    "_safe_softmax.default": lambda: call(_with_empty_rows(r(5, 37)), -1),
     "log_softmax.int": lambda: call(r(3, 5, 7), -1),
     "native_layer_norm.default": lambda: call(r(3, 5, 7), [7], r(7), r(7), 1e-5),
     "layer_norm.default": lambda: call(r(3, 5, 7, dtype=torch.bfloat16), [5, 7]),

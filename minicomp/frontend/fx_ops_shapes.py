@@ -36,6 +36,7 @@ def _softmax_dtype(fn) -> Handler:
 lowers("_softmax.default")(_softmax_like(composites.softmax))
 lowers("_log_softmax.default")(_softmax_like(composites.log_softmax))
 lowers("softmax.int")(_softmax_dtype(composites.softmax))
+lowers("_safe_softmax.default")(_softmax_dtype(composites.safe_softmax))
 lowers("log_softmax.int")(_softmax_dtype(composites.log_softmax))
 
 

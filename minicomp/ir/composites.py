@@ -77,6 +77,18 @@ def softmax(g: Graph, x: int, axis: int = -1, origin=None) -> int:
     return _downcast(g, g.add("div", e, s, origin=origin), dt, origin)
 
 
+def safe_softmax(g: Graph, x: int, axis: int = -1, origin=None) -> int:
+    """aten._safe_softmax (SDPA's math path): softmax, with 0 for a row whose every entry is
+    -inf (where softmax gives NaN)."""
+    x32, dt = _upcast(g, x, origin)
+    m = reduce(g, "amax", x32, axis, keepdim=True, origin=origin)
+    e = g.add("exp", g.add("sub", x32, m, origin=origin), origin=origin)
+    s = reduce(g, "sum", e, axis, keepdim=True, origin=origin)
+    empty = g.add("eq", m, g.constant(float("-inf")), origin=origin)
+    out = g.add("where", empty, g.constant(0.0), g.add("div", e, s, origin=origin), origin=origin)
+    return _downcast(g, out, dt, origin)
+
+
 def log_softmax(g: Graph, x: int, axis: int = -1, origin=None) -> int:
     x32, dt = _upcast(g, x, origin)
     m = reduce(g, "amax", x32, axis, keepdim=True, origin=origin)

@@ -43,6 +43,8 @@ composite(Composite(
     "the operand itself; dropout only when not training (in training it stays a PyTorch call)"))
 composite(Composite("softmax", "reduction", ("amax", "sub", "exp", "sum", "div"),
                     ("_softmax.default", "softmax.int"), "half types computed in fp32"))
+composite(Composite("safe_softmax", "reduction", ("amax", "sub", "exp", "sum", "div", "eq", "where"),
+                    ("_safe_softmax.default",), "SDPA's math path: 0 for a row of only -inf; half types in fp32"))
 composite(Composite("log_softmax", "reduction", ("amax", "sub", "exp", "sum", "log"),
                     ("_log_softmax.default", "log_softmax.int"), "half types computed in fp32"))
 composite(Composite("layer_norm", "reduction", ("mean", "sub", "mul", "add", "rsqrt"),
