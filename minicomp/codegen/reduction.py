@@ -40,7 +40,7 @@ from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launc
                                      next_pow2)
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
-from minicomp.codegen.tlexpr import NAN_ALL, Val, convert
+from minicomp.codegen.tlexpr import Val, convert
 from minicomp.plan.specs import ReductionSpec
 
 SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
@@ -160,24 +160,10 @@ class RowKernel:
     def reduce_online(self, m_id: int, s_id: int) -> None:
         """One loop for max and sum of exp(x - max): each lane keeps its running max and rescales its sum."""
         m = self.ctx.graph.node(m_id)
-        low, main = self.low, self.main
-        m_acc, s_acc = low.names.fresh(f"acc{m_id}"), low.names.fresh(f"acc{s_id}")
-        main.writeline("# online softmax: max and sum of exp in one pass over the row")
-        main.writeline(f"{m_acc} = tl.full([BLOCK_R, BLOCK_C], -float('inf'), tl.float32)")
-        main.writeline(f"{s_acc} = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)")
-        loop = self.open_loop()
-        x = convert(low.value(m.args[0], self.s_index), m.dtype)
-        xm, m_new = low.names.fresh("x_masked"), low.names.fresh("m_new")
-        loop.writeline(f"{xm} = tl.where(mask, {x}, -float('inf'))")
-        loop.writeline(f"{m_new} = tl.maximum({m_acc}, {xm}{NAN_ALL})")
-        loop.writeline(f"{s_acc} = {s_acc} * tl.where({m_acc} == -float('inf'), 0.0, tl.exp({m_acc} - {m_new})) "
-                       f"+ tl.where({xm} == -float('inf'), 0.0, tl.exp({xm} - {m_new}))")
-        loop.writeline(f"{m_acc} = {m_new}")
-        self.close_loop()
+        low = self.low
         mx, sm = low.names.fresh(f"amax{m_id}"), low.names.fresh(f"sum{s_id}")
-        main.writeline(f"{mx} = tl.reduce({m_acc}, 1, _max_nan)[:, None]")  # NaN in a row: NaN, as eager
-        main.writeline(f"{sm} = tl.sum(tl.where({m_acc} == -float('inf'), 0.0, {s_acc} * tl.exp({m_acc} - {mx})), "
-                       "axis=1)[:, None]")
+        row_reduce.online_max_sumexp(self, lambda: convert(low.value(m.args[0], self.s_index), m.dtype),
+                                     "tl.float32", mx, sm, "softmax")
         self.reduced[m_id] = Val(mx, m.dtype, frozenset({"rows"}))
         self.reduced[s_id] = Val(sm, torch.float32, frozenset({"rows"}))
 

@@ -202,6 +202,30 @@ def _arg(k, node) -> Val:
     return low.emit(f"{node.op}{node.id}", f"{i}[:, None].to(tl.int64)", node.dtype, frozenset({"rows"}))
 
 
+def online_max_sumexp(k, value, acc_tl: str, m: str, s: str, what: str) -> None:
+    """The looped form's one pass for a row's max `m` and sum of exp(x - m) `s` (softmax and
+    logsumexp): each lane keeps its running max and rescales its sum by exp(old - new).
+    `value()` writes the row's element (its loads land inside the loop); -inf lanes add 0
+    and NaN spreads to the max, as eager's."""
+    low, main = k.low, k.main
+    m_acc, s_acc = low.names.fresh(f"{m}_acc"), low.names.fresh(f"{s}_acc")
+    main.writeline(f"# online {what}: max and sum of exp in one pass over the row")
+    main.writeline(f"{m_acc} = tl.full([BLOCK_R, BLOCK_C], {NINF}, {acc_tl})")
+    main.writeline(f"{s_acc} = tl.zeros([BLOCK_R, BLOCK_C], dtype={acc_tl})")
+    loop = k.open_loop()
+    x = value()
+    xm, m_new = low.names.fresh("x_masked"), low.names.fresh("m_new")
+    loop.writeline(f"{xm} = tl.where(mask, {x}, {NINF})")
+    loop.writeline(f"{m_new} = tl.maximum({m_acc}, {xm}{NAN_ALL})")
+    loop.writeline(f"{s_acc} = {s_acc} * tl.where({m_acc} == {NINF}, 0.0, tl.exp({m_acc} - {m_new})) "
+                   f"+ tl.where({xm} == {NINF}, 0.0, tl.exp({xm} - {m_new}))")
+    loop.writeline(f"{m_acc} = {m_new}")
+    k.close_loop()
+    main.writeline(f"{m} = tl.reduce({m_acc}, 1, _max_nan)[:, None]")  # NaN in a row: NaN, as eager
+    main.writeline(f"{s} = tl.sum(tl.where({m_acc} == {NINF}, 0.0, {s_acc} * tl.exp({m_acc} - {m})), "
+                   "axis=1)[:, None]")
+
+
 def _logsumexp(k, node) -> Val:
     """log(sum(exp(x - m))) + m with m the row's max: +inf and -inf rows are themselves, NaN
     rows NaN (eager's guard on an infinite max). Looped: one pass, each lane keeping its
@@ -215,22 +239,7 @@ def _logsumexp(k, node) -> Val:
         main.writeline(f"{m} = tl.reduce(tl.where(mask, {x}, {NINF}), 1, _max_nan)[:, None]")
         main.writeline(f"{s} = tl.sum(tl.where(mask, tl.exp({x} - {m}), 0.0), axis=1)[:, None]")
     else:
-        m_acc, s_acc = low.names.fresh(f"acc{node.id}_max"), low.names.fresh(f"acc{node.id}_sum")
-        main.writeline("# online logsumexp: max and sum of exp in one pass over the row")
-        main.writeline(f"{m_acc} = tl.full([BLOCK_R, BLOCK_C], {NINF}, {acc_tl})")
-        main.writeline(f"{s_acc} = tl.zeros([BLOCK_R, BLOCK_C], dtype={acc_tl})")
-        loop = k.open_loop()
-        x = convert(_operand(k, node), dt)
-        xm, m_new = low.names.fresh("x_masked"), low.names.fresh("m_new")
-        loop.writeline(f"{xm} = tl.where(mask, {x}, {NINF})")
-        loop.writeline(f"{m_new} = tl.maximum({m_acc}, {xm}{NAN_ALL})")
-        loop.writeline(f"{s_acc} = {s_acc} * tl.where({m_acc} == {NINF}, 0.0, tl.exp({m_acc} - {m_new})) "
-                       f"+ tl.where({xm} == {NINF}, 0.0, tl.exp({xm} - {m_new}))")
-        loop.writeline(f"{m_acc} = {m_new}")
-        k.close_loop()
-        main.writeline(f"{m} = tl.reduce({m_acc}, 1, _max_nan)[:, None]")
-        main.writeline(f"{s} = tl.sum(tl.where({m_acc} == {NINF}, 0.0, {s_acc} * tl.exp({m_acc} - {m})), "
-                       "axis=1)[:, None]")
+        online_max_sumexp(k, lambda: convert(_operand(k, node), dt), acc_tl, m, s, "logsumexp")
     text = f"tl.where({m} == {INF}, {INF}, tl.where({m} == {NINF}, {NINF}, tl.log({s}) + {m}))"
     return low.emit(f"logsumexp{node.id}", text, dt, frozenset({"rows"}))
 
