@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:            # run as a script: make `benchmarks` im
 from benchmarks.measure import (TOLERANCES, compare, deadline, error_record, io_bytes, ledger,  # noqa: E402
                                 measure_ceilings, poison_allocator, sync, time_fn,
                                 time_interleaved)
+from benchmarks.workloads_models import minicomp_backend  # noqa: E402
 CHILD_MARKER = "BENCH_CHILD_RESULT "
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -125,20 +126,10 @@ def make_backend(name: str, built) -> Callable:
         import minicomp
         return minicomp.compile(built.fn)
     if name == "minicomp_dynamo":          # the torch.compile backend (entry point "minicomp")
-        return torch.compile(built.fn, backend=_minicomp_backend())
+        return torch.compile(built.fn, backend=minicomp_backend())
     if built.reference and name == built.reference[0]:
         return built.reference[1]
     raise ValueError(f"unknown backend {name!r}")
-
-
-def _minicomp_backend():
-    """The name "minicomp" where the entry point is installed, else the object it names (the
-    GPU machine runs the working tree from PYTHONPATH, with no installed metadata)."""
-    from importlib.metadata import entry_points
-
-    import minicomp.dynamo
-    installed = any(e.name == "minicomp" for e in entry_points(group="torch_dynamo_backends"))
-    return "minicomp" if installed else minicomp.dynamo.DEFAULT
 
 
 def run_backend(name: str, built, ref, args, tol) -> dict:
@@ -168,7 +159,7 @@ def prepare_backend(name: str, built, ref, args, tol) -> tuple[dict, Callable]:
     out = fn(*built.inputs)
     sync(args.device)
     rec["first_call_s"] = time.perf_counter() - t0               # in this (warm) process, after compile_for
-    rec["check"] = compare(out, ref, tol, getattr(built, "wide_out", None)) if ref is not None \
+    rec["check"] = compare(out, ref, tol, built.wide_out) if ref is not None \
         else {"ok": True, "reference": True}
     return rec, fn
 
@@ -179,7 +170,7 @@ def check_after_timing(rec: dict, fn: Callable, built, ref, tol) -> None:
     if ref is None:
         return
     poison_allocator(ref)
-    after = compare(fn(*built.inputs), ref, tol, getattr(built, "wide_out", None))
+    after = compare(fn(*built.inputs), ref, tol, built.wide_out)
     rec["check_after_timing"] = after
     if not after["ok"] and rec["check"]["ok"]:
         rec["check"] = {**after, "error": "after timing: " + after.get("error", "mismatch")}
@@ -270,7 +261,7 @@ def child_main(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {}
     t0 = time.perf_counter()
     if args.backend in ("inductor", "minicomp_dynamo"):
-        fn = torch.compile(built.fn, **({"backend": _minicomp_backend()} if args.backend == "minicomp_dynamo" else {}))
+        fn = torch.compile(built.fn, **({"backend": minicomp_backend()} if args.backend == "minicomp_dynamo" else {}))
         fn(*built.inputs)
         sync(args.device)
         result["first_call_s"] = time.perf_counter() - t0

@@ -107,6 +107,7 @@ class Built:
     sizes: dict[str, Any]                         # what was actually used
     reference: tuple[str, Callable] | None = None  # an extra baseline (attention: SDPA)
     wide: Callable | None = None                  # the same computation in fp32 (whole models: see measure.compare)
+    wide_out: Any = None                          # its output, filled in by run.py once per workload
     notes: list[str] = field(default_factory=list)
 
 

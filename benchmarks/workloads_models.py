@@ -21,6 +21,16 @@ import torch
 EXTRA_BACKENDS = ("minicomp_dynamo",)
 
 
+def minicomp_backend():
+    """The name "minicomp" where the entry point is installed, else the object it names (the
+    GPU machine runs the working tree from PYTHONPATH, with no installed metadata)."""
+    from importlib.metadata import entry_points
+
+    import minicomp.dynamo
+    installed = any(e.name == "minicomp" for e in entry_points(group="torch_dynamo_backends"))
+    return "minicomp" if installed else minicomp.dynamo.DEFAULT
+
+
 class ModelOutput(torch.nn.Module):
     """`model(input_ids)` as a function of one tensor returning one tensor."""
 

@@ -29,6 +29,7 @@ compile is never served to a launch; a Triton that does not key it compiles "sam
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -106,6 +107,7 @@ def _cut_after_ttgir(*args):
     stages["cubin"] = end
 
 
+@functools.lru_cache(maxsize=None)
 def _cut_is_keyed() -> bool:
     """Whether this Triton puts the stage hook's key into its kernel cache keys (3.9 does;
     older releases call the hook only to edit the stages, and a cut compile would then be
