@@ -40,6 +40,37 @@ def tol(dtype: torch.dtype) -> dict:
     return TOLERANCES.get(dtype, dict(atol=0, rtol=0))
 
 
+@pytest.fixture(params=["single", "looped"])
+def form(request, monkeypatch):
+    """Run a test in both row-kernel forms: the looped one with 16-wide column blocks, so rows
+    span several."""
+    if request.param == "looped":
+        from minicomp.codegen import reduction
+        monkeypatch.setattr(reduction, "SINGLE_PASS_MAX", 0)
+        monkeypatch.setattr(reduction, "CPU_LOOP_BLOCK", 16)
+    return request.param
+
+
+def compile_without_fallbacks(fn, *inputs):
+    """(compiled function, its output on `inputs`), asserting no group ran through PyTorch."""
+    import minicomp
+    f = minicomp.compile(fn)
+    out = f(*inputs)
+    c = f._need()
+    assert not c.generated.fallbacks, c.generated.fallbacks
+    return f, out
+
+
+def assert_same(got, want, dtype=None):
+    """Each output has eager's shape and dtype, and its values within `dtype`'s tolerance (default
+    the output's own), NaN where eager has NaN."""
+    got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+    want = tuple(want) if isinstance(want, (tuple, list)) else (want,)
+    for g, w in zip(got, want, strict=True):
+        assert (g.shape, g.dtype) == (w.shape, w.dtype)
+        torch.testing.assert_close(g, w, equal_nan=True, **tol(dtype or w.dtype))
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

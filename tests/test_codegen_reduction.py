@@ -23,15 +23,6 @@ def cache(tmp_path_factory):
     return ModuleCache(tmp_path_factory.mktemp("mc-cache"))
 
 
-@pytest.fixture(params=["single", "looped"])
-def form(request, monkeypatch):
-    """Run a test in both kernel forms: the looped one with 16-wide column blocks, so rows span several."""
-    if request.param == "looped":
-        monkeypatch.setattr(reduction, "SINGLE_PASS_MAX", 0)
-        monkeypatch.setattr(reduction, "CPU_LOOP_BLOCK", 16)
-    return request.param
-
-
 def one_group(g: Graph, name: str = "") -> Plan:
     nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
     leaves = [n.id for n in g.nodes() if n.kind in ("input", "constant") and g.users(n.id)]

@@ -6,36 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tol
+from conftest import assert_same, compile_without_fallbacks, tol
 
 import minicomp
-from minicomp.codegen import reduction
 
 NAN, INF = float("nan"), float("inf")
-
-
-@pytest.fixture(params=["single", "looped"])
-def form(request, monkeypatch):
-    if request.param == "looped":
-        monkeypatch.setattr(reduction, "SINGLE_PASS_MAX", 0)
-        monkeypatch.setattr(reduction, "CPU_LOOP_BLOCK", 16)
-    return request.param
-
-
-def _compile(fn, *inputs):
-    f = minicomp.compile(fn)
-    out = f(*inputs)
-    c = f._need()
-    assert not c.generated.fallbacks, c.generated.fallbacks
-    return f, out
-
-
-def _same(got, want):
-    got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
-    want = tuple(want) if isinstance(want, (tuple, list)) else (want,)
-    for g, w in zip(got, want, strict=True):
-        assert (g.shape, g.dtype) == (w.shape, w.dtype)
-        torch.testing.assert_close(g, w, equal_nan=True, **tol(w.dtype))
 
 
 # rows: ties (first index wins), NaN (the first NaN is the max and the min), +-inf, all -inf
@@ -49,26 +24,26 @@ ROWS = torch.tensor([[1.0, 3.0, 3.0, 2.0, -1.0, 3.0] * 4,
 def test_argmax_argmin_first_index_and_nan(dtype, form):
     x = ROWS.to(dtype) if dtype.is_floating_point else torch.randint(-2, 3, (4, 24), dtype=dtype)
     fn = lambda x: (x.argmax(1), x.argmin(1), x.argmax(), x.t().argmin(0), x.argmax(0, keepdim=True))  # noqa: E731
-    _, out = _compile(fn, x)
+    _, out = compile_without_fallbacks(fn, x)
     for got, want in zip(out, fn(x), strict=True):
         assert torch.equal(got, want), (got, want)
 
 
 def test_max_dim_values_and_indices_are_one_pass(form):
     x = ROWS
-    f, out = _compile(lambda x: torch.max(x, 1), x)
-    _same(out, torch.max(x, 1))
+    f, out = compile_without_fallbacks(lambda x: torch.max(x, 1), x)
+    assert_same(out, torch.max(x, 1))
     assert f.plan.kinds() == ["reduction"]
     assert f.source.count("tl.reduce(") == 1 and "_argmax_combine)" in f.source   # no second max
 
 
 def test_aminmax_and_var_mean_share_one_kernel(form):
     x = torch.randn(6, 50)
-    f, out = _compile(lambda x: torch.aminmax(x, dim=1), x)
-    _same(out, torch.aminmax(x, dim=1))
+    f, out = compile_without_fallbacks(lambda x: torch.aminmax(x, dim=1), x)
+    assert_same(out, torch.aminmax(x, dim=1))
     assert f.plan.kinds() == ["reduction"]
-    f, out = _compile(lambda x: torch.var_mean(x, 1, correction=0), x)
-    _same(out, torch.var_mean(x, 1, correction=0))
+    f, out = compile_without_fallbacks(lambda x: torch.var_mean(x, 1, correction=0), x)
+    assert_same(out, torch.var_mean(x, 1, correction=0))
     assert f.plan.kinds() == ["reduction"]
     assert f.source.count("tl.sum(") == 2          # the mean's sum and the squares': var reuses the mean
 
@@ -85,15 +60,15 @@ def test_prod_any_all_with_eagers_dtypes(dtype, form):
     else:
         x = torch.randint(-3, 4, (5, 30), generator=gen, dtype=dtype)
     fn = lambda x: (x.prod(1), x.any(1), x.all(0), x.sum(1), x.prod())   # noqa: E731
-    _, out = _compile(fn, x)
-    _same(out, fn(x))
+    _, out = compile_without_fallbacks(fn, x)
+    assert_same(out, fn(x))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64])
 def test_logsumexp_rows_with_infinities(dtype, form):
     x = ROWS.to(dtype) if dtype.is_floating_point else torch.randint(-3, 4, (4, 24), dtype=dtype)
-    _, out = _compile(lambda x: torch.logsumexp(x, 1), x)
-    _same(out, torch.logsumexp(x, 1))      # +inf rows +inf, -inf rows -inf, NaN rows NaN; ints in fp32
+    _, out = compile_without_fallbacks(lambda x: torch.logsumexp(x, 1), x)
+    assert_same(out, torch.logsumexp(x, 1))      # +inf rows +inf, -inf rows -inf, NaN rows NaN; ints in fp32
 
 
 def test_logsumexp_of_a_151936_wide_row_is_one_looped_pass():
@@ -101,8 +76,8 @@ def test_logsumexp_of_a_151936_wide_row_is_one_looped_pass():
     x = torch.randn(3, 151936) * 4
     x[1, 100_000] = INF
     x[2] = -INF
-    f, out = _compile(lambda x: torch.logsumexp(x, -1), x)
-    _same(out, torch.logsumexp(x, -1))
+    f, out = compile_without_fallbacks(lambda x: torch.logsumexp(x, -1), x)
+    assert_same(out, torch.logsumexp(x, -1))
     src = f.source
     assert "online logsumexp" in src and src.count("for c0 in range(0, n_cols, BLOCK_C):") == 1
 
@@ -112,8 +87,8 @@ def test_vector_norm_every_ord(ord, form):
     x = torch.randn(4, 37, dtype=torch.float16)
     x[0, :5] = 0
     fn = lambda x: torch.linalg.vector_norm(x, ord, dim=1)  # noqa: E731
-    f, out = _compile(fn, x)
-    _same(out, fn(x))
+    f, out = compile_without_fallbacks(fn, x)
+    assert_same(out, fn(x))
     assert f.plan.kinds() == ["reduction"]
 
 
@@ -122,16 +97,16 @@ def test_a_0d_tensor_reduces_to_itself():
     x = torch.tensor(2.5)
     fn = lambda x: (x.mean(0), x.sum(-1), x.amax(0, keepdim=True), x.prod(0), x.argmax(0), x.any(0),  # noqa: E731
                     torch.logsumexp(x, 0), x.var(0), x.sum().mean(0))
-    _, out = _compile(fn, x)
-    _same(out, fn(x))
+    _, out = compile_without_fallbacks(fn, x)
+    assert_same(out, fn(x))
 
 
 def test_empty_rows_give_the_neutral_value():
     x = torch.randn(3, 0)
     fn = lambda x: (x.sum(1), x.prod(1), x.any(1), x.all(1), x.mean(1), torch.logsumexp(x, 1),  # noqa: E731
                     torch.linalg.vector_norm(x, dim=1), x.sum(0), x.t().sum(0))
-    _, out = _compile(fn, x)
-    _same(out, fn(x))
+    _, out = compile_without_fallbacks(fn, x)
+    assert_same(out, fn(x))
     with pytest.raises(Exception, match="zero-size|non-zero size"):
         minicomp.compile(lambda x: x.amax(1))(x)       # no identity: eager's error
     with pytest.raises(Exception, match="non-zero size"):
@@ -148,8 +123,8 @@ def test_a_keepdim_reduction_over_a_size_1_axis_is_a_kernel():
     # its result has the domain's shape; it used to fall back ("read at another row")
     x = torch.randn(13, 1)
     fn = lambda x: (x.sum(-1, keepdim=True), *torch.max(x, 1, keepdim=True), torch.softmax(x, -1))  # noqa: E731
-    _, out = _compile(fn, x)
-    _same(out, fn(x))
+    _, out = compile_without_fallbacks(fn, x)
+    assert_same(out, fn(x))
 
 
 def test_var_of_ints_is_eagers_error():
@@ -164,7 +139,7 @@ def test_max_dim_of_bool_gives_its_indices_from_the_kernel(form):
     x[2] = False                                   # all False: index 0, as eager
     x[3] = True                                    # all True: index 0
     fn = lambda x: (*torch.max(x, 1), *torch.min(x.t(), 0, keepdim=True))  # noqa: E731
-    f, out = _compile(fn, x)
+    f, out = compile_without_fallbacks(fn, x)
     for got, want in zip(out, fn(x), strict=True):
         assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
     assert f.plan.kinds() == ["reduction", "reduction"], f.plan    # one kernel per reduced domain
@@ -178,5 +153,5 @@ def test_nansum_and_count_nonzero(dtype, form):
         x[0, 3], x[1, :] = NAN, NAN                 # a row of NaN sums to 0
         x[2, 7] = INF
     fn = lambda x: (torch.nansum(x, 1), torch.count_nonzero(x, 0), torch.count_nonzero(x), torch.nansum(x))  # noqa: E731
-    _, out = _compile(fn, x)
-    _same(out, fn(x))
+    _, out = compile_without_fallbacks(fn, x)
+    assert_same(out, fn(x))
