@@ -101,15 +101,20 @@ def test_a_rejected_kernel_names_the_kernel_its_group_the_users_lines_and_triton
     torch.testing.assert_close(minicomp.compile(gelu_of_sum, verify_target="off")(x, y), gelu_of_sum(x, y))
 
 
-def test_the_check_compiles_the_cuda_module_even_for_a_cpu_target(monkeypatch):
-    """A CPU module's kernels differ from a GPU's (interpreter forms); the check generates the
-    module again for the target and compiles that one."""
+def _exp_with_a_broken_cuda_kernel(monkeypatch):
+    """exp of an f16 [3, 7], its plan, and a pointwise emitter whose CUDA kernels Triton rejects."""
     monkeypatch.setitem(codegen_module._EMITTERS, "pointwise",
                         _breaking_cuda_pointwise(codegen_module._EMITTERS["pointwise"]))
     g = Graph("g")
     x = g.add_input("x", (3, 7), torch.float16)
     g.set_outputs([g.add("exp", x)])
-    plan = plan_graph(g)
+    return g, plan_graph(g)
+
+
+def test_the_check_compiles_the_cuda_module_even_for_a_cpu_target(monkeypatch):
+    """A CPU module's kernels differ from a GPU's (interpreter forms); the check generates the
+    module again for the target and compiles that one."""
+    g, plan = _exp_with_a_broken_cuda_kernel(monkeypatch)
     codegen_module.generate(g, plan, Target("cpu"))                 # no check asked: fine
     with pytest.raises(CompileError, match="cuda:80"):
         codegen_module.generate(g, plan, Target("cpu", verify_arch=80))
@@ -152,12 +157,7 @@ def test_the_check_counts_what_it_compiled():
 def test_both_depths_reject_a_text_bug_in_every_config(monkeypatch):
     """The suite's "sampled" depth takes most configs through Triton's frontend and TritonGPU
     passes only; a kernel whose text Triton rejects fails at either depth."""
-    monkeypatch.setitem(codegen_module._EMITTERS, "pointwise",
-                        _breaking_cuda_pointwise(codegen_module._EMITTERS["pointwise"]))
-    g = Graph("g")
-    x = g.add_input("x", (3, 7), torch.float16)
-    g.set_outputs([g.add("exp", x)])
-    plan = plan_graph(g)
+    g, plan = _exp_with_a_broken_cuda_kernel(monkeypatch)
     for depth in ("full", "sampled"):
         with pytest.raises(CompileError, match="store_no_such_op"):
             codegen_module.generate(g, plan, Target("cpu", verify_arch=90, verify_depth=depth))
