@@ -120,13 +120,16 @@ class Job:
 def _load(args, dims) -> Job:
     import torch
 
+    runs = bool(getattr(args, "check", False) or getattr(args, "bench", False))
+
     path = Path(args.file)
     if not path.exists():
         raise MinicompError(f"{args.file}: no such file")
     if path.suffix == ".mc":
         from minicomp.frontend.dsl import load_dsl, read_program
         from minicomp.ir.interpret import run
-        graph = load_dsl(read_program(path), str(args.file), entry=args.entry, dims=dims)
+        # symbols no --dim binds stay symbolic for the dumps; a run needs every size
+        graph = load_dsl(read_program(path), str(args.file), entry=args.entry, dims=dims, symbolic=not runs)
         reference = graph.copy()
         return Job(graph, lambda: _random_inputs(graph, args.file), lambda: _meta_inputs(graph, args.file),
                    lambda ins: run(reference, ins),
@@ -157,8 +160,13 @@ def _meta_inputs(graph, shown: str) -> list:
     no memory: what the layout pass needs when nothing runs."""
     import torch
 
+    from minicomp.ir.dims import any_symbolic
+
+    nodes = [graph.node(i) for i in graph.inputs]
+    if any(any_symbolic(n.shape) for n in nodes):
+        return [None] * len(nodes)      # symbolic sizes: contiguous layouts (compile_graph)
     try:
-        return [torch.empty(n.shape, dtype=n.dtype, device="meta") for n in map(graph.node, graph.inputs)]
+        return [torch.empty(n.shape, dtype=n.dtype, device="meta") for n in nodes]
     except (RuntimeError, TypeError, OverflowError) as e:      # sizes past int64
         raise MinicompError(f"{shown}: the inputs of {graph.name} are too large to describe: "
                             f"{str(e).splitlines()[0]}") from None
@@ -249,6 +257,8 @@ def cmd_compile(args) -> int:
     if args.dump_input_ir:
         print(job.graph.dump(), end="\n\n")
     runs = args.check or args.bench    # timings of unchecked results mean nothing: --bench checks first
+    if job.graph.symbolic:
+        return _symbolic_dumps(args, job, options)
     if runs:
         inputs = [t.to(device) for t in job.inputs()]
         compiled = compile_graph(job.graph, inputs, options)
@@ -283,6 +293,30 @@ def cmd_compile(args) -> int:
             for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs),
                                             fallbacks=compiled.generated.fallbacks):   # the module that ran
                 print(line)
+    return 0
+
+
+def _symbolic_dumps(args, job: Job, options) -> int:
+    """A .mc program with sizes no --dim binds: its IR and plan over the symbols (the ledger's
+    bytes and bounds as expressions). Kernels need the sizes: --emit and --dump-graph say so."""
+    from minicomp.api import plan_only
+    from minicomp.ir.dims import symbols
+
+    shapes = [job.graph.node(i).shape for i in job.graph.inputs]
+    names = ", ".join(s.name for s in symbols(*(d for shape in shapes for d in shape)))
+    if args.emit or args.dump_graph:
+        flag = "--emit" if args.emit else "--dump-graph"
+        raise UsageError(f"{flag} needs concrete sizes: bind {names} with --dim (kernels are generated for "
+                         "concrete sizes so far; --dump-ir and --dump-plan work on symbols)")
+    graph, plan = plan_only(job.graph, options)
+    if args.dump_ir:
+        print(graph.dump(), end="\n\n")
+    if args.dump_plan:
+        print(plan.table(), end="\n\n")
+    print(f"planned {graph.name} over symbolic sizes {names} (each in [2, 2**31 - 1]; the plan decides at "
+          f"{', '.join(f'{s.name}={s.hint}' for s in symbols(*(d for sh in shapes for d in sh)))}); "
+          f"bind them with --dim to generate and run kernels")
+    print(explain.bound_line(plan, "cpu"))
     return 0
 
 

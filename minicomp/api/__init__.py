@@ -109,10 +109,13 @@ def set_input_layouts(graph: Graph, inputs: Sequence[torch.Tensor]) -> None:
 
     Strides of size-1 dimensions never address anything; they are normalised (as the
     runtime's `Signature` does) so `x[:, None]` and `x.unsqueeze(1).contiguous()` share a kernel.
+    An input given as None (a graph of symbolic sizes compiled with `load=False`) is contiguous.
     """
+    from minicomp.ir.graph import contiguous_strides
     from minicomp.runtime.guards import TensorSig
     for nid, t in zip(graph.inputs, inputs):
-        graph.node(nid).layout = TensorSig.of(t).stride
+        node = graph.node(nid)
+        node.layout = contiguous_strides(node.shape) if t is None else TensorSig.of(t).stride
 
 
 def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
@@ -123,6 +126,20 @@ def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
 
 def _not_loaded(*inputs: Any) -> list[torch.Tensor]:
     raise MinicompError("this graph was compiled with load=False: its module was generated, not loaded")
+
+
+def plan_only(graph: Graph, options: Options | None = None) -> tuple[Graph, Any]:
+    """Graph -> passes -> plan -> layout, no code: the CLI's dumps of a program whose sizes are
+    symbolic (codegen takes concrete sizes so far; `compile_graph` needs them bound)."""
+    from minicomp.plan import assign_layout, plan_graph
+
+    options = options or Options()
+    verify(graph)
+    set_input_layouts(graph, [None] * len(graph.inputs))
+    captured = graph
+    graph, _ = optimise(graph, options)
+    plan = plan_graph(graph, options.machine, baseline=captured)
+    return assign_layout(graph, plan), plan
 
 
 def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None, *,

@@ -61,9 +61,10 @@ def list_functions(source: str, filename: str) -> list[str]:
 
 
 def load_dsl(source: str, filename: str, entry: str | None = None, dims: dict[str, int] | None = None,
-             example_inputs: Sequence[torch.Tensor] | None = None) -> Graph:
+             example_inputs: Sequence[torch.Tensor] | None = None, symbolic: bool = False) -> Graph:
     """Parse DSL text and lower function `entry` to a Graph (default: `main`, else the only
-    function no other one calls; see `dsl_entry`)."""
+    function no other one calls; see `dsl_entry`). With `symbolic`, the symbols `dims` and the
+    example inputs leave unbound stay symbolic in the graph's shapes."""
     module = parse_module(source, filename)
     src = module.source
     if not module.funcs:
@@ -71,7 +72,7 @@ def load_dsl(source: str, filename: str, entry: str | None = None, dims: dict[st
     entry = pick_entry(module, filename, entry)
     check_dtypes(src, module.funcs.values())
     f = module.funcs[entry]
-    symbols = bind_symbols(src, f, dict(dims or {}), example_inputs)
+    symbols = bind_symbols(src, f, dict(dims or {}), example_inputs, symbolic)
     lowerer = Lowerer(module)
     try:
         graph = lowerer.lower_entry(f, symbols)

@@ -38,6 +38,7 @@ import torch
 
 from minicomp.errors import MinicompError, SourceError
 from minicomp.ir import ops
+from minicomp.ir.dims import Expr
 from minicomp.ir.dtypes import dtype_name
 
 MAX_PROGRAM_BYTES = 16 * 1024 * 1024
@@ -89,7 +90,10 @@ def fits_dtype(value: bool | int | float, dtype: torch.dtype) -> bool:
 
 def size_error(shape: tuple[int, ...], dtype: torch.dtype) -> str | None:
     """Why a tensor of `shape` and `dtype` cannot exist, or None: PyTorch (and so every
-    stage after the frontend) counts elements and bytes in 64 bits."""
+    stage after the frontend) counts elements and bytes in 64 bits. A symbolic shape is
+    checked where it becomes concrete: the call's tensors exist, so they fit."""
+    if any(isinstance(d, Expr) for d in shape):
+        return None
     n = 1
     for d in shape:
         n *= d

@@ -16,6 +16,7 @@ import torch
 
 from minicomp.frontend.dsl_ast import FuncDef, Pos, Source, TypeSpec
 from minicomp.frontend.dsl_limits import INT64_MAX, fits_int64, shown_int
+from minicomp.ir import dims as dims_
 from minicomp.ir.dtypes import NAME_TO_DTYPE, dtype_name, parse_dtype, type_str
 
 
@@ -81,8 +82,10 @@ def _symbols_of(f: FuncDef) -> dict[str, Pos]:
 
 
 def bind_symbols(src: Source, f: FuncDef, dims: dict[str, int],
-                 example_inputs: Sequence[torch.Tensor] | None) -> dict[str, Bound]:
-    """Values for the entry function's symbols; SourceError if one is missing or they disagree."""
+                 example_inputs: Sequence[torch.Tensor] | None, symbolic: bool = False) -> dict[str, Bound]:
+    """Values for the entry function's symbols; SourceError if they disagree, or if one is
+    missing and not `symbolic`. With `symbolic`, a symbol neither `--dim` nor an example input
+    binds stays a symbol (`dims.sym`, range [2, 2**31 - 1]): the graph serves every size."""
     params = _symbols_of(f)
     returns_only = {d.value for t in (f.returns or []) for d in t.dims if isinstance(d.value, str)} - set(params)
     symbols: dict[str, Bound] = {}
@@ -112,6 +115,10 @@ def bind_symbols(src: Source, f: FuncDef, dims: dict[str, int],
                     f"declared {p.type}{m.detail}")
                 raise src.error(msg, m.pos) from None
     unbound = [s for s in params if s not in symbols]
+    if unbound and symbolic:
+        for s in unbound:           # a DSL symbol is an identifier (the grammar's NAME)
+            symbols[s] = Bound(dims_.sym(s), "symbolic")
+        return symbols
     if unbound:
         flags = " ".join(f"--dim {s}=VALUE" for s in unbound)
         plural = "s" if len(unbound) > 1 else ""

@@ -6,7 +6,8 @@ Invariants (checked by `verify.verify`):
 - `Node.args` (ordered node ids) is the source of truth for operand order; there is an
   edge arg -> user for every distinct arg, with the attribute `positions` listing where
   it is used, so networkx algorithms (topological sort, ancestors, cycles) work;
-- shapes are concrete tuples of ints (DSL symbols are bound before a graph is built);
+- a shape is a tuple of dims, each an int or a symbolic `dims.Expr` (a DSL program without
+  `--dim`, a function compiled with `dynamic=True`); strides likewise;
 - `layout` is None ("free") until layout assignment (plan/layout.py) fixes a tuple of strides;
 - `origin` says where the node came from (`model.py:12`, `prog.mc:3:7`), for errors.
 
@@ -24,7 +25,7 @@ from typing import Any, Iterable
 import networkx as nx
 import torch
 
-from minicomp.ir import ops, shapes
+from minicomp.ir import dims, ops, shapes
 from minicomp.ir.dtypes import type_str
 
 
@@ -65,8 +66,12 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
     for d in reversed(shape):
         strides.append(acc)
-        acc *= max(int(d), 1)
+        acc *= d if isinstance(d, dims.Expr) else max(int(d), 1)   # a symbol is >= 2
     return tuple(reversed(strides))
+
+
+def _dim(d: Any) -> "dims.Dim":
+    return d if isinstance(d, dims.Expr) else int(d)
 
 
 def meta_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -128,6 +133,9 @@ def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[
 
 def _infer_meta(d: "ops.OpDef", arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[int, ...], torch.dtype]:
     op = d.name
+    if any(dims.any_symbolic(a.shape) for a in arg_nodes):
+        shown = ", ".join(a.type for a in arg_nodes)
+        raise dims.SymbolicDim(f"{op} has no shape rule for symbolic sizes ({shown})")
     metas = [meta_tensor(a.shape, a.dtype) for a in arg_nodes]
     kwargs = {k: v for k, v in attrs.items() if k in d.attrs}
     if op in ("full", "arange"):
@@ -196,7 +204,7 @@ class Graph:
                 self.nx.add_edge(a, nid, positions=[pos])
 
     def add_input(self, name: str, shape: Iterable[int], dtype: torch.dtype, origin: str | None = None) -> int:
-        node = Node(self._new_id(), "input", (), {"name": name}, tuple(int(d) for d in shape), dtype, None, origin)
+        node = Node(self._new_id(), "input", (), {"name": name}, tuple(_dim(d) for d in shape), dtype, None, origin)
         self._insert(node)
         self.inputs.append(node.id)
         return node.id
@@ -273,6 +281,23 @@ class Graph:
             g.nx.add_edge(a, b, positions=list(data["positions"]))
         return g
 
+
+    @property
+    def symbolic(self) -> bool:
+        """True when some node's shape has a symbolic dim."""
+        return any(dims.any_symbolic(self.node(n).shape) for n in self.nx.nodes)
+
+    def hinted(self) -> "Graph":
+        """A copy with every symbolic dim (in shapes, strides and attributes) at its hint: what
+        the planner decides on, as a static compile at those sizes would."""
+        g = self.copy()
+        for nid in g.nx.nodes:
+            n = g.node(nid)
+            n.shape = dims.hinted(n.shape)
+            n.layout = dims.hinted(n.layout)
+            n.attrs = {k: (v if isinstance(v, torch.Tensor) or callable(v) else dims.hinted(v))
+                       for k, v in n.attrs.items()}
+        return g
     def renumbered(self) -> "Graph":
         """A copy whose ids are 0..n-1 in topological order (stable dumps for tests)."""
         mapping = {old: new for new, old in enumerate(self.topo_order())}

@@ -58,7 +58,7 @@ def format_node(n) -> str:
             parts.append(f"{k}={_fmt_value(v)}")
     text = f"%{n.id} = {n.op}({', '.join(parts)}) : {type_str(n.shape, n.dtype)}"
     if n.layout is not None:
-        text += f" strides={list(n.layout)}"
+        text += f" strides=[{', '.join(map(str, n.layout))}]"
     if n.origin:
         text += f"   # {n.origin}"
     return text
@@ -70,7 +70,7 @@ def dump(graph, show_origin: bool = True) -> str:
     for n in graph.nodes():
         if n.op == "input":
             lines.append(f"  %{n.id} = input {n.attrs['name']} : {type_str(n.shape, n.dtype)}"
-                         + (f" strides={list(n.layout)}" if n.layout is not None else ""))
+                         + (f" strides=[{', '.join(map(str, n.layout))}]" if n.layout is not None else ""))
             continue
         line = format_node(n)
         if not show_origin and "   # " in line:

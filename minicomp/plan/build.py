@@ -12,9 +12,11 @@ the plan must write as graph outputs).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import networkx as nx
 
+from minicomp.ir import dims
 from minicomp.ir.graph import Graph
 from minicomp.plan import cost as ledger
 from minicomp.plan.moves import Reach, legality, scored_moves
@@ -101,7 +103,9 @@ def _reason(graph: Graph, kind: str, nodes: list[int], anchor: int | None, outpu
         S, A = reduction_domain(graph, anchor)
         row = ledger.prod(S[a] for a in A)
         parts.append(f"row kernel over {list(S)} reducing {list(A)}")
-        if row > ROW_BLOCK_LIMIT:
+        if isinstance(row, dims.Expr):
+            parts.append(f"a row of {row} elements: one block up to {ROW_BLOCK_LIMIT}, looped beyond")
+        elif row > ROW_BLOCK_LIMIT:
             parts.append(f"looped: a row of {row} elements exceeds one block ({ROW_BLOCK_LIMIT})")
     elif kind == "gemm":
         mms = [n for n in nodes if graph.node(n).kind == "gemm"]
@@ -207,3 +211,21 @@ def build_plan(state: State, applied: list[tuple[Move, State, State]], machine: 
                                    f"recomputing {describe(graph, move.node)} would cost {a - b} more bytes"))
     groups = [Group(**f) for f in fields]
     return Plan(graph.name, groups, rejected, ledger.unfused_bytes(graph), machine.name, decisions)
+
+
+def resymbolise(plan: Plan, graph: Graph, machine: ledger.Machine, baseline: Graph | None) -> Plan:
+    """`plan`, made on `graph.hinted()`, with its ledger figures, reasons and specs from the
+    symbolic `graph` (same node ids): bytes, flops and bounds become expressions in the
+    symbols. Refused candidates and recompute decisions keep their figures at the hints."""
+    eager_views = ledger.eager_views(graph)
+    groups = []
+    for g in plan.groups:
+        cost = ledger.group_cost(graph, set(g.nodes), g.outputs)
+        lb, bound = ledger.lower_bound_us(machine, cost, g.kind, _dtype(graph, g.kind, g.anchor))
+        owned = [n for n in g.nodes if plan.group_of(n) is g]
+        eager = sum(ledger.node_cost(graph, n, eager_views).bytes for n in owned)
+        groups.append(replace(g, bytes_in=cost.bytes_in, bytes_out=cost.bytes_out, bytes_saved=eager - cost.bytes,
+                              flops=cost.flops, lower_bound_us=lb, bound=bound,
+                              reason=_reason(graph, g.kind, list(g.nodes), g.anchor, list(g.outputs)),
+                              spec=derive_spec(graph, g.kind, list(g.nodes), g.anchor, g.id)))
+    return replace(plan, groups=tuple(groups), unfused_bytes=ledger.unfused_bytes(baseline or graph))

@@ -30,7 +30,7 @@ from typing import Iterable, Protocol
 import torch
 
 from minicomp.errors import MinicompError
-from minicomp.ir import ops
+from minicomp.ir import dims, ops
 from minicomp.ir.dtypes import dtype_name, itemsize
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.views import STRIDED
@@ -120,14 +120,15 @@ def footprint(graph: Graph | NodeLookup, nid: int, inside: set[int]) -> dict[int
     `inside` is a root read whole; a non-view node in `inside` is computed there: no read."""
     n = graph.node(nid)
     if nid not in inside:
-        return {nid: float(nbytes(n))}
+        b = nbytes(n)
+        return {nid: b if isinstance(b, dims.Expr) else float(b)}
     if not is_view(n):
         return {}
     out: dict[int, float] = {}
     frac = 1.0
     if n.op == "slice":
         src = graph.node(n.args[0])
-        frac = n.numel / src.numel if src.numel else 0.0
+        frac = dims.ratio(n.numel, src.numel)
     for a in dict.fromkeys(n.args):
         for r, b in footprint(graph, a, inside).items():
             out[r] = out.get(r, 0.0) + b * frac
@@ -136,7 +137,11 @@ def footprint(graph: Graph | NodeLookup, nid: int, inside: set[int]) -> dict[int
 
 def _cap(graph: Graph | NodeLookup, per_root: dict[int, float]) -> dict[int, int]:
     """Several accesses of one root cost at most reading it whole."""
-    return {r: int(min(b, nbytes(graph.node(r)))) for r, b in per_root.items()}
+    return {r: _whole(dims.smin(b, nbytes(graph.node(r)))) for r, b in per_root.items()}
+
+
+def _whole(b):
+    return b if isinstance(b, dims.Expr) else int(b)
 
 
 def _add(acc: dict[int, float], part: dict[int, float], share: float = 1.0) -> None:
@@ -224,12 +229,14 @@ def lower_bound_us(machine: Machine, cost: Cost, kind: str, dtype: torch.dtype |
     t_mem = cost.bytes / machine.bytes_per_s
     peak = machine.peak_flops(kind, dtype)
     t_cmp = cost.flops / peak if peak else 0.0
-    bound = "compute" if t_cmp > t_mem else "memory"
-    return max(t_mem, t_cmp) * 1e6, bound
+    bound = "compute" if dims.smax(t_cmp, t_mem) is t_cmp and t_cmp != t_mem else "memory"
+    return dims.smax(t_mem, t_cmp) * 1e6, bound
 
 
 def fmt_bytes(b: float) -> str:
     """`1.5 MB`-style figure (decimal units, as the ledger's tables)."""
+    if isinstance(b, dims.Expr):
+        return f"{b} B"
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if abs(b) >= scale:
             return f"{b / scale:.2f} {unit}"
@@ -237,6 +244,8 @@ def fmt_bytes(b: float) -> str:
 
 
 def fmt_flops(f: float) -> str:
+    if isinstance(f, dims.Expr):
+        return str(f)
     for unit, scale in (("TF", 1e12), ("GF", 1e9), ("MF", 1e6), ("KF", 1e3)):
         if abs(f) >= scale:
             return f"{f / scale:.2f} {unit}"

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from minicomp.ir.graph import Graph
 from minicomp.plan import cost as ledger
-from minicomp.plan.build import build_plan
+from minicomp.plan.build import build_plan, resymbolise
 from minicomp.plan.records import Plan
 from minicomp.plan.search import search
 from minicomp.plan.state import initial_state
@@ -28,6 +28,11 @@ def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseli
     `unfused_bytes` should count; by default `graph` itself.
     """
     m = ledger.get_machine(machine)
+    if graph.symbolic:
+        # decisions at the hints (a static compile at those sizes would decide the same); the
+        # ledger and the specs then from the symbolic graph: bytes and bounds as expressions
+        hinted = plan_graph(graph.hinted(), m, baseline=None if baseline is None else baseline.hinted())
+        return resymbolise(hinted, graph, m, baseline)
     final, recomputed = search(initial_state(graph))
     plan = build_plan(final, recomputed, m)
     if baseline is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Union
 
+from minicomp.ir import dims
 from minicomp.ir.graph import Graph
 from minicomp.plan.specs import AttentionSpec, GemmSpec, ReductionSpec, derive_spec
 from minicomp.plan.table import render
@@ -109,7 +110,7 @@ class Plan:
     @property
     def ratio(self) -> float:
         """Planned bytes over unfused bytes (below 1 when fusion saves traffic)."""
-        return self.total_bytes / self.unfused_bytes if self.unfused_bytes else 1.0
+        return dims.ratio(self.total_bytes, self.unfused_bytes) if self.unfused_bytes else 1.0
 
     @property
     def lower_bound_us(self) -> float:

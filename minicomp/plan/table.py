@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from minicomp.errors import MinicompError
+from minicomp.ir import dims
 from minicomp.plan.cost import fmt_bytes, fmt_flops, get_machine
 
 # The bounds are a roofline on a machine *model* (cost.MACHINES), whatever device runs the
@@ -84,7 +85,7 @@ def render(plan, fallbacks: Mapping[int, str]) -> str:
     lines = [f"plan for {plan.graph_name}; bounds on {model_words(plan.machine)}", _row(head, widths, right)]
     lines += [_row(r, widths, right) for r in rows]
     planned, unfused = plan.total_bytes, plan.unfused_bytes
-    fewer = f", {unfused / planned:.2f}x fewer bytes" if planned else ""
+    fewer = f", {dims.ratio(unfused, planned):.2f}x fewer bytes" if planned else ""
     lines.append(f"unfused {fmt_bytes(unfused)}  ->  planned {fmt_bytes(planned)}  "
                  f"({plan.ratio:.2f} of unfused{fewer}); {group_count(plan, fallbacks)}, "
                  f"{fmt_flops(plan.total_flops)} flops, lower bound on the {_model_name(plan.machine)} model "

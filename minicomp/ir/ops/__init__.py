@@ -162,13 +162,18 @@ def get(name: str) -> OpDef:
         raise KeyError(f"unknown op {name!r}") from None
 
 
+def _count(n):
+    """A flop count: an int, or an expression of symbolic sizes (minicomp.ir.dims.Expr)."""
+    return n if hasattr(n, "terms") else int(n)
+
+
 def flops(op: str, arg_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], attrs: dict) -> int:
     """Flops of one node by the ledger's accounting (2 per multiply-add)."""
     d = get(op)
     if d.kind in ("pointwise",):
-        return int(d.flops_per_element * math.prod(out_shape))
+        return _count(d.flops_per_element * math.prod(out_shape))
     if d.kind in ("reduction", "scan"):
-        return int(d.flops_per_element * math.prod(arg_shapes[0]))
+        return _count(d.flops_per_element * math.prod(arg_shapes[0]))
     if d.kind == "gemm":
         k = arg_shapes[0][-1]
         return 2 * math.prod(out_shape) * k
