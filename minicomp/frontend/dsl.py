@@ -42,6 +42,7 @@ from minicomp.frontend.dsl_limits import MAX_NESTING, fits_dtype, fits_int64, re
 from minicomp.frontend.dsl_parse import parse_module
 from minicomp.frontend.dsl_symbols import Bound, Mismatch, bind_symbols, check_dtypes, shown, unify
 from minicomp.ir.dtypes import dtype_name, parse_dtype
+from minicomp.ir import dims
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
 
@@ -283,6 +284,8 @@ class Lowerer:
         arg_pos = {"#0": expr.lhs.pos, "#1": expr.rhs.pos, "a": expr.lhs.pos, "b": expr.rhs.pos}
         e = self.emit(expr.pos)
         what = lambda: f"cannot apply '{expr.op}' to {describe(lhs, self.g)} and {describe(rhs, self.g)}"
+        if _is_size(lhs) and _is_size(rhs) and (dims.is_symbolic(lhs) or dims.is_symbolic(rhs)):
+            return self.size_arith(expr, lhs, rhs)
         if expr.op == "//":
             if not (_is_int(lhs) and _is_int(rhs)):
                 raise self.src.error(f"'//' divides integers known at compile time (dims), not "
@@ -295,6 +298,20 @@ class Lowerer:
         if expr.op == "@":
             return self.guard(expr.pos, arg_pos, what, lambda: call_builtin(e, BUILTINS["matmul"], [lhs, rhs], []))
         return self.guard(expr.pos, arg_pos, what, lambda: pointwise(e, BINARY_OPS[expr.op], [lhs, rhs]))
+
+    def size_arith(self, expr: BinOp, lhs: "dims.Dim", rhs: "dims.Dim") -> "dims.Dim":
+        """Arithmetic of sizes when one is symbolic: +, -, * always; // only where it is exact
+        for every value of the symbols (`(N * D) // D`)."""
+        if expr.op in ("+", "-", "*"):
+            return {"+": lhs + rhs, "-": lhs - rhs, "*": lhs * rhs}[expr.op]
+        if expr.op == "//":
+            q = dims.exact_div(lhs, rhs)
+            if q is not None:
+                return q
+            raise self.src.error(f"{lhs} // {rhs} is not exact for every value of the symbols: bind them with "
+                                 f"--dim ({', '.join(s.name for s in dims.symbols(lhs, rhs))})", expr.pos)
+        raise self.src.error(f"'{expr.op}' of the symbolic sizes {lhs} and {rhs}: only +, -, * and an exact // "
+                             "work on symbols; bind them with --dim", expr.pos)
 
     def call(self, call: Call, frame: Frame) -> Value:
         if call.func in self.module.funcs:  # the file's own functions shadow builtins
@@ -331,6 +348,9 @@ class Lowerer:
             out = thunk()
         except CallError as err:
             raise self.src.error(err.message, arg_pos.get(err.arg, pos)) from None
+        except dims.SymbolicDim as err:   # a builtin that needs concrete sizes, given symbols
+            names = ", ".join(f"--dim {s.name}=VALUE" for s in self._symbols_in_scope())
+            raise self.src.error(f"{what() + ': ' if what else ''}{err} (bind the sizes: {names})", pos) from None
         except (ValueError, IndexError, RuntimeError, TypeError) as err:
             # ValueError: Graph.add's inference (PyTorch's message); the others: operands a
             # composite did not expect (a 0-d query...). All are the program's fault.
@@ -343,9 +363,16 @@ class Lowerer:
                 raise self.src.error(too_big, pos)
         return out
 
+    def _symbols_in_scope(self) -> list["dims.Sym"]:
+        return list(dims.symbols(*(d for n in map(self.g.node, self.g.inputs) for d in n.shape)))
+
     def emit(self, pos: Pos) -> Emit:
         return Emit(self.g, self.src.origin(pos))
 
 
 def _is_int(v: Value) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_size(v: Value) -> bool:
+    return _is_int(v) or dims.is_symbolic(v)

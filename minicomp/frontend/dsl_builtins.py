@@ -29,7 +29,7 @@ import torch
 
 from minicomp.frontend.dsl_hints import INTERNAL_OPS, unknown_keyword
 from minicomp.frontend.dsl_limits import division_by_zero, fold, kernel_refuses
-from minicomp.ir import ops
+from minicomp.ir import dims, ops
 from minicomp.ir.dtypes import dtype_name
 from minicomp.ir.graph import Graph, Node
 
@@ -74,6 +74,8 @@ def describe(v: Value, g: Graph) -> str:
     """How an error message names a value: `f32[4, 8]`, `int 3`, `string "tanh"`."""
     if isinstance(v, TensorVal):
         return g.node(v.nid).type
+    if isinstance(v, dims.Expr):
+        return f"the symbolic size {v} (a number only once --dim binds it)"
     if isinstance(v, bool):
         return f"bool {'true' if v else 'false'}"
     if isinstance(v, (int, float)):
@@ -141,8 +143,8 @@ def _convert(e: Emit, kind: str, v: Value) -> tuple[bool, Any]:
         return isinstance(v, str), v
     if kind == "Dtype":
         return isinstance(v, torch.dtype), v
-    if kind == "Shape":
-        ok = isinstance(v, list) and all(_is_int(x) for x in v)
+    if kind == "Shape":      # sizes: ints, or symbolic sizes of a program planned over symbols
+        ok = isinstance(v, list) and all(_is_int(x) or isinstance(x, dims.Expr) for x in v)
         return ok, tuple(v) if ok else None
     if kind == "Axes":
         if _is_int(v):
@@ -305,7 +307,7 @@ def _weak_scalar_dtype(e: Emit, op: str, values: Sequence[Value], attrs: dict[st
     make it f32 (tensor operands of rank > 0 already win). None when PyTorch cannot say."""
     if not any(isinstance(v, (bool, int, float)) for v in values):
         return None
-    args = [torch.empty(e.node(v.nid).shape, dtype=e.node(v.nid).dtype, device="meta")
+    args = [torch.empty(dims.hints(e.node(v.nid).shape), dtype=e.node(v.nid).dtype, device="meta")
             if isinstance(v, TensorVal) else v for v in values]
     try:
         return ops.get(op).ref(*args, **attrs).dtype

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from minicomp.frontend.dsl_builtins import Axes, CallError, Emit, Shape, Tensor, TensorVal, Value, builtin
+from minicomp.ir import dims
 
 
 def _axis(e: Emit, x: int, axis: int, arg: str, extra: int = 0) -> int:
@@ -22,12 +23,44 @@ def _axis(e: Emit, x: int, axis: int, arg: str, extra: int = 0) -> int:
 
 def _resolved(x_shape: tuple[int, ...], shape: tuple[int, ...], how: str) -> tuple[int, ...]:
     """The concrete shape of reshape/expand (resolves -1); ValueError with PyTorch's reason."""
+    if dims.any_symbolic(x_shape) or dims.any_symbolic(shape):
+        return _resolved_symbolic(x_shape, shape, how)
     meta = torch.empty(x_shape, device="meta")
     try:
         out = meta.reshape(shape) if how == "reshape" else meta.expand(shape)
     except RuntimeError as err:
         raise ValueError(str(err).split("\n")[0]) from None
     return tuple(out.shape)
+
+
+def _resolved_symbolic(x_shape: tuple, shape: tuple, how: str) -> tuple:
+    """reshape/expand over symbolic sizes: what holds for every value of the symbols, else a
+    ValueError that says so."""
+    if how == "expand":
+        lead = len(shape) - len(x_shape)
+        if lead < 0:
+            raise ValueError(f"expand to {list(shape)}: fewer dims than the tensor's {list(x_shape)}")
+        out = list(shape[:lead])
+        for d, want in zip(x_shape, shape[lead:]):
+            if want != -1 and d != want and d != 1:
+                raise ValueError(f"expand of {list(x_shape)} to {list(shape)}: {d} and {want} differ")
+            out.append(d if want == -1 else want)
+        return tuple(out)
+    free = [i for i, d in enumerate(shape) if d == -1]
+    known = dims.numel([d for d in shape if d != -1])
+    total = dims.numel(x_shape)
+    if len(free) > 1:
+        raise ValueError("only one dimension can be -1")
+    if free:
+        rest = dims.exact_div(total, known)
+        if rest is None:
+            raise ValueError(f"reshape of {list(x_shape)} to {list(shape)}: {total} is not a multiple of {known} "
+                             "for every value of the symbols")
+        return tuple(rest if d == -1 else d for d in shape)
+    if known != total:
+        raise ValueError(f"reshape of {list(x_shape)} ({total} elements) to {list(shape)} ({known}): the counts "
+                         "are not equal for every value of the symbols")
+    return tuple(shape)
 
 
 @builtin()

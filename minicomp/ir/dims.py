@@ -218,6 +218,11 @@ def sym(name: str, lo: int = 2, hi: int = INT_MAX, hint: int | None = None) -> E
     return Expr({(Sym(name, lo, hi, h),): 1})
 
 
+def is_size(d: object) -> bool:
+    """An int (not a bool) or a symbolic size."""
+    return (isinstance(d, int) and not isinstance(d, bool)) or isinstance(d, Expr)
+
+
 def is_symbolic(d: object) -> bool:
     return isinstance(d, Expr)
 

@@ -230,6 +230,11 @@ def lower_bound_us(machine: Machine, cost: Cost, kind: str, dtype: torch.dtype |
     peak = machine.peak_flops(kind, dtype)
     t_cmp = cost.flops / peak if peak else 0.0
     bound = "compute" if dims.smax(t_cmp, t_mem) is t_cmp and t_cmp != t_mem else "memory"
+    if dims.is_symbolic(t_mem) or dims.is_symbolic(t_cmp):
+        try:
+            t_mem >= t_cmp
+        except dims.SymbolicDim:        # which term wins depends on the sizes: the hints' is shown
+            bound += " (at the hints)"
     return dims.smax(t_mem, t_cmp) * 1e6, bound
 
 

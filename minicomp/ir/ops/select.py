@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from minicomp.ir import dims
+
 from minicomp.ir.ops import OpDef, register
 from minicomp.ir.ops.rules import FLOATS, elementwise, promote, floats
 
@@ -69,7 +71,7 @@ def _full_ref(*, shape, value, dtype, device=None):
 
 def _full_rule(operands, attrs):
     shape, dtype, value = attrs.get("shape"), attrs.get("dtype"), attrs.get("value")
-    if not isinstance(shape, (tuple, list)) or any(not isinstance(s, int) or s < 0 for s in shape):
+    if not isinstance(shape, (tuple, list)) or any(not dims.is_size(s) or s < 0 for s in shape):
         return None
     if (dtype in FLOATS or dtype == torch.bool) and type(value) in (bool, int, float) and math.isfinite(value):
         return tuple(shape), dtype

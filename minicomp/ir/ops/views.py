@@ -17,6 +17,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from minicomp.ir import dims
+
 from minicomp.ir.ops import OpDef, register
 from minicomp.ir.ops.rules import FLOATS, norm_axes
 
@@ -63,15 +65,17 @@ STRIDED = ("reshape", "permute", "expand", "slice")
 def _reshape_rule(operands, attrs):
     ((shape, dtype),) = operands
     new = list(attrs["shape"])
-    if any(not isinstance(s, int) or s < -1 for s in new) or new.count(-1) > 1:
+    if any(not dims.is_size(s) or s < -1 for s in new) or new.count(-1) > 1:
         return None
     known = math.prod(s for s in new if s != -1)
     size = math.prod(shape)
     if -1 in new:
-        if known == 0 or size % known:
+        rest = dims.exact_div(size, known) if known != 0 else None    # exact for every value of the symbols
+        if rest is None:
             return None
-        new[new.index(-1)] = size // known
+        new[new.index(-1)] = rest
     return (tuple(new), dtype) if math.prod(new) == size else None
+
 
 
 def _permute_rule(operands, attrs):
@@ -86,7 +90,7 @@ def _expand_rule(operands, attrs):
     ((shape, dtype),) = operands
     new = list(attrs["shape"])
     lead = len(new) - len(shape)
-    if lead < 0 or any(not isinstance(s, int) or s < -1 for s in new) or -1 in new[:lead]:
+    if lead < 0 or any(not dims.is_size(s) or s < -1 for s in new) or -1 in new[:lead]:
         return None
     for i, s in enumerate(shape):
         want = new[lead + i]
