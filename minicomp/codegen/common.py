@@ -13,7 +13,9 @@ Invariants:
   as `Buf(nid)`, which the wrapper binds or allocates with `ctx.strides(nid)` before launching;
   numbers as themselves) and the keyword arguments. The wrapper writes them as `call()` lines
   and as the first call's `_WARM` entries; nothing reads generated text back;
-- shapes and strides are concrete: a compiled module is specialised on them.
+- shapes and strides are ints, or symbolic sizes written over the module's size names
+  (codegen/sizes.py); a value computed from them at run time is a `Runtime`, a launch for
+  some sizes only carries a `When`.
 """
 
 from __future__ import annotations
@@ -70,7 +72,25 @@ class Grid:
         return tuple(out)
 
 
-Arg = Union[Buf, int, float, bool]
+@dataclass(frozen=True)
+class Runtime:
+    """A launch value computed in call() from symbolic sizes (codegen/sizes.py): `text` is
+    Python over the module's size names (written by codegen, never from a user's string),
+    `hint` its value at the sizes' hints (the first call's warm-up list compiles with it)."""
+    text: str
+    hint: int
+
+
+@dataclass(frozen=True)
+class When:
+    """A launch's condition on a symbolic size: `size <= limit` (or `>` when not `at_most`):
+    a kernel with two forms launches the one that fits the call's sizes."""
+    size: object               # a dims.Dim
+    limit: int
+    at_most: bool = True
+
+
+Arg = Union[Buf, int, float, bool, Runtime]
 
 
 @dataclass(frozen=True)
@@ -78,8 +98,10 @@ class Launch:
     """One launch of a kernel, as data: `kernel[grid](*args, **kwargs)`."""
     grid: Grid
     args: tuple[Arg, ...]
-    kwargs: tuple[tuple[str, Union[int, float, bool]], ...] = ()
+    kwargs: tuple[tuple[str, Union[int, float, bool, Runtime]], ...] = ()
     tma: bool = False        # builds TMA descriptors: Triton's allocator must be installed first
+    fn: str = ""             # the @triton.jit function it launches, when not the kernel's own name
+    when: When | None = None  # launched only when the call's sizes meet this
 
 
 @dataclass

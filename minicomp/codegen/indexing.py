@@ -16,7 +16,10 @@ Invariants:
   bound, every intermediate non-negative); lanes outside it are masked, so garbage
   indices there are never loaded or stored;
 - an index into a dimension of size 1 is the constant 0, so broadcasting, keepdim and
-  size-1 squeezes compare equal structurally.
+  size-1 squeezes compare equal structurally;
+- over symbolic sizes (minicomp/ir/dims.py) coefficients, divisors and bounds may be size
+  expressions. A simplification is taken only where it holds for every value of the sizes
+  (`_known`, `_divides`); otherwise the general form stays, which is exact for all of them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,29 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Union
 
+from minicomp.ir import dims as D
 from minicomp.ir.graph import contiguous_strides
+
+
+def _known(thunk: Callable[[], bool]) -> bool:
+    """Whether a comparison holds for every value of the symbolic sizes (False when they do
+    not settle it: the caller keeps the general form)."""
+    try:
+        return bool(thunk())
+    except D.SymbolicDim:
+        return False
+
+
+def _divides(c, k) -> bool:
+    """c divides k for every value of the sizes."""
+    if not D.is_symbolic(c) and not D.is_symbolic(k):
+        return k % c == 0
+    return D.exact_div(k, c) is not None
+
+
+def _quot(k, c):
+    """k / c where `_divides(c, k)`."""
+    return k // c if not D.is_symbolic(c) and not D.is_symbolic(k) else D.exact_div(k, c)
 
 
 @dataclass(frozen=True)
@@ -94,7 +119,7 @@ class Expr:
 
 
 def as_expr(x: "Expr | int") -> Expr:
-    return x if isinstance(x, Expr) else Expr((), int(x))
+    return x if isinstance(x, Expr) else Expr((), x if D.is_symbolic(x) else int(x))
 
 
 def sym(name: str, hi: int) -> Expr:
@@ -151,21 +176,32 @@ def bounds(e: Expr) -> tuple[int, int]:
     lo = hi = e.const
     for a, k in e.terms:
         alo, ahi = _atom_bounds(a)
-        lo += min(k * alo, k * ahi)
-        hi += max(k * alo, k * ahi)
+        if _known(lambda: k > 0):
+            lo, hi = lo + k * alo, hi + k * ahi
+        elif _known(lambda: k < 0):
+            lo, hi = lo + k * ahi, hi + k * alo
+        else:
+            raise D.SymbolicDim(f"the sign of the index coefficient {k} depends on the sizes")
     return lo, hi
 
 
 def _atom_bounds(a: Atom) -> tuple[int, int]:
     if isinstance(a, Sym):
-        return 0, max(a.hi - 1, 0)
+        return 0, (a.hi - 1 if D.is_symbolic(a.hi) else max(a.hi - 1, 0))    # a symbol is >= 2
     if isinstance(a, Indirect):
-        return 0, max(a.size - 1, 0)
+        return 0, (a.size - 1 if D.is_symbolic(a.size) else max(a.size - 1, 0))
     lo, hi = bounds(a.arg)
     if isinstance(a, FloorDiv):
-        return lo // a.div, hi // a.div
-    if lo >= 0:
-        return 0, min(a.div - 1, hi)
+        if not D.is_symbolic(a.div) and not D.is_symbolic(lo) and not D.is_symbolic(hi):
+            return lo // a.div, hi // a.div
+        if not _known(lambda: lo >= 0):
+            raise D.SymbolicDim(f"bounds of ({lo}..{hi}) // {a.div} over symbolic sizes")
+        q = D.exact_div(hi, a.div)
+        return 0, q if q is not None else hi        # loose where not exact, never too small
+    if _known(lambda: lo >= 0):
+        if _known(lambda: a.div - 1 <= hi):
+            return 0, a.div - 1
+        return 0, hi if _known(lambda: hi <= a.div - 1) else a.div - 1
     return 0, a.div - 1
 
 
@@ -173,16 +209,26 @@ def _split(e: Expr, d: int) -> tuple[Expr, Expr] | None:
     """e = d*big + small with small in [0, d), or None."""
     big, small = {}, {}
     for a, k in e.terms:
-        (big if k % d == 0 else small)[a] = k // d if k % d == 0 else k
-    q, r = divmod(e.const, d)
+        (big if _divides(d, k) else small)[a] = _quot(k, d) if _divides(d, k) else k
+    if D.is_symbolic(e.const) or D.is_symbolic(d):
+        if not (_known(lambda: 0 <= e.const) and _known(lambda: e.const < d)):
+            return None
+        q, r = 0, e.const                     # a constant already in [0, d)
+    else:
+        q, r = divmod(e.const, d)
     small_e = make(small, r)
     lo, hi = bounds(small_e)
-    if lo < 0 or hi >= d:
+    if not (_known(lambda: lo >= 0) and _known(lambda: hi < d)):
         return None
     return make(big, q), small_e
 
 
 def _divisors_to_try(e: Expr, c: int) -> list[int]:
+    if D.is_symbolic(c) or any(D.is_symbolic(k) for _, k in e.terms):
+        # over symbolic sizes: the coefficients that divide c (a row's stride divides the
+        # stride of the dimension above it), largest first by their value at the hints
+        found = {k for _, k in e.terms if k != 1 and _divides(k, c)}
+        return sorted(found, key=lambda k: (-D.hint(k), str(k)))
     return sorted({math.gcd(k, c) for _, k in e.terms} - {1}, reverse=True)
 
 
@@ -191,10 +237,21 @@ def floordiv(e: Expr, c: int) -> Expr:
     if c == 1:
         return e
     lo, hi = bounds(e)
-    if lo >= 0 and hi < c:
+    if _known(lambda: lo >= 0) and _known(lambda: hi < c):
         return Expr()
-    if all(k % c == 0 for _, k in e.terms) and e.const % c == 0:
-        return make({a: k // c for a, k in e.terms}, e.const // c)
+    if all(_divides(c, k) for _, k in e.terms) and _divides(c, e.const):
+        return make({a: _quot(k, c) for a, k in e.terms}, _quot(e.const, c))
+    if D.is_symbolic(c) or D.is_symbolic(e.const):
+        # (x + c*y) // c == x // c + y, taking out only terms c divides and a constant that is
+        # already in [0, c): what holds for every size
+        taken = {a: _quot(k, c) for a, k in e.terms if _divides(c, k)}
+        if taken and _known(lambda: 0 <= e.const) and _known(lambda: e.const < c):
+            return make(taken, 0) + floordiv(make({a: k for a, k in e.terms if not _divides(c, k)}, e.const), c)
+        for d in _divisors_to_try(e, c):
+            parts = _split(e, d)
+            if parts is not None:
+                return floordiv(parts[0], _quot(c, d))
+        return Expr(((FloorDiv(e, c), 1),), 0)
     # (x + c*y) // c == x // c + y for all integers: take out the terms c divides. A GEMM
     # reading attention's [B, S, H, D] output as [B*S, H*D] needs it: its A offset
     # (ak + 2048*am) // 128 % 16 * 128 + ak % 128 then folds to 2048*am + ak, a plain matrix
@@ -215,18 +272,23 @@ def mod(e: Expr, c: int) -> Expr:
     assert c > 0
     if c == 1:
         return Expr()
-    e = make({a: k for a, k in e.terms if k % c != 0}, e.const % c)
+    if D.is_symbolic(c) or D.is_symbolic(e.const):
+        if not (_known(lambda: 0 <= e.const) and _known(lambda: e.const < c)):
+            return Expr(((Mod(e, c), 1),), 0)
+        e = make({a: k for a, k in e.terms if not _divides(c, k)}, e.const)
+    else:
+        e = make({a: k for a, k in e.terms if not _divides(c, k)}, e.const % c)
     lo, hi = bounds(e)
-    if lo >= 0 and hi < c:
+    if _known(lambda: lo >= 0) and _known(lambda: hi < c):
         return e
     for d in _divisors_to_try(e, c):
         if d == c:
             continue
         parts = _split(e, d)
         if parts is not None:
-            return mod(parts[0], c // d) * d + parts[1]
+            return mod(parts[0], _quot(c, d)) * d + parts[1]
     inner = e.single_atom()
-    if isinstance(inner, Mod) and inner.div % c == 0:
+    if isinstance(inner, Mod) and _divides(c, inner.div):
         return mod(inner.arg, c)
     return Expr(((Mod(e, c), 1),), 0)
 
@@ -249,19 +311,34 @@ def render(e: Expr, name_of: Callable[[Atom], str]) -> str:
     parts: list[str] = []
     for a, k in e.terms:
         name = a.name if isinstance(a, Sym) else name_of(a)
+        if D.is_symbolic(k):
+            parts.append(f"+ {name} * {size_text(k)}")
+            continue
         term = name if abs(k) == 1 else f"{name} * {abs(k)}"
         parts.append(("- " if k < 0 else "+ ") + term)
-    if e.const or not parts:
+    if D.is_symbolic(e.const):
+        parts.append(f"+ {size_text(e.const)}")
+    elif e.const or not parts:
         parts.append(("- " if e.const < 0 else "+ ") + str(abs(e.const)))
     text = " ".join(parts)
     return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def size_text(k) -> str:
+    """A size in kernel text: an int, a size symbol's name (a kernel argument), or a
+    parenthesised product or sum of them."""
+    if not D.is_symbolic(k):
+        return str(k)
+    if len(k.terms) == 1 and k.terms[0][1] == 1 and len(k.terms[0][0]) == 1:
+        return str(k)
+    return f"({k})"
 
 
 def render_atom(a: FloorDiv | Mod, name_of: Callable[[Atom], str]) -> str:
     inner = render(a.arg, name_of)
     if len(a.arg.terms) + (a.arg.const != 0) > 1:
         inner = f"({inner})"
-    return f"{inner} {'//' if isinstance(a, FloorDiv) else '%'} {a.div}"
+    return f"{inner} {'//' if isinstance(a, FloorDiv) else '%'} {size_text(a.div)}"
 
 
 # --------------------------------------------------------------------------- Index
@@ -358,7 +435,7 @@ def unit_stride_in(e: Expr, name: str, run: int = 16) -> bool:
             continue
         if isinstance(a, Sym) and a.name == name:
             return True
-        if isinstance(a, Mod) and a.div >= run and _is_sym(a.arg, name):
+        if isinstance(a, Mod) and _known(lambda: a.div >= run) and _is_sym(a.arg, name):
             return True
     return False
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from minicomp.codegen.common import Blocks, Buf, Grid, Launch
+from minicomp.codegen.common import Blocks, Buf, Grid, Launch, Runtime
+from minicomp.ir import dims
 
 
 def _factor_text(f) -> str:
@@ -35,6 +36,8 @@ def grid_text(grid: Grid) -> str:
 
 
 def _value_text(v) -> str:
+    if isinstance(v, Runtime):
+        return v.text
     if isinstance(v, float) and v != v:
         return "float('nan')"
     if isinstance(v, float) and v in (float("inf"), float("-inf")):
@@ -55,18 +58,39 @@ def args_text(launch: Launch, buf_name: Callable[[int], str]) -> list[str]:
 
 def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cuda: bool) -> list[str]:
     """The lines of call() that run `launch` of `kernel`."""
+    kernel = launch.fn or kernel
     lines = ["_tma_ready()"] if launch.tma else []
     args = ", ".join(args_text(launch, buf_name))
     if cuda:
         lines.append(f"_launch({kernel}, {grid_text(launch.grid)}, {args})")
     else:
         lines.append(f"{kernel}[{grid_text(launch.grid)}]({args})")
+    if launch.when is not None:
+        w = launch.when
+        test = f"{dims.py(w.size, _SELF)} {'<=' if w.at_most else '>'} {w.limit}"
+        lines = [f"if {test}:"] + ["    " + line for line in lines]
     return lines
+
+
+class _Names(dict):
+    def __missing__(self, key: str) -> str:
+        return key          # the module's size names are the symbols' own (codegen/sizes.py)
+
+
+_SELF = _Names()
+
+
+def _at_hints(v):
+    if isinstance(v, Runtime):
+        return v.hint
+    return dims.hint(v) if dims.is_symbolic(v) else v
 
 
 def warm_entry(kernel: str, launch: Launch, dtype_of: Callable[[int], str]) -> str:
     """The `_WARM` entry of `launch`: `(kernel, (torch.bfloat16, 64, ...), {'BLOCK_C': 64})`;
     `dtype_of(nid)` is the dtype text of node nid's tensor."""
-    args = [dtype_of(a.nid) if isinstance(a, Buf) else _value_text(a) for a in launch.args]
-    kwargs = ", ".join(f"{k!r}: {_value_text(v)}" for k, v in launch.kwargs)
-    return f"({kernel}, ({', '.join(args)}{',' if len(args) == 1 else ''}), {{{kwargs}}}),"
+    # a symbolic size compiles at its hint (Triton specialises on divisibility; a call of another
+    # size that differs there compiles its own at launch)
+    args = [dtype_of(a.nid) if isinstance(a, Buf) else _value_text(_at_hints(a)) for a in launch.args]
+    kwargs = ", ".join(f"{k!r}: {_value_text(_at_hints(v))}" for k, v in launch.kwargs)
+    return f"({launch.fn or kernel}, ({', '.join(args)}{',' if len(args) == 1 else ''}), {{{kwargs}}}),"

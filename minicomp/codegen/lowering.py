@@ -30,6 +30,7 @@ from minicomp.codegen import indirect
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import KernelCtx, Unsupported
 from minicomp.codegen.names import safe_ident
+from minicomp.codegen.sizes import module_names
 from minicomp.codegen.tlexpr import (Steps, Val, compute_tl, convert, op_text, py_literal, storage_tl, store_text,
                                      zero_literal)
 from minicomp.ir.graph import Node
@@ -81,7 +82,7 @@ class Lowering:
         self.builder_for = builder_for
         self.mask_for = mask_for
         self.names = NameScope()
-        for local in KERNEL_LOCALS:
+        for local in KERNEL_LOCALS + tuple(module_names(self.graph)):   # and the size arguments
             self.names.fresh(local)
         self.pointers: dict[int, Pointer] = {}
         self.memo: dict[tuple, Val] = {}

@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import attention, fallback, gemm, index_check, pointwise, reduction, target_check
+from minicomp.codegen import attention, fallback, gemm, index_check, pointwise, reduction, sizes, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, warm_entry
@@ -45,6 +45,7 @@ from minicomp.codegen.lowering import ident, user_label
 from minicomp.codegen.names import comment_text
 from minicomp.codegen.script import DIGEST_CHARS, script_block
 from minicomp.errors import CompileError
+from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.dtypes import type_str
 from minicomp.ir.graph import Graph, Node
 from minicomp.plan.records import Group, Plan
@@ -124,10 +125,13 @@ def _group_order(graph: Graph, plan: Plan) -> list[Group]:
 
 
 class ModuleWriter:
-    def __init__(self, graph: Graph, plan: Plan, target: Target, forced: dict[int, str] | None = None):
+    def __init__(self, graph: Graph, plan: Plan, target: Target, forced: dict[int, str] | None = None,
+                 labels: dict[str, str] | None = None):
         self.graph, self.plan, self.target = graph, plan, target
         self.device_type = target.device_type
         self.forced = dict(forced or {})       # group id -> why it must run through PyTorch (a kernel that failed to compile)
+        self.symbolic = graph.symbolic         # sizes as runtime values (codegen/sizes.py: renamed s0, s1, ...)
+        self.labels = dict(labels or {})       # module name of a symbol -> the user's name
         self.kernel_groups: dict[str, int] = {}
         self.names = _call_names(graph)        # node id -> its tensor's name in call(), for leaves the user named
         self.kernels: list[Kernel] = []
@@ -160,6 +164,9 @@ class ModuleWriter:
                 b.writeline(f"raise TypeError({expected!r} + str(len(inputs)))")
             if g.inputs:
                 b.writeline(f"{', '.join(arg_names)}{',' if len(arg_names) == 1 else ''} = inputs")
+                if self.symbolic:
+                    b.writeline("# the symbolic sizes, read from the inputs (codegen/sizes.py)")
+                    b.writelines(sizes.bind_lines(g, arg_names, self.labels))
                 for nid, name in zip(g.inputs, arg_names):
                     n = g.node(nid)
                     b.writeline(f"_rt.check_input({name}, {n.attrs['name']!r}, {tuple(n.shape)!r}, {n.dtype}, DEVICE_TYPE)")
@@ -173,7 +180,7 @@ class ModuleWriter:
                 self._write_group(group, index)
             self.scalars_used |= set(g.outputs)
             self._bind_constants(ctx0)
-            if self.device_type == "cuda" and self.kernels:
+            if self.device_type == "cuda" and self.kernels and not self.symbolic:
                 with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
                     with b.block("with _rt.CompilingAtOnce(_WARM):"):
                         b.writeline("return call(*inputs)")
@@ -222,11 +229,15 @@ class ModuleWriter:
         kernel = None
         if group.id in self.forced:
             emit, reason = None, self.forced[group.id]
+        if emit is not None and self.symbolic and group.kind not in sizes.SYMBOLIC_KINDS:
+            emit, reason = None, f"{group.kind} kernels take concrete sizes so far"
         if emit is not None:
             try:
                 kernel = emit(ctx)
             except Unsupported as e:
                 reason = str(e) or "unsupported"
+            except SymbolicDim as e:      # a decision the symbols' ranges do not settle
+                reason = f"symbolic sizes: {e}"
         what = f"{group.kind}" + (f" {group.name}" if group.name else "")
         nodes = ", ".join(f"%{n}" for n in group.nodes)
         b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
@@ -238,6 +249,9 @@ class ModuleWriter:
             return
         self.kernels.append(kernel)
         self.kernel_groups[kernel.name] = group.id
+        for launch in kernel.launches:          # a second form of the kernel (codegen/sizes.py)
+            if launch.fn:
+                self.kernel_groups.setdefault(launch.fn, group.id)
         self.summary.append(f"group {group.id:<3} {what:<24} -> {kernel.name}")
         for o in group.outputs:
             n = g.node(o)
@@ -251,7 +265,8 @@ class ModuleWriter:
         for launch in kernel.launches:
             b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda))
         if cuda:
-            entries = [warm_entry(kernel.name, launch, lambda nid: str(g.node(nid).dtype)) for launch in kernel.launches]
+            entries = [warm_entry(kernel.name, launch, lambda nid: str(g.node(nid).dtype))   # sizes at their hints
+                       for launch in kernel.launches]
             if kernel.shared:
                 # a library kernel (the Gluon attention kernel) compiles longest (4.3 s on the H200's
                 # host, against 2-3 s for a block-language kernel): first into the warm-up pool, so
@@ -293,7 +308,8 @@ class ModuleWriter:
         out.writeline("_as_layout, _align16, _tma_ready, _sm_count = _rt.as_layout, _rt.align16, _rt.tma_ready, "
                       "_rt.sm_count")
         if self.device_type == "cuda" and self.kernels:
-            out.writeline("_launch, _tune_bench = _rt.Launcher(globals()), _rt.tune_bench")
+            by_sizes = ", by_sizes=True" if self.symbolic else ""
+            out.writeline(f"_launch, _tune_bench = _rt.Launcher(globals(){by_sizes}), _rt.tune_bench")
         for shared in dict.fromkeys(k.shared for k in self.kernels if k.shared):
             out.writeline("")
             out.writeline("")
@@ -328,7 +344,7 @@ def _call_names(graph: Graph) -> dict[int, str]:
     safe (`ln_1.weight` -> `ln_1_weight`; never a keyword, builtin, `buf<N>` or one of the
     module's own names), unique; other tensors are `buf{nid}` (KernelCtx.buf)."""
     scope = NameScope()
-    for reserved in MODULE_NAMES:
+    for reserved in MODULE_NAMES + tuple(sizes.module_names(graph)):
         scope.fresh(reserved)
     names = {}
     for n in graph.nodes():
@@ -356,7 +372,10 @@ def generate(graph: Graph, plan: Plan, target: Target | str,
         if target not in ("cuda", "cpu"):
             raise CompileError(f"unknown device type {target!r} (expected 'cuda' or 'cpu')")
         target = Target.for_device(target)
-    w = ModuleWriter(graph, plan, target, forced_fallbacks)
+    labels: dict[str, str] = {}
+    if graph.symbolic:
+        graph, plan, labels = sizes.rename(graph, plan)
+    w = ModuleWriter(graph, plan, target, forced_fallbacks, labels)
     source = w.source()
     generated = GeneratedModule(source=source, constants=w.constants, opaque=w.opaque,
                            kernel_names=[k.name for k in w.kernels], graph_name=graph.name,

@@ -31,6 +31,9 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.names import comment_text
+from minicomp.codegen.sizes import size_args, size_params
+from minicomp.ir import dims
+from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.dtypes import type_str
 
 # (BLOCK, num_warps) tried by the autotuner on CUDA
@@ -45,7 +48,12 @@ INT32_LIMIT = 2**31 - 1
 
 
 def needs_int64(ctx: KernelCtx, nids, numel: int) -> bool:
-    """True when some element offset could overflow int32."""
+    """True when some element offset could overflow int32 (over symbolic sizes: at the top of
+    the symbols' ranges)."""
+    if ctx.graph.symbolic:
+        top = lambda d: dims.bounds(d)[1]
+        return any(top(1 + sum((d - 1) * s for d, s in zip(ctx.graph.node(n).shape, ctx.strides(n)))) > INT32_LIMIT
+                   for n in nids) or top(numel) > INT32_LIMIT
     extent = numel
     for nid in nids:
         node = ctx.graph.node(nid)
@@ -138,7 +146,11 @@ def emit(ctx: KernelCtx) -> Kernel:
             raise Unsupported(f"pointwise outputs of different shapes: {shape} and {graph.node(o).shape}")
     numel = math.prod(shape)
     name = kernel_name(ctx, "pw")
-    tiles = _wants_tiles(ctx, shape)
+    symbolic = graph.symbolic
+    try:
+        tiles = _wants_tiles(ctx, shape)
+    except SymbolicDim:          # whether tiles pay depends on the sizes: the flat form serves them all
+        tiles = None
     low, body = tiles[:2] if tiles else _build(ctx, shape, tiled=False)
 
     reads = [n for n in low.pointers if n not in group.outputs]
@@ -148,8 +160,11 @@ def emit(ctx: KernelCtx) -> Kernel:
     # `pid // col_blocks` and the masks cost 0.082 ms where constants gave 0.072 (H200 ablation)
     sizes = (["n_rows: tl.constexpr", "n_cols: tl.constexpr"] if tiles and tiles[2] == "broadcast"
              else ["n_rows", "n_cols"])
-    params += (sizes + ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"] if tiles
-               else ["n_elements", "BLOCK: tl.constexpr"])
+    if symbolic and tiles and tiles[2] == "broadcast":
+        sizes = ["n_rows", "n_cols"]            # runtime sizes: no constexpr specialisation per size
+    touched = list(group.nodes) + list(group.inputs)
+    params += ((sizes + size_params(graph, touched) + ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]) if tiles
+               else ["n_elements"] + size_params(graph, touched) + ["BLOCK: tl.constexpr"])
     start = (lambda pid: f"{pid}.to(tl.int64)") if wide else (lambda pid: pid)
 
     src = CodeBuilder()
@@ -158,7 +173,8 @@ def emit(ctx: KernelCtx) -> Kernel:
         configs = [({"BLOCK_R": r, "BLOCK_C": c}, w) for r, c, w in table]
         src.writelines(autotune_decorator(configs, ["n_rows", "n_cols"]))
     elif ctx.device_type == "cuda":
-        fitting = [c for c in CUDA_CONFIGS if c[0] <= max(next_pow2(numel), CUDA_CONFIGS[0][0])]
+        fitting = list(CUDA_CONFIGS) if symbolic else [
+            c for c in CUDA_CONFIGS if c[0] <= max(next_pow2(numel), CUDA_CONFIGS[0][0])]
         src.writelines(autotune_decorator([({"BLOCK": b}, w) for b, w in fitting], ["n_elements"]))
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
@@ -190,12 +206,18 @@ def emit(ctx: KernelCtx) -> Kernel:
     bufs = tuple(Buf(n) for n in reads) + tuple(Buf(n) for n in group.outputs)
     if numel == 0:
         return Kernel(name, src.getvalue(), [], note="nothing to compute (0 elements)")
+    extra = size_args(graph, touched)
     if tiles:
         n_cols = shape[-1]
         n_rows = numel // n_cols
         one_axis = tiles[2] == "broadcast"
-        args = bufs + (n_rows, n_cols)
-        if ctx.device_type == "cuda":
+        args = bufs + (n_rows, n_cols) + extra
+        if symbolic and ctx.device_type != "cuda":
+            br = bc = 64
+            rows, cols = Blocks(n_rows, "BLOCK_R"), Blocks(n_cols, "BLOCK_C")
+            grid = Grid.of((rows, cols)) if one_axis else Grid.of(rows, cols)
+            launch = Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc)))
+        elif ctx.device_type == "cuda":
             rows, cols = Blocks(n_rows, "BLOCK_R"), Blocks(n_cols, "BLOCK_C")
             grid = Grid.of((rows, cols)) if one_axis else Grid.of(rows, cols)
             launch = Launch(grid, args)
@@ -205,7 +227,9 @@ def emit(ctx: KernelCtx) -> Kernel:
             grid = Grid.of(rows * cols) if one_axis else Grid.of(rows, cols)
             launch = Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc)))
     elif ctx.device_type == "cuda":
-        launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,))
+        launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,) + extra)
+    elif symbolic:
+        launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,) + extra, (("BLOCK", CPU_BLOCK),))
     else:
         block = min(CPU_BLOCK, next_pow2(numel))
         launch = Launch(Grid.of(-(-numel // block)), bufs + (numel,), (("BLOCK", block),))

@@ -36,11 +36,14 @@ import torch
 from minicomp.codegen import indexing as ix
 from minicomp.codegen import row_reduce, scan
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, group_spec, kernel_name,
-                                     next_pow2)
+from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Runtime, Unsupported, When,
+                                     group_spec, kernel_name, next_pow2)
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
+from minicomp.codegen.sizes import size_args, size_params
 from minicomp.codegen.tlexpr import Val, convert
+from minicomp.ir import dims
+from minicomp.ir.dims import SymbolicDim
 from minicomp.plan.specs import ReductionSpec
 
 SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
@@ -265,34 +268,115 @@ def _column_major(k: RowKernel) -> bool:
             and any(ix.unit_stride_in(o, "rows") for o in offs))
 
 
-def _block_sizes(dom: ReductionSpec, form: str, device_type: str) -> tuple[int, int]:
-    """(BLOCK_R, BLOCK_C) under the interpreter (CUDA autotunes instead)."""
+def _block_sizes(dom: ReductionSpec, form: str, device_type: str, rows_hint: bool = False) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_C) under the interpreter (CUDA autotunes instead); `rows_hint`: the
+    row count is symbolic, so BLOCK_R does not shrink to it."""
+    rows = (lambda cap: cap) if rows_hint else (lambda cap: min(next_pow2(dom.n_rows), cap))
     if form == "single":
         bc = next_pow2(dom.n_cols)
-        return min(next_pow2(dom.n_rows), max(1, CPU_TILE // bc)), bc
+        return rows(max(1, CPU_TILE // bc)), bc
     if form == "columns":
-        return min(next_pow2(dom.n_rows), 64), min(next_pow2(dom.n_cols), 32)
+        return rows(64), min(next_pow2(dom.n_cols), 32)
     return 1, CPU_LOOP_BLOCK
 
 
 def emit(ctx: KernelCtx) -> Kernel:
     dom = domain(ctx)
+    if dims.is_symbolic(dom.n_cols):
+        return _emit_symbolic_row(ctx, dom)
     single = dom.n_cols <= max(SINGLE_PASS_MAX, 1)      # a row of one element is always one tile
     k = _build(ctx, dom, single)
     form = "single" if single else "looped"
     if dom.n_rows > 1 and _column_major(k):
         k, form, single = _build(ctx, dom, False), "columns", False
-
-    group = ctx.group
     name = kernel_name(ctx, "red")
+    src, args = _text(ctx, dom, k, form, name)
+    shared = HELPERS_IMPORT if k.helpers else ""
+    if dom.n_rows == 0:
+        return Kernel(name, src, [], note="nothing to compute (0 rows)", shared=shared)
+    if ctx.device_type == "cuda":
+        kwargs = (("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()
+        launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, kwargs)
+    elif dims.is_symbolic(dom.n_rows):
+        br, bc = _block_sizes(dom, form, ctx.device_type, rows_hint=True)
+        launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, (("BLOCK_R", br), ("BLOCK_C", bc)))
+    else:
+        br, bc = _block_sizes(dom, form, ctx.device_type)
+        launch = Launch(Grid.of(-(-dom.n_rows // br)), args, (("BLOCK_R", br), ("BLOCK_C", bc)))
+    return Kernel(name, src, [launch], shared=shared)
+
+
+def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
+    """Rows of symbolic length: both forms, and call() launches the one the row fits
+    (single pass up to SINGLE_PASS_MAX, looped beyond), with the tile sized from the row at
+    run time (codegen/sizes.py). Reductions over leading axes (the columns form) serve every
+    length with one kernel."""
+    looped = _build(ctx, dom, False)
+    name = kernel_name(ctx, "red")
+    if _known_more_than_one(dom.n_rows) and _column_major(looped):
+        src, args = _text(ctx, dom, looped, "columns", name)
+        launch = _launch_columns(ctx, dom, args)
+        return Kernel(name, src, [launch], shared=HELPERS_IMPORT if looped.helpers else "")
+    single = _build(ctx, dom, True)
+    one = f"{name}_row"
+    src_one, args = _text(ctx, dom, single, "single", one)
+    src_loop, _ = _text(ctx, dom, looped, "looped", name)
+    n = dims.py(dom.n_cols, _OWN_NAMES)
+    bc = Runtime(f"triton.next_power_of_2({n})", next_pow2(min(dims.hint(dom.n_cols), SINGLE_PASS_MAX)))
+    fits = When(dom.n_cols, SINGLE_PASS_MAX)
+    longer = When(dom.n_cols, SINGLE_PASS_MAX, at_most=False)
+    grid = Grid.of(Blocks(dom.n_rows, "BLOCK_R"))
+    if ctx.device_type == "cuda":
+        # the single-pass tile from the row's length: BLOCK_R rows of BLOCK_C, about 4096 elements
+        # and 16 per thread (the static configs' best, BENCHMARKS.md); not autotuned per length
+        br = Runtime(f"max(1, 4096 // triton.next_power_of_2({n}))", max(1, 4096 // bc.hint))
+        warps = Runtime(f"max(1, min(16, triton.next_power_of_2({n}) // 512))", max(1, min(16, bc.hint // 512)))
+        launches = [Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc), ("num_warps", warps)), fn=one, when=fits),
+                    Launch(grid, args, (), when=longer)]
+    else:
+        br = Runtime(f"max(1, {CPU_TILE} // triton.next_power_of_2({n}))", max(1, CPU_TILE // bc.hint))
+        launches = [Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc)), fn=one, when=fits),
+                    Launch(grid, args, (("BLOCK_R", 1), ("BLOCK_C", CPU_LOOP_BLOCK)), when=longer)]
+    helpers = HELPERS_IMPORT if (single.helpers or looped.helpers) else ""
+    return Kernel(name, src_one.rstrip("\n") + "\n\n\n" + src_loop, launches, shared=helpers)
+
+
+class _OwnNames(dict):
+    def __missing__(self, key: str) -> str:
+        return key          # call() names each size after its module symbol (codegen/sizes.py)
+
+
+_OWN_NAMES = _OwnNames()
+
+
+def _known_more_than_one(n) -> bool:
+    try:
+        return bool(n > 1)
+    except SymbolicDim:
+        return False
+
+
+def _launch_columns(ctx: KernelCtx, dom: ReductionSpec, args: tuple) -> Launch:
+    grid = Grid.of(Blocks(dom.n_rows, "BLOCK_R"))
+    if ctx.device_type == "cuda":
+        return Launch(grid, args)
+    return Launch(grid, args, (("BLOCK_R", 64), ("BLOCK_C", 32)))
+
+
+def _text(ctx: KernelCtx, dom: ReductionSpec, k: RowKernel, form: str, name: str) -> tuple[str, tuple]:
+    """The kernel's text in `form` (autotuned on CUDA, except a single pass over symbolic
+    rows, whose tile call() sizes), and its launch arguments."""
+    group = ctx.group
+    single = form == "single"
     low = k.low
     reads = [n for n in low.pointers if n not in group.outputs]
     wide = needs_int64(ctx, list(low.pointers), dom.n_rows * dom.n_cols)
+    touched = list(group.nodes) + list(group.inputs)
     params = [low.pointers[n].name for n in reads] + [low.pointers[n].name for n in group.outputs]
-    params += ["n_rows", "n_cols", "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
+    params += ["n_rows", "n_cols"] + size_params(ctx.graph, touched) + ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
 
     src = CodeBuilder()
-    if ctx.device_type == "cuda":
+    if ctx.device_type == "cuda" and not (single and dims.is_symbolic(dom.n_cols)):
         src.writelines(autotune_decorator(_cuda_configs(dom, form), ["n_rows", "n_cols"]))
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
@@ -311,15 +395,6 @@ def emit(ctx: KernelCtx) -> Kernel:
             src.writeline("col_mask = cols < n_cols")
             src.writeline("mask = row_mask & col_mask")
         src.splice(k.main.getvalue())
-
-    args = tuple(Buf(n) for n in reads) + tuple(Buf(n) for n in group.outputs) + (dom.n_rows, dom.n_cols)
-    if dom.n_rows == 0:
-        return Kernel(name, src.getvalue(), [], note="nothing to compute (0 rows)",
-                      shared=HELPERS_IMPORT if k.helpers else "")
-    if ctx.device_type == "cuda":
-        kwargs = (("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()
-        launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, kwargs)
-    else:
-        br, bc = _block_sizes(dom, form, ctx.device_type)
-        launch = Launch(Grid.of(-(-dom.n_rows // br)), args, (("BLOCK_R", br), ("BLOCK_C", bc)))
-    return Kernel(name, src.getvalue(), [launch], shared=HELPERS_IMPORT if k.helpers else "")
+    args = (tuple(Buf(n) for n in reads) + tuple(Buf(n) for n in group.outputs) + (dom.n_rows, dom.n_cols)
+            + size_args(ctx.graph, touched))
+    return src.getvalue(), args

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
+from minicomp.codegen import indexing as ix
 from minicomp.codegen.common import Unsupported
 from minicomp.codegen.tlexpr import NAN_ALL, Val, compute_tl, convert
+from minicomp.ir import dims
+from minicomp.ir.dims import SymbolicDim
 
 REDUCTIONS = ("sum", "mean", "amax", "amin", "var", "prod", "any", "all", "argmax", "argmin", "logsumexp")
 INT32_MAX = 2**31 - 1
@@ -121,7 +124,7 @@ def _sum_like(k, node) -> Val:
     total = fold(k, f"{node.op}{node.id}", lambda: convert(_operand(k, node), dt), fold_of("sum", dt))
     if node.op == "sum":
         return _row(total, dt)
-    mean = k.low.emit(f"mean{node.id}", f"{total} / {float(k.dom.n_cols)!r}", dt, frozenset({"rows"}))
+    mean = k.low.emit(f"mean{node.id}", f"{total} / {_count(k.dom.n_cols)}", dt, frozenset({"rows"}))
     k.shared[("mean", node.args[0])] = mean
     return mean
 
@@ -158,7 +161,7 @@ def _var(k, node) -> Val:
     mean = k.shared.get(("mean", arg))
     if mean is None:
         total = fold(k, f"sum{node.id}", lambda: convert(_operand(k, node), dt), fold_of("sum", dt))
-        mean = k.low.emit(f"mean{node.id}", f"{total} / {float(k.dom.n_cols)!r}", dt, frozenset({"rows"}))
+        mean = k.low.emit(f"mean{node.id}", f"{total} / {_count(k.dom.n_cols)}", dt, frozenset({"rows"}))
         k.shared[("mean", arg)] = mean
 
     def square() -> str:
@@ -167,8 +170,18 @@ def _var(k, node) -> Val:
         return f"{diff} * {diff}"
 
     sq = fold(k, f"sq{node.id}", square, fold_of("sum", dt))
-    denom = float(max(k.dom.n_cols - node.attrs["correction"], 0))
-    return k.low.emit(f"var{node.id}", f"{sq} / {denom!r}", dt, frozenset({"rows"}))
+    denom = k.dom.n_cols - node.attrs["correction"]
+    if dims.is_symbolic(denom):     # n - correction >= 2 - 1 > 0 over the symbol's range, or it says not
+        if not denom >= 1:
+            raise SymbolicDim(f"var over {k.dom.n_cols} elements with correction {node.attrs['correction']}")
+        return k.low.emit(f"var{node.id}", f"{sq} / {_count(denom)}", dt, frozenset({"rows"}))
+    return k.low.emit(f"var{node.id}", f"{sq} / {float(max(denom, 0))!r}", dt, frozenset({"rows"}))
+
+
+def _count(n) -> str:
+    """An element count as a divisor in kernel text: a float literal, or (a symbolic count) the
+    expression over the kernel's integer size arguments (fp32 / int divides in fp32)."""
+    return ix.size_text(n) if dims.is_symbolic(n) else repr(float(n))
 
 
 def _arg(k, node) -> Val:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from minicomp.codegen.builder import CodeBuilder
+from minicomp.ir import dims
 from minicomp.ir.graph import Graph, Node
 
 DIGEST_CHARS = 16
@@ -51,7 +52,7 @@ def script_block(g: Graph, constants: bool, opaque: int) -> str:
 
 
 def _random_text(n: Node) -> str:
-    shape = tuple(n.shape)
+    shape = dims.hints(n.shape)    # a module over symbolic sizes runs its script at the hints
     if n.dtype.is_floating_point:
         return f"torch.randn({shape!r}, generator=_gen).to({n.dtype})"
     if n.dtype == torch.bool:

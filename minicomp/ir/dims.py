@@ -259,17 +259,35 @@ def hints(shape) -> tuple[int, ...]:
     return tuple(hint(d) for d in shape)
 
 
-def hinted(value):
-    """`value` with every Expr in it (nested in tuples, lists, dicts) replaced by its hint."""
+def map_exprs(value, fn):
+    """`value` with every Expr in it (nested in tuples, lists, dicts) replaced by `fn(expr)`."""
     if isinstance(value, Expr):
-        return hint(value)
+        return fn(value)
     if isinstance(value, tuple):
-        return tuple(hinted(v) for v in value)
+        return tuple(map_exprs(v, fn) for v in value)
     if isinstance(value, list):
-        return [hinted(v) for v in value]
+        return [map_exprs(v, fn) for v in value]
     if isinstance(value, dict):
-        return {k: hinted(v) for k, v in value.items()}
+        return {k: map_exprs(v, fn) for k, v in value.items()}
     return value
+
+
+def hinted(value):
+    """`value` with every Expr in it replaced by its hint."""
+    return map_exprs(value, hint)
+
+
+def substitute(d: Dim, env: Mapping[Sym, "Dim"]) -> Dim:
+    """`d` with each symbol in `env` replaced by its value there (an int or an expression)."""
+    if not isinstance(d, Expr):
+        return d
+    out: Dim = 0
+    for m, c in d.terms:
+        term: Dim = c
+        for s in m:
+            term = term * (env[s] if s in env else Expr({(s,): 1}))
+        out = out + term
+    return out
 
 
 def ratio(part: Dim, whole: Dim) -> float:

@@ -290,12 +290,16 @@ class Graph:
     def hinted(self) -> "Graph":
         """A copy with every symbolic dim (in shapes, strides and attributes) at its hint: what
         the planner decides on, as a static compile at those sizes would."""
+        return self.map_dims(dims.hint)
+
+    def map_dims(self, fn) -> "Graph":
+        """A copy with every symbolic dim `e` (in shapes, strides and attributes) as `fn(e)`."""
         g = self.copy()
         for nid in g.nx.nodes:
             n = g.node(nid)
-            n.shape = dims.hinted(n.shape)
-            n.layout = dims.hinted(n.layout)
-            n.attrs = {k: (v if isinstance(v, torch.Tensor) or callable(v) else dims.hinted(v))
+            n.shape = dims.map_exprs(n.shape, fn)
+            n.layout = dims.map_exprs(n.layout, fn)
+            n.attrs = {k: (v if isinstance(v, torch.Tensor) or callable(v) else dims.map_exprs(v, fn))
                        for k, v in n.attrs.items()}
         return g
     def renumbered(self) -> "Graph":

@@ -14,7 +14,9 @@ in the module (sizes, block sizes, the autotuned config) and the grid evaluated 
 launches call it directly. What keeps this exact:
 - every integer argument of a generated kernel is a literal of its module, and the
   autotuner's key is made of them, so the config and the compiled specialisation cannot
-  change between calls; pointer alignment can (Triton specialises on 16-byte alignment), so a
+  change between calls; a module over symbolic sizes (codegen/sizes.py) passes sizes as
+  integer arguments, and its `Launcher(by_sizes=True)` keeps a fast launcher per kernel and
+  integer arguments instead, so a new size goes through Triton once; pointer alignment can (Triton specialises on 16-byte alignment), so a
   call with a misaligned tensor goes through Triton again (modules copy misaligned inputs to
   aligned memory first, `as_layout`, so this is a net);
 - the launch is on the current CUDA device, as Triton's own is; another current device goes
@@ -73,25 +75,33 @@ def _aligned(args: tuple) -> bool:
     return all(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
 
 
+FAST_LAUNCHERS_KEPT = 4096     # (kernel, sizes) fast paths one module keeps
+
+
 class Launcher:
     """`launch(kernel, grid, *args, **kwargs)`: through Triton the first time, then straight
     through the compiled kernel's own launcher. One per generated module (`namespace` is its
     globals, to name a kernel in errors)."""
 
-    def __init__(self, namespace: dict | None = None, current_device: Callable[[], int] | None = None):
+    def __init__(self, namespace: dict | None = None, current_device: Callable[[], int] | None = None,
+                 by_sizes: bool = False):
         self.namespace = namespace if namespace is not None else {}
         self.current_device = current_device or torch.cuda.current_device
+        # a module over symbolic sizes passes sizes as arguments: its fast launchers are kept per
+        # kernel and integer arguments (the grid, the config and the specialisation follow them)
+        self.by_sizes = by_sizes
         # kernel -> (launcher, arguments after the positional ones, device), or False: Triton's path
         self.fast: dict[Any, Any] = {}
 
     def __call__(self, kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
-        fast = self.fast.get(kernel)
+        key = (kernel, tuple(a for a in args if type(a) is int)) if self.by_sizes else kernel
+        fast = self.fast.get(key)
         if fast and fast[2] == self.current_device() and _aligned(args):
             try:
                 fast[0](*args, *fast[1])
                 return
             except TypeError:  # this Triton's launcher takes its arguments otherwise: keep to Triton's path
-                self.fast[kernel] = False
+                self.fast[key] = False
         try:
             compiled = kernel[grid](*args, **kwargs)
             if hasattr(compiled, "result"):  # Triton 3.9 inside AsyncCompileMode returns the pending compile
@@ -101,7 +111,9 @@ class Launcher:
                 raise KernelCompileError(self.name_of(kernel), exc) from exc
             raise
         if fast is None and _aligned(args):
-            self.fast[kernel] = self.fast_launcher(kernel, compiled, grid, args, kwargs)
+            if len(self.fast) >= FAST_LAUNCHERS_KEPT:
+                self.fast.pop(next(iter(self.fast)))     # the oldest size goes first
+            self.fast[key] = self.fast_launcher(kernel, compiled, grid, args, kwargs)
 
     def name_of(self, kernel: Any) -> str:
         return next((k for k, v in self.namespace.items() if v is kernel), getattr(kernel, "__name__", "?"))
@@ -241,6 +253,23 @@ def tune_bench(kernel_call: Callable, quantiles: Any):
 
 
 # ----------------------------------------------------------------------------- call()'s helpers
+
+def bind_size(t: Any, name: str, rank: int, axis: int, lo: int, hi: int, symbol: str) -> int:
+    """The size of dimension `axis` of input `t`, which a module over symbolic sizes reads as
+    symbol `symbol`; GuardError unless `t` is a tensor of rank `rank` whose size there is in
+    [lo, hi] (sizes 0 and 1 are never symbolic: such a call needs a module of its own)."""
+    from minicomp.errors import GuardError
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"input {name!r} must be a tensor, got {type(t).__name__}")
+    if t.dim() != rank:
+        raise GuardError(f"input {name!r} must have {rank} dimension(s), got shape {list(t.shape)}")
+    size = t.shape[axis]
+    if not lo <= size <= hi:
+        raise GuardError(f"input {name!r}: dimension {axis} ({symbol}) is {size}, outside the range "
+                         f"[{lo}, {hi}] this module serves")
+    return size
+
 
 def check_input(t: Any, name: str, shape: tuple, dtype: torch.dtype, device_type: str) -> None:
     """Raise TypeError unless `t` is a tensor of `shape` and `dtype` on `device_type`."""

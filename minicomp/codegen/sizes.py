@@ -1,0 +1,93 @@
+"""Symbolic sizes in generated code: one module serves every size in the symbols' ranges.
+
+A graph whose shapes carry symbols (minicomp/ir/dims.py) is generated once. Its symbols get
+the module's own names (`s0`, `s1`, ... in order of first appearance in the inputs: never
+a user's name, which only appears in comments); every shape, stride and size that codegen
+prints is then Python (and Triton) text over those names, so `call()` and the kernels compute
+them at run time:
+
+- `call()` reads each symbol from the first input dimension that is exactly that symbol
+  (`_rt.bind_size`: the input is a tensor of the right rank and the size is in the symbol's
+  range, else a GuardError naming the input, the dimension and the range), then checks every
+  input's whole shape against its expressions, as a static module checks literals;
+- a kernel takes the symbols its group's tensors use as runtime arguments after its own
+  scalars (`size_params`, `size_args`): Triton specialises integer arguments only on
+  divisibility by 16 (and on 1, which a symbol never is), so a compiled kernel serves many
+  sizes;
+- an emitter meets a decision the symbols' ranges do not settle (`SymbolicDim`) and the group
+  runs through PyTorch, visibly (GeneratedModule.fallbacks), unless it picks a form that
+  serves every size. Which kinds write kernels over symbols is `SYMBOLIC_KINDS`.
+"""
+
+from __future__ import annotations
+
+from minicomp.errors import CompileError
+from minicomp.ir import dims
+from minicomp.ir.graph import Graph
+from minicomp.plan.records import Plan
+
+SYMBOLIC_KINDS = ("pointwise", "reduction")    # group kinds whose emitters take symbolic sizes
+
+
+def rename(graph: Graph, plan: Plan) -> tuple[Graph, Plan, dict[str, str]]:
+    """`graph` and `plan` with the symbols renamed `s0, s1, ...`; returns them and
+    {module name: the user's name} (for comments)."""
+    order: list[dims.Sym] = []
+    for nid in graph.inputs:
+        for d in graph.node(nid).shape:
+            for s in dims.symbols(d):
+                if s not in order:
+                    order.append(s)
+    for s in dims.symbols(*(d for n in graph.nodes() for d in n.shape)):
+        if s not in order:
+            order.append(s)
+    env = {s: dims.Expr({(dims.Sym(f"s{k}", s.lo, s.hi, s.hint),): 1}) for k, s in enumerate(order)}
+    renamed = graph.map_dims(lambda e: dims.substitute(e, env))
+    return renamed, plan.with_specs(renamed), {f"s{k}": s.name for k, s in enumerate(order)}
+
+
+def module_names(graph: Graph) -> list[str]:
+    """The names `rename` gives this graph's symbols (call() must not give them to tensors)."""
+    n = len(dims.symbols(*(d for node in graph.nodes() for d in node.shape)))
+    return [f"s{k}" for k in range(n)]
+
+
+def bind_lines(graph: Graph, arg_names: list[str], labels: dict[str, str]) -> list[str]:
+    """call()'s lines that read each symbol from an input's dimension."""
+    lines, bound = [], set()
+    for nid, name in zip(graph.inputs, arg_names):
+        n = graph.node(nid)
+        for axis, d in enumerate(n.shape):
+            if not dims.is_symbolic(d) or len(d.terms) != 1 or d.terms[0][1] != 1 or len(d.terms[0][0]) != 1:
+                continue
+            s = d.terms[0][0][0]
+            if s.name in bound:
+                continue
+            bound.add(s.name)
+            lines.append(f"{s.name} = _rt.bind_size({name}, {n.attrs['name']!r}, {len(n.shape)}, {axis}, "
+                         f"{s.lo}, {s.hi}, {labels.get(s.name, s.name)!r})")
+    missing = [labels.get(s.name, s.name) for s in dims.symbols(*(d for n in graph.nodes() for d in n.shape))
+               if s.name not in bound]
+    if missing:
+        raise CompileError(f"{graph.name}: the symbolic size(s) {', '.join(missing)} are not a dimension of any "
+                           "input, so a call cannot read them")
+    return lines
+
+
+def used_symbols(graph: Graph, nids) -> list[str]:
+    """Module names of the symbols the shapes and strides of these nodes use, sorted."""
+    found: set[dims.Sym] = set()
+    for nid in nids:
+        n = graph.node(nid)
+        found.update(dims.symbols(*n.shape, *(n.layout or ())))
+    return sorted((s.name for s in found), key=lambda name: int(name[1:]))
+
+
+def size_params(graph: Graph, nids) -> list[str]:
+    """A kernel's parameters for the symbols its tensors use (runtime integers)."""
+    return used_symbols(graph, nids)
+
+
+def size_args(graph: Graph, nids) -> tuple:
+    """The matching launch arguments: the symbols themselves, written as their names in call()."""
+    return tuple(dims.Expr({(dims.Sym(name),): 1}) for name in used_symbols(graph, nids))
