@@ -337,7 +337,7 @@ class CompiledFunction(LastCompiled):
         plain = [resolved(t) for t in tensors]
         if plain:
             prime_triton(plain[0].device)     # Triton's one-time state, built while capture runs
-        fn = self.fn if spec.plain else taking_flat(self.fn, spec, input_names(self.fn, spec.positional))
+        fn = self.fn if spec.plain else taking_flat(self.fn, spec, input_names(self.fn, spec.positional), self._name)
         with _CAPTURE_LOCK:
             graph = capture(fn, plain, freeze=self.options.freeze)
         weights = graph.binding.read()

@@ -73,12 +73,14 @@ def flatten_call(name: str, args: Sequence[Any], kwargs: dict[str, Any] | None =
     return [t for t in leaves if t is not None], CallShape(spec, nones, tuple(kwargs or ()))
 
 
-def taking_flat(fn: Callable, shape: CallShape, param_names: list[str]) -> Callable:
-    """`fn` as a function of the call's flat tensors, its parameters named for what they hold."""
+def taking_flat(fn: Callable, shape: CallShape, param_names: list[str], name: str) -> Callable:
+    """`fn` as a function of the call's flat tensors, named `name` (capture's messages say it),
+    its parameters named for what they hold."""
     @functools.wraps(fn)
     def flat_fn(*tensors: torch.Tensor) -> Any:
         args, kwargs = shape.rebuild(tensors)
         return fn(*args, **kwargs)
+    flat_fn.__name__ = flat_fn.__qualname__ = name
     names = _input_names(shape, param_names)
     flat_fn.__signature__ = inspect.Signature(   # type: ignore[attr-defined]  -- read by capture's input_names
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names])
