@@ -224,3 +224,15 @@ def test_a_model_called_with_keywords_through_minicomp_compile_gives_eagers_answ
     torch._dynamo.reset()
     assert sum("own capture cannot take it whole" in str(w.message) for w in caught) == 1
     assert f.refused is not None and f.backend_report().kernels > 0
+
+
+def test_docs_zoo_table_has_a_row_per_model_and_attention():
+    """docs/zoo.md (written by scripts/zoo_coverage.py --write docs/zoo.md) records each zoo model's
+    kernels and ops through PyTorch; a model added to the zoo without running it again fails here."""
+    from pathlib import Path
+
+    from zoo_models import ZOO
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "zoo.md").read_text()
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]) for line in doc.splitlines() if line.startswith("| ")}
+    missing = [(n, a) for n, zm in ZOO.items() for a in zm.attns if (n, a) not in rows]
+    assert not missing, f"docs/zoo.md lacks {missing}: run python scripts/zoo_coverage.py --write docs/zoo.md"
