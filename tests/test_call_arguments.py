@@ -129,3 +129,17 @@ def test_an_object_whose_tensors_are_written_in_place_gives_eagers_state_and_ans
         torch.testing.assert_close(got, want, **tol(torch.float32))
         torch.testing.assert_close(ours.keys, theirs.keys, atol=0, rtol=0)   # the write happened, exactly
     assert f.backend_report().kernels > 0
+
+
+def test_weights_are_read_at_call_time_on_a_keyword_call():
+    torch.manual_seed(1)
+    m = Gate()
+    x, mask = torch.randn(3, 6), torch.ones(3, 1)
+    f = minicomp.compile(m)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x=x, mask=mask), m(x=x, mask=mask), **tol(torch.float32))
+        m.proj.weight = nn.Parameter(torch.randn(6, 6))       # rebound
+        torch.testing.assert_close(f(x=x, mask=mask), m(x=x, mask=mask), **tol(torch.float32))
+        m.proj.bias.mul_(3)                                    # written in place
+        torch.testing.assert_close(f(x=x, mask=mask), m(x=x, mask=mask), **tol(torch.float32))
+    _no_fallback(f)
