@@ -6,10 +6,11 @@
     f(x, w)          # first call: capture -> passes -> plan -> layout -> Triton module -> run
     f.plan, f.source, f.graph, f.explain()
 
-A compiled function is specialised on its inputs' shapes, dtypes, strides and device; a
-new signature compiles again (the previous ones stay cached in memory, and generated
-modules are cached on disk by the runtime). Inputs on CPU run the same kernels under
-Triton's interpreter.
+Calls take tensors and None, positionally or by keyword, nested in lists, tuples and dicts;
+anything else is `CaptureRefused` (api/arguments.py). A compiled function is specialised on
+the call's shape and its inputs' shapes, dtypes, strides and device; a new signature compiles
+again (the previous ones stay cached in memory, and generated modules are cached on disk by
+the runtime). Inputs on CPU run the same kernels under Triton's interpreter.
 
 Weights (parameters, buffers, tensors of globals and closures) are inputs of the compiled
 graph, read again at every call, and their signatures are part of the specialisation; the

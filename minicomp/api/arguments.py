@@ -88,21 +88,18 @@ def taking_flat(fn: Callable, shape: CallShape, param_names: list[str], name: st
 
 
 def _input_names(shape: CallShape, param_names: list[str]) -> list[str]:
+    """One name per tensor: `mask`, `cache_0`, or `arg{i}` where the name is not a plain identifier."""
     positions = pytree.tree_unflatten(list(range(shape.spec.num_leaves)), shape.spec)
     names: list[str] = []
     for path, leaf in pytree.tree_flatten_with_path(positions)[0]:
         if leaf in shape.nones:
             continue
         keys = [k.idx if isinstance(k, pytree.SequenceKey) else k.key for k in path]
-        if shape.keywords:
-            positional, keys = keys[0] == 0, keys[1:]
-        else:
-            positional = True
-        head, rest = keys[0], keys[1:]
-        if positional:
-            head = param_names[head] if head < len(param_names) else f"arg{head}"
-        name = "_".join(str(k) for k in [head, *rest])
-        if not name.isidentifier() or keyword.iskeyword(name) or name in names:
+        in_kwargs = bool(shape.keywords) and keys[0] == 1
+        keys = keys[1:] if shape.keywords else keys
+        head = keys[0] if in_kwargs else (param_names[keys[0]] if keys[0] < len(param_names) else f"arg{keys[0]}")
+        name = "_".join(str(k) for k in [head, *keys[1:]])
+        if not name.isidentifier() or keyword.iskeyword(name):
             name = f"arg{len(names)}"
         while name in names:
             name += "_"
@@ -111,16 +108,15 @@ def _input_names(shape: CallShape, param_names: list[str]) -> list[str]:
 
 
 def _where(tree: Any, index: int, keywords: bool) -> str:
-    """The argument that holds leaf `index`, as the caller wrote it: `argument 1`, `use_cache`, `cache[0]`."""
-    path = pytree.tree_flatten_with_path(tree)[0][index][0]
-    keys = [k.idx if isinstance(k, pytree.SequenceKey) else k.key for k in path]
-    if keywords:
-        head = f"argument {keys[1]}" if keys[0] == 0 else f"{keys[1]}="
-        keys = keys[2:]
+    """The argument that holds leaf `index`, as the caller wrote it: `argument 1`,
+    `keyword argument cache`, `argument 0[1]['k']`."""
+    path = [k.idx if isinstance(k, pytree.SequenceKey) else k.key for k in pytree.tree_flatten_with_path(tree)[0][index][0]]
+    if keywords:                                   # the tree is (args, kwargs): path[0] says which
+        in_kwargs, path = path[0] == 1, path[1:]
     else:
-        head, keys = f"argument {keys[0]}", keys[1:]
-    inner = "".join(f"[{k!r}]" for k in keys)
-    return f"keyword argument {head[:-1]}{inner}" if head.endswith("=") else head + inner
+        in_kwargs = False
+    head = f"keyword argument {path[0]}" if in_kwargs else f"argument {path[0]}"
+    return head + "".join(f"[{k!r}]" for k in path[1:])
 
 
 def _brief(value: Any) -> str:
