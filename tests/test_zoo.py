@@ -180,15 +180,22 @@ def test_greedy_generation_with_a_static_cache_gives_eagers_tokens(name):
     assert len(rep.graphs) == 2 and not any(g.symbolic for g in rep.graphs), rep.table()
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
-def test_greedy_generation_through_minicomp_compile_gives_eagers_tokens(name):
+@pytest.mark.parametrize("name,padded", [("llama", False), ("gpt2", False), ("llama", True)],
+                         ids=["llama", "gpt2", "llama-left_pad"])
+def test_greedy_generation_through_minicomp_compile_gives_eagers_tokens(name, padded):
     """The same recipe with `minicomp.compile(model.forward)`: generate calls forward with keywords
     and a StaticCache, which the own capture refuses before running anything; the function goes
-    through Dynamo (one warning) and the cache's in-place writes are the caller's, as in eager."""
+    through Dynamo (one warning) and the cache's in-place writes are the caller's, as in eager.
+    Left-padded: a batched prompt whose second row starts with two pad tokens."""
     zm = zoo()[name]
     model = zm.model("sdpa")
     ids = torch.randint(4, 128, (2, 6), generator=torch.Generator().manual_seed(0))
     settings = dict(max_new_tokens=16, do_sample=False, cache_implementation="static", pad_token_id=0)
+    if padded:
+        mask = torch.ones(2, 6, dtype=torch.long)
+        mask[1, :2] = 0
+        ids = ids.masked_fill(mask == 0, 0)
+        settings["attention_mask"] = mask
     with torch.no_grad():
         ref = model.generate(ids, **settings)
         torch._dynamo.reset()
