@@ -15,9 +15,14 @@ Invariants:
   the guards, recompiles and graph breaks are Dynamo's and each graph's kernels are minicomp's.
   (Capture runs the function once before refusing it, without writing anything of the
   caller's; a `print` in it shows once more at that first call.)
-- Calls keep the own capture's contract on either path: tensors only (nested in lists, tuples,
-  dicts), positionally. An error the user's code raises under Dynamo is a MinicompError at the
-  user's line, as under capture.
+- Calls take tensors and None, positionally or by keyword, nested in lists, tuples and dicts
+  (api/arguments.py). Any other argument (a Python number, a string, an object such as
+  transformers' `Cache`, which `generate` hands to `forward` and whose tensors forward writes in
+  place) or a result that is not a tensor (a model returning its `DynamicCache`) is Python
+  state one static graph cannot hold: the own capture refuses it (`CaptureRefused`) and the
+  function goes through Dynamo, which guards such values and functionalises in-place writes.
+  An error the user's code raises under Dynamo is a MinicompError at the user's line, as
+  under capture.
 - `explain()` then lists the graphs Dynamo handed over (the backend's report) and each graph
   break with the user's file:line and Dynamo's reason; `plan`, `source` and `graph` belong to
   one graph and say so.
@@ -122,13 +127,9 @@ class CompiledFunction(api.CompiledFunction):
                       stacklevel=3)
 
     def _via_dynamo(self, args: tuple, kwargs: dict) -> Any:
-        from minicomp.errors import GuardError
-        if kwargs:
-            raise GuardError(f"{self._name} was called with keyword argument(s) {', '.join(sorted(kwargs))}; "
-                             "compiled functions take their tensors positionally")
-        api._flatten(args)                          # tensors only, as on the own capture's path
+        # any arguments: Dynamo guards Python values and objects (a Cache) and traces into them
         try:
-            return self._dynamo(*args)
+            return self._dynamo(*args, **kwargs)
         except MinicompError:
             raise
         except Exception as e:  # the user's code failed under Dynamo: at the user's line, as under capture

@@ -164,12 +164,16 @@ def test_compiled_function_wrong_number_of_arguments():
         f(torch.randn(3), torch.randn(3), torch.randn(3))
 
 
-def test_compiled_function_refuses_non_tensor_arguments():
+def test_compiled_function_given_a_non_tensor_goes_through_dynamo():
+    # used to be refused (GuardError); a Python value is valid PyTorch that Dynamo guards
     f = minicomp.compile(lambda a, b: a * b)
-    with pytest.raises(GuardError, match="take tensors only; got float"):
-        f(torch.randn(3), 2.0)
-    with pytest.raises(GuardError, match="got str"):
-        f(torch.randn(3), ["x"])
+    x = torch.randn(3)
+    with pytest.warns(UserWarning, match="called with argument 1 = 2.0; minicomp's own capture takes tensors"):
+        torch.testing.assert_close(f(x, 2.0), x * 2.0)
+    g = minicomp.compile(lambda a, b: a * b)
+    with pytest.warns(UserWarning, match=r"argument 1\[0\] = a str"), \
+            pytest.raises(MinicompError, match=r"test_bad_input.py:\d+:\d+: error: running <lambda> through Dynamo failed"):
+        g(x, ["x"])                           # the user's own error, at the user's line
 
 
 def test_compiled_function_nested_arguments_keep_their_structure():
@@ -181,10 +185,12 @@ def test_compiled_function_nested_arguments_keep_their_structure():
     torch.testing.assert_close(minicomp.compile(lambda d: d["a"] - d["b"])({"a": x, "b": y}), x - y)
 
 
-def test_keyword_arguments_are_refused_at_the_call():
+def test_keyword_arguments_are_taken_at_the_call():
+    # used to be refused (GuardError); see tests/test_call_arguments.py
     f = minicomp.compile(lambda a, b: a * b)
-    with pytest.raises(GuardError, match=r"keyword argument\(s\) b; compiled functions take their tensors positionally"):
-        f(torch.randn(3), b=torch.randn(3))
+    x, y = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(f(x, b=y), x * y)
+    assert f.refused is None
 
 
 def test_unknown_compile_options_are_named():
@@ -233,8 +239,8 @@ def test_repeated_calls_take_the_fast_path_only_for_identical_layouts():
     torch.testing.assert_close(f(xt, y)[0], xt * y)
     torch.testing.assert_close(f(x.double(), y.double())[0], x.double() * y.double())
     assert len(f._cache) == 3 and sum(len(s.checks) for s in {id(s): s for v in f._fast.values() for s in v}.values()) == 3
-    with pytest.raises(GuardError, match="take tensors only; got float"):
-        f(x, 2.0)
+    with pytest.warns(UserWarning, match="through Dynamo"):
+        torch.testing.assert_close(f(x, 2.0)[0], x * 2.0)    # a Python value: through Dynamo from now on
 
 
 # ----------------------------------------------------------------------------- devices

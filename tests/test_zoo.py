@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import pytest
@@ -177,3 +178,68 @@ def test_greedy_generation_with_a_static_cache_gives_eagers_tokens(name):
     assert not rep.failures and rep.kernels > 0, rep.table()
     # prefill and one decoding step: the cache keeps every decoding step's shapes the same
     assert len(rep.graphs) == 2 and not any(g.symbolic for g in rep.graphs), rep.table()
+
+
+@pytest.mark.parametrize("name,padded", [("llama", False), ("gpt2", False), ("llama", True)],
+                         ids=["llama", "gpt2", "llama-left_pad"])
+def test_greedy_generation_through_minicomp_compile_gives_eagers_tokens(name, padded):
+    """The same recipe with `minicomp.compile(model.forward)`: generate calls forward with keywords
+    and a StaticCache, which the own capture refuses before running anything; the function goes
+    through Dynamo (one warning) and the cache's in-place writes are the caller's, as in eager.
+    Left-padded: a batched prompt whose second row starts with two pad tokens."""
+    zm = zoo()[name]
+    model = zm.model("sdpa")
+    ids = torch.randint(4, 128, (2, 6), generator=torch.Generator().manual_seed(0))
+    settings = dict(max_new_tokens=16, do_sample=False, cache_implementation="static", pad_token_id=0)
+    if padded:
+        mask = torch.ones(2, 6, dtype=torch.long)
+        mask[1, :2] = 0
+        ids = ids.masked_fill(mask == 0, 0)
+        settings["attention_mask"] = mask
+    with torch.no_grad():
+        ref = model.generate(ids, **settings)
+        torch._dynamo.reset()
+        model.forward = minicomp.compile(model.forward, **({} if _verified(name) else {"verify_target": "off"}))
+        with pytest.warns(UserWarning, match="a StaticCache; minicomp's own capture takes tensors") as caught:
+            out = model.generate(ids, **settings)
+    torch._dynamo.reset()
+    assert sum("minicomp" in str(w.message) for w in caught) == 1       # said once, not per step
+    assert ref.shape == (2, 6 + 16)
+    assert torch.equal(out, ref), (out, ref)
+    assert "StaticCache" in model.forward.explain()
+    rep = model.forward.backend_report()
+    assert not rep.failures and rep.kernels > 0, rep.table()
+    assert len(rep.graphs) == 2 and not any(g.symbolic for g in rep.graphs), rep.table()
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_a_model_called_with_keywords_through_minicomp_compile_gives_eagers_answer(name):
+    """`minicomp.compile(model)(input_ids=..., attention_mask=...)`: keywords are taken; Llama
+    returns its DynamicCache and BERT's mask code reads the mask's values, so both go through
+    Dynamo, once, and every call after it (plain, right- and left-padded) matches eager."""
+    zm = zoo()[name]
+    model = zm.model("sdpa")
+    torch._dynamo.reset()
+    f = minicomp.compile(model, **({} if _verified(name) else {"verify_target": "off"}))
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for call in zm.calls:
+            kwargs, valid = zm.inputs(call, model)
+            ref, out = getattr(model(**kwargs), zm.output), getattr(f(**kwargs), zm.output)
+            assert out.shape == ref.shape
+            torch.testing.assert_close(out[valid], ref[valid], **tol(torch.float32))
+    torch._dynamo.reset()
+    assert sum("own capture cannot take it whole" in str(w.message) for w in caught) == 1
+    assert f.refused is not None and f.backend_report().kernels > 0
+
+
+def test_docs_zoo_table_has_a_row_per_model_and_attention():
+    """docs/zoo.md (written by scripts/zoo_coverage.py --write docs/zoo.md) records each zoo model's
+    kernels and ops through PyTorch; a model added to the zoo without running it again fails here."""
+    from pathlib import Path
+
+    from zoo_models import ZOO
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "zoo.md").read_text()
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]) for line in doc.splitlines() if line.startswith("| ")}
+    missing = [(n, a) for n, zm in ZOO.items() for a in zm.attns if (n, a) not in rows]
+    assert not missing, f"docs/zoo.md lacks {missing}: run python scripts/zoo_coverage.py --write docs/zoo.md"

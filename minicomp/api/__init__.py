@@ -6,10 +6,11 @@
     f(x, w)          # first call: capture -> passes -> plan -> layout -> Triton module -> run
     f.plan, f.source, f.graph, f.explain()
 
-A compiled function is specialised on its inputs' shapes, dtypes, strides and device; a
-new signature compiles again (the previous ones stay cached in memory, and generated
-modules are cached on disk by the runtime). Inputs on CPU run the same kernels under
-Triton's interpreter.
+Calls take tensors and None, positionally or by keyword, nested in lists, tuples and dicts;
+anything else is `CaptureRefused` (api/arguments.py). A compiled function is specialised on
+the call's shape and its inputs' shapes, dtypes, strides and device; a new signature compiles
+again (the previous ones stay cached in memory, and generated modules are cached on disk by
+the runtime). Inputs on CPU run the same kernels under Triton's interpreter.
 
 Weights (parameters, buffers, tensors of globals and closures) are inputs of the compiled
 graph, read again at every call, and their signatures are part of the specialisation; the
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from minicomp.api.arguments import CallShape, flatten_call, taking_flat
 from minicomp.api.last import LastCompiled
 from minicomp.errors import CompileError, GuardError, MinicompError
 from minicomp.ir.graph import Graph
@@ -175,23 +177,6 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)
 
 
-def _flatten(args: Sequence[Any]) -> tuple[list[torch.Tensor], Any]:
-    """The tensors in `args` (nested lists/tuples/dicts allowed) and the structure holding them."""
-    flat, spec = torch.utils._pytree.tree_flatten(list(args))
-    bad = [type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)]
-    if bad:
-        raise GuardError(f"compiled functions take tensors only; got {', '.join(sorted(set(bad)))}")
-    return flat, spec
-
-
-def _taking_flat(fn: Callable, spec: Any) -> Callable:
-    """`fn` as a function of the flat tensors of arguments nested as `spec` describes."""
-    @functools.wraps(fn)
-    def flat_fn(*flat: torch.Tensor) -> Any:
-        return fn(*torch.utils._pytree.tree_unflatten(list(flat), spec))
-    return flat_fn
-
-
 def _module_call(compiled: Compiled) -> Callable[..., list[torch.Tensor]]:
     """The generated module's own `call` (the api checked the arguments already)."""
     module = getattr(compiled.call, "module", None)
@@ -247,8 +232,7 @@ class CompiledFunction(LastCompiled):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
-            raise GuardError(f"{self._name} was called with keyword argument(s) {', '.join(sorted(kwargs))}; "
-                             "compiled functions take their tensors positionally")
+            return self._slow(args, kwargs)             # no fast path: it checks positional tensors
         for s in self._fast.get(_shape_key(args), ()):       # like an earlier, checked call?
             weights = s.binding.read()
             if weights is None:
@@ -260,9 +244,9 @@ class CompiledFunction(LastCompiled):
                     return s.run(inputs, inputs, check.grad and torch.is_grad_enabled())
         return self._slow(args)
 
-    def _slow(self, args: tuple) -> Any:
+    def _slow(self, args: tuple, kwargs: dict | None = None) -> Any:
         from minicomp.runtime.boundary import TensorCheck, resolved
-        s, tensors, weights = self._find(args)
+        s, tensors, weights = self._find(args, kwargs)
         originals = tensors + weights
         inputs = [resolved(t) for t in originals]
         needs_grad = any(t.requires_grad for t in originals + s.frozen_now())
@@ -279,7 +263,8 @@ class CompiledFunction(LastCompiled):
             out = s.run(inputs, originals, grad)
         # later calls like this one take the fast path; not with neg/conj bits (resolved here
         # only) nor nested arguments (flattened here only)
-        as_given = all(a is b for a, b in zip(inputs, originals)) and all(isinstance(a, torch.Tensor) for a in args)
+        as_given = (all(a is b for a, b in zip(inputs, originals)) and not kwargs
+                    and all(isinstance(a, torch.Tensor) for a in args))
         known = any(check.check(*originals) for check in s.checks)
         if as_given and not known and len(s.checks) < _MAX_CHECKS:
             s.checks.append(TensorCheck(originals, needs_grad))
@@ -299,13 +284,14 @@ class CompiledFunction(LastCompiled):
             return outs
         return launch
 
-    def _find(self, args: tuple) -> tuple[Specialisation, list[torch.Tensor], list[torch.Tensor]]:
-        """The specialisation for `args` (compiled now if none fits), the flat argument tensors
+    def _find(self, args: tuple, kwargs: dict | None = None
+              ) -> tuple[Specialisation, list[torch.Tensor], list[torch.Tensor]]:
+        """The specialisation for the call (compiled now if none fits), the flat argument tensors
         and the weights read now."""
         from minicomp.runtime.boundary import resolved
         from minicomp.runtime.guards import signature_of, weights_fit
-        tensors, spec = _flatten(args)
-        # the nesting is part of the key (f(x, [y]) is not f(x, y)), and so are the modes
+        tensors, spec = flatten_call(self._name, args, kwargs)
+        # the call's shape is part of the key (f(x, [y]) is not f(x, y)), and so are the modes
         key = (spec, signature_of([resolved(t) for t in tensors]), _modes())
         if key[2][1]:
             raise GuardError(f"{self._name} was called under torch.autocast ({', '.join(d for d, _ in key[2][1])}); "
@@ -319,7 +305,7 @@ class CompiledFunction(LastCompiled):
                     return s, tensors, weights
                 if weights is None:
                     self._forget_if_stale(key, s)
-            s = self._specialise(key, tensors, spec, all(isinstance(a, torch.Tensor) for a in args))
+            s = self._specialise(key, tensors, spec)
             self._cache.setdefault(key, []).append(s)
             self._last = s.compiled
             weights = s.binding.read()
@@ -343,15 +329,16 @@ class CompiledFunction(LastCompiled):
                 if s in entries:
                     entries.remove(s)
 
-    def _specialise(self, key: tuple, tensors: list[torch.Tensor], spec: Any, flat: bool) -> Specialisation:
+    def _specialise(self, key: tuple, tensors: list[torch.Tensor], spec: CallShape) -> Specialisation:
         from minicomp.frontend.fx import capture
+        from minicomp.frontend.fx_trace import input_names
         from minicomp.runtime.boundary import OutputPlan, Rerun, Specialisation, resolved
         from minicomp.runtime.guards import Signature, signature_of
         from minicomp.runtime.prime import prime_triton
         plain = [resolved(t) for t in tensors]
         if plain:
             prime_triton(plain[0].device)     # Triton's one-time state, built while capture runs
-        fn = self.fn if flat else _taking_flat(self.fn, spec)
+        fn = self.fn if spec.plain else taking_flat(self.fn, spec, input_names(self.fn, spec.positional), self._name)
         with _CAPTURE_LOCK:
             graph = capture(fn, plain, freeze=self.options.freeze)
         weights = graph.binding.read()

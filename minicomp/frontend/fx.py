@@ -302,8 +302,8 @@ class _Lowering:
         for item in flat:
             v = self.value(item)
             if not isinstance(v, T):
-                raise MinicompError(f"{self.g.name} returns {type(v).__name__} ({v!r}); "
-                                    "a captured function must return tensors only")
+                raise CaptureRefused(f"{self.g.name} returns {type(v).__name__} ({v!r}); "
+                                     "a captured function must return tensors only")
             outs.append(v.id)
         self.g.set_outputs(outs)
         self.g.out_alias = output_aliases(flat, self.input_position)
