@@ -29,6 +29,18 @@ KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check co
 
 
 @dataclass(frozen=True)
+class RowForm:
+    """How codegen shapes row kernels (reductions, scans). Tests force the looped form with
+    `RowForm(single_pass_max=0, cpu_loop_block=16)` so short rows span several column blocks."""
+    single_pass_max: int = 8192      # longest row (elements) held in one tile; longer rows loop
+    cpu_loop_block: int = 1024       # interpreter: column block of the looped form (CUDA autotunes it)
+
+    def __post_init__(self) -> None:
+        if self.single_pass_max < 0 or self.cpu_loop_block < 1 or self.cpu_loop_block & (self.cpu_loop_block - 1):
+            raise MinicompError(f"{self}: single_pass_max must be >= 0 and cpu_loop_block a power of two")
+
+
+@dataclass(frozen=True)
 class Target:
     device_type: str                               # "cuda" or "cpu" (Triton's interpreter)
     capability: tuple[int, int] | None = None      # CUDA compute capability codegen writes for
@@ -36,10 +48,13 @@ class Target:
     tma_on_cpu: bool = False                       # tests: write the TMA GEMM form for the interpreter too
     verify_arch: int | None = None                 # the GPU-true check: also compile every kernel for sm_<this>
     verify_depth: str = "full"                     # "full": every config to a cubin; "sampled": see target_worker.py
+    row_form: RowForm = RowForm()                  # row-kernel form knobs (tests force the looped form)
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
             raise MinicompError(f"unknown device type {self.device_type!r} (expected 'cuda' or 'cpu')")
+        if not isinstance(self.row_form, RowForm):
+            raise MinicompError(f"row_form={self.row_form!r}: expected a minicomp.target.RowForm")
         if self.verify_depth not in VERIFY_DEPTHS:
             raise MinicompError(f"{VERIFY_DEPTH_ENV}={self.verify_depth!r}: expected one of {', '.join(VERIFY_DEPTHS)}")
 
@@ -57,10 +72,12 @@ class Target:
         return f"cuda:{self.arch}" if self.device_type == "cuda" and self.arch else self.device_type
 
     @staticmethod
-    def for_device(device_type: str, environ: dict | None = None, verify_target: str | None = None) -> "Target":
+    def for_device(device_type: str, environ: dict | None = None, verify_target: str | None = None,
+                   row_form: RowForm | None = None) -> "Target":
         """The target of kernels that will run on this machine's `device_type` ("cuda": the
         current device's capability), with the switches of `environ` (default: the process's
-        environment). `verify_target` ("cuda:90") overrides $MINICOMP_VERIFY_TARGET."""
+        environment). `verify_target` ("cuda:90") overrides $MINICOMP_VERIFY_TARGET; `row_form`
+        (default `RowForm()`) shapes the row kernels."""
         env = os.environ if environ is None else environ
         capability = None
         if device_type == "cuda":
@@ -69,7 +86,8 @@ class Target:
                 capability = tuple(torch.cuda.get_device_capability())
         arch = parse_verify_target(verify_target if verify_target is not None else env.get(VERIFY_TARGET_ENV))
         return Target(device_type, capability, hopper_attention=env.get(HOPPER_ATTENTION_ENV, ""),
-                      verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full")
+                      verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full",
+                      row_form=row_form or RowForm())
 
     def for_check(self, arch: int) -> "Target":
         """This target's switches, for a CUDA device of capability `arch` (what the GPU-true

@@ -35,7 +35,7 @@ from minicomp.api.last import LastCompiled
 from minicomp.errors import CompileError, GuardError, MinicompError
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
-from minicomp.target import Target
+from minicomp.target import RowForm, Target
 
 # the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ class Options:
     time_passes: bool = False
     verify_target: str | None = None         # "cuda:90": also compile every kernel for that GPU (None: $MINICOMP_VERIFY_TARGET)
     freeze: bool = False                     # fold weights into the kernels (guarded: a changed weight recompiles)
+    row_form: RowForm | None = None          # row-kernel form knobs (None: RowForm(); tests force the looped form)
 
 
 @dataclass
@@ -169,7 +170,7 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     # the unfused baseline is the user's program as written (before attention matching)
     plan = plan_graph(graph, options.machine, baseline=captured)
     graph = assign_layout(graph, plan)            # strides of what the plan's kernels write
-    target = Target.for_device(device.type, verify_target=options.verify_target)
+    target = Target.for_device(device.type, verify_target=options.verify_target, row_form=options.row_form)
     generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
     call = load_module(generated, device) if load else _not_loaded
     return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)

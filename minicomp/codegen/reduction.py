@@ -14,7 +14,7 @@ contiguous row is read as `ptr + rows * n + cols`), else at the strided place it
 dimensions give.
 
 Two forms:
-- single pass (row length <= SINGLE_PASS_MAX): the row is one tile, loaded once; each
+- single pass (row length <= the target's `RowForm.single_pass_max`): the row is one tile, loaded once; each
   reduction in turn is a `tl.sum/max/min` over axis 1 of values already in registers;
 - looped: each reduction is its own loop over column blocks (recomputing its prologue,
   which may use the reductions before it: softmax's sum loop uses the max), then one
@@ -43,9 +43,7 @@ from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int
 from minicomp.codegen.tlexpr import Val, convert
 from minicomp.plan.specs import ReductionSpec
 
-SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
 CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
-CPU_LOOP_BLOCK = 1024        # interpreter: column block of the looped form
 CUDA_LOOP_CONFIGS = ((1024, 4), (2048, 8), (4096, 8))
 CUDA_COLUMN_CONFIGS = ((16, 64, 2), (32, 64, 4), (32, 32, 2), (64, 32, 4))   # (BLOCK_R, BLOCK_C, warps): enough programs
 REDUCTIONS = row_reduce.REDUCTIONS
@@ -265,19 +263,19 @@ def _column_major(k: RowKernel) -> bool:
             and any(ix.unit_stride_in(o, "rows") for o in offs))
 
 
-def _block_sizes(dom: ReductionSpec, form: str, device_type: str) -> tuple[int, int]:
+def _block_sizes(dom: ReductionSpec, form: str, ctx: KernelCtx) -> tuple[int, int]:
     """(BLOCK_R, BLOCK_C) under the interpreter (CUDA autotunes instead)."""
     if form == "single":
         bc = next_pow2(dom.n_cols)
         return min(next_pow2(dom.n_rows), max(1, CPU_TILE // bc)), bc
     if form == "columns":
         return min(next_pow2(dom.n_rows), 64), min(next_pow2(dom.n_cols), 32)
-    return 1, CPU_LOOP_BLOCK
+    return 1, ctx.target.row_form.cpu_loop_block
 
 
 def emit(ctx: KernelCtx) -> Kernel:
     dom = domain(ctx)
-    single = dom.n_cols <= max(SINGLE_PASS_MAX, 1)      # a row of one element is always one tile
+    single = dom.n_cols <= max(ctx.target.row_form.single_pass_max, 1)      # a row of one element is always one tile
     k = _build(ctx, dom, single)
     form = "single" if single else "looped"
     if dom.n_rows > 1 and _column_major(k):
@@ -320,6 +318,6 @@ def emit(ctx: KernelCtx) -> Kernel:
         kwargs = (("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()
         launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, kwargs)
     else:
-        br, bc = _block_sizes(dom, form, ctx.device_type)
+        br, bc = _block_sizes(dom, form, ctx)
         launch = Launch(Grid.of(-(-dom.n_rows // br)), args, (("BLOCK_R", br), ("BLOCK_C", bc)))
     return Kernel(name, src.getvalue(), [launch], shared=HELPERS_IMPORT if k.helpers else "")
