@@ -74,8 +74,7 @@ def child(name: str, profile: bool, apart: bool) -> None:
     if prof:
         print_profile(prof, "first call")
     rec["total_s"] = rec["import_s"] + rec["own_s"] + rec["warm_up_s"] + rec["first_call_s"]
-    from minicomp.frontend import fx_trace
-    rec["tracer"] = fx_trace.LAST_TRACER[0]
+    rec["tracer"] = fn.tracer
     rec["dynamo"] = "yes" if "torch._dynamo" in sys.modules else "no"    # imported by anything so far
     del out
     print(MARKER + json.dumps(rec), flush=True)

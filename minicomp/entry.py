@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from minicomp import api
+from minicomp.api.args import flatten
 from minicomp.errors import CaptureRefused, MinicompError
 
 
@@ -126,7 +127,7 @@ class CompiledFunction(api.CompiledFunction):
         if kwargs:
             raise GuardError(f"{self._name} was called with keyword argument(s) {', '.join(sorted(kwargs))}; "
                              "compiled functions take their tensors positionally")
-        api._flatten(args)                          # tensors only, as on the own capture's path
+        flatten(args)                               # tensors only, as on the own capture's path
         try:
             return self._dynamo(*args)
         except MinicompError:

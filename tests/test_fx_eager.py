@@ -20,7 +20,6 @@ from benchmarks.workloads import WORKLOADS
 # through Dynamo) and the benchmarks smoke test's
 BLOCKS = sorted(n for n, w in WORKLOADS.items() if not w.extra_backends)
 from minicomp.errors import MinicompError
-from minicomp.frontend import fx_trace
 from minicomp.frontend.fx import call_inputs, capture
 from minicomp.ir.interpret import run
 
@@ -38,23 +37,20 @@ def _canonical(graph) -> list[str]:
     return [re.sub(r"%(\d+)", lambda m: "%" + ids.get(m.group(1), "?"), line) for line in lines]
 
 
-def both(fn, inputs, monkeypatch):
+def both(fn, inputs):
     """(graph, tracer) from the default capture, then the graph make_fx captures."""
-    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
-    g = capture(fn, inputs)
-    tracer = fx_trace.LAST_TRACER[0]
-    monkeypatch.setenv("MINICOMP_CAPTURE", "fake")
-    g_fake = capture(fn, inputs)
-    assert fx_trace.LAST_TRACER[0] == "fake"
-    monkeypatch.delenv("MINICOMP_CAPTURE")
-    return g, tracer, g_fake
+    seen = []
+    g = capture(fn, inputs, on_tracer=seen.append)
+    g_fake = capture(fn, inputs, tracer="fake", on_tracer=seen.append)
+    assert seen[1:] == ["fake"]
+    return g, seen[0], g_fake
 
 
 @pytest.mark.parametrize("name", BLOCKS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_workloads_capture_to_the_same_ir_as_make_fx(name, dtype, monkeypatch):
+def test_workloads_capture_to_the_same_ir_as_make_fx(name, dtype):
     built = WORKLOADS[name].build("cpu", dtype, True)
-    g, tracer, g_fake = both(built.fn, built.inputs, monkeypatch)
+    g, tracer, g_fake = both(built.fn, built.inputs)
     assert tracer == "eager"
     assert _canonical(g) == _canonical(g_fake)
 
@@ -77,10 +73,10 @@ class _Mixed(nn.Module):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_a_mixed_module_matches_make_fx_and_eager(dtype, monkeypatch):
+def test_a_mixed_module_matches_make_fx_and_eager(dtype):
     model = _Mixed().to(dtype)
     inputs = [torch.randn(3, 5, 13, dtype=dtype), torch.randn(5, 1, dtype=dtype)]
-    g, tracer, g_fake = both(model, inputs, monkeypatch)
+    g, tracer, g_fake = both(model, inputs)
     assert tracer == "eager"
     assert _canonical(g) == _canonical(g_fake)
     with torch.no_grad():
@@ -110,29 +106,29 @@ def _random(x):
 
 
 @pytest.mark.parametrize("fn", [_item, _branch, _tolist, _nonzero, _random])
-def test_value_dependence_and_randomness_are_left_to_make_fx(fn, monkeypatch):
+def test_value_dependence_and_randomness_are_left_to_make_fx(fn):
     x = torch.randn(4, 3)
     before = x.clone()
-    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
+    seen = []
     try:
-        capture(fn, [x])
+        capture(fn, [x], on_tracer=seen.append)
     except MinicompError:
         pass                        # make_fx's own answer (the data-dependent error) is kept
-    assert fx_trace.LAST_TRACER[0] == "fake"
+    assert seen[-1] == "fake"
     assert torch.equal(x, before)
 
 
-def test_a_write_to_an_input_is_refused_before_it_happens(monkeypatch):
+def test_a_write_to_an_input_is_refused_before_it_happens():
     def fn(x):
         x.mul_(2)
         return x + 1
 
     x = torch.randn(3, 5)
     before = x.clone()
-    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
+    seen = []
     with pytest.raises(MinicompError, match="input"):
-        capture(fn, [x])
-    assert fx_trace.LAST_TRACER[0] == "fake"
+        capture(fn, [x], on_tracer=seen.append)
+    assert seen[-1] == "fake"
     assert torch.equal(x, before)
 
 
@@ -140,11 +136,12 @@ def test_a_write_to_a_buffer_is_declined_and_the_buffer_kept():
     model = nn.BatchNorm1d(6).train()          # training mode updates running stats in place
     stats = model.running_mean.clone()
     x = torch.randn(4, 6)
+    seen = []
     try:
-        capture(model, [x])
+        capture(model, [x], on_tracer=seen.append)
     except MinicompError:
         pass
-    assert fx_trace.LAST_TRACER[0] == "fake"
+    assert seen[-1] == "fake"
     assert torch.equal(model.running_mean, stats)
 
 
@@ -197,8 +194,17 @@ def test_a_fresh_process_runs_a_block_on_cuda_without_importing_dynamo(tmp_path)
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", BLOCKS)
-def test_workloads_on_cuda_capture_to_the_same_ir_as_make_fx(name, monkeypatch):
+def test_workloads_on_cuda_capture_to_the_same_ir_as_make_fx(name):
     built = WORKLOADS[name].build("cuda", torch.bfloat16, True)
-    g, tracer, g_fake = both(built.fn, built.inputs, monkeypatch)
+    g, tracer, g_fake = both(built.fn, built.inputs)
     assert tracer == "eager"
     assert _canonical(g) == _canonical(g_fake)
+
+
+def test_the_capture_switch_is_read_into_the_target_and_checked():
+    from minicomp.target import Target
+    assert Target.for_device("cpu", {}).capture == "eager"
+    assert Target.for_device("cpu", {"MINICOMP_CAPTURE": "fake"}).capture == "fake"
+    assert Target.for_device("cpu", {"MINICOMP_CAPTURE": "eager"}).capture == "eager"
+    with pytest.raises(MinicompError, match="tracer 'fast': expected one of eager, fake"):
+        capture(lambda x: x + 1, [torch.randn(2)], tracer="fast")

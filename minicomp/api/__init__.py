@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from minicomp.api.args import flatten, taking_flat
 from minicomp.api.last import LastCompiled
 from minicomp.errors import CompileError, GuardError, MinicompError
 from minicomp.ir.graph import Graph
@@ -144,12 +145,14 @@ def plan_only(graph: Graph, options: Options | None = None) -> tuple[Graph, Any]
 
 
 def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None, *,
-                  device: str | torch.device | None = None, load: bool = True) -> Compiled:
+                  device: str | torch.device | None = None, load: bool = True,
+                  target: Target | None = None) -> Compiled:
     """Graph (fresh from a frontend) -> passes -> plan -> layout -> generated module -> loaded call.
 
     `inputs` give the shapes, dtypes and strides to specialise on; `device` (default: the inputs',
-    else cuda when present) the target. `load=False` stops at the generated module (`call` raises)
-    and takes meta tensors as `inputs`: the CLI's dumps and `--emit`, which run nothing."""
+    else cuda when present) the target, `target` its record (default: `Target.for_options`, read now).
+    `load=False` stops at the generated module (`call` raises) and takes meta tensors as `inputs`
+    (the CLI's dumps and `--emit`, which run nothing)."""
     from minicomp.codegen import generate
     from minicomp.plan import assign_layout, plan_graph
     from minicomp.runtime import load as load_module
@@ -160,9 +163,11 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
         device = torch.device(device)
     else:
         device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if target is None or target.device_type != device.type:
+        target = Target.for_options(device.type, options)
     if load:
         from minicomp.runtime.prime import prime_triton
-        prime_triton(device)                # Triton's one-time state, built while the passes run
+        prime_triton(device, target.prime_triton)   # Triton's one-time state, built while the passes run
     verify(graph)
     set_input_layouts(graph, inputs)
     captured = graph
@@ -170,27 +175,9 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     # the unfused baseline is the user's program as written (before attention matching)
     plan = plan_graph(graph, options.machine, baseline=captured)
     graph = assign_layout(graph, plan)            # strides of what the plan's kernels write
-    target = Target.for_device(device.type, verify_target=options.verify_target, row_form=options.row_form)
     generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
     call = load_module(generated, device) if load else _not_loaded
     return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)
-
-
-def _flatten(args: Sequence[Any]) -> tuple[list[torch.Tensor], Any]:
-    """The tensors in `args` (nested lists/tuples/dicts allowed) and the structure holding them."""
-    flat, spec = torch.utils._pytree.tree_flatten(list(args))
-    bad = [type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)]
-    if bad:
-        raise GuardError(f"compiled functions take tensors only; got {', '.join(sorted(set(bad)))}")
-    return flat, spec
-
-
-def _taking_flat(fn: Callable, spec: Any) -> Callable:
-    """`fn` as a function of the flat tensors of arguments nested as `spec` describes."""
-    @functools.wraps(fn)
-    def flat_fn(*flat: torch.Tensor) -> Any:
-        return fn(*torch.utils._pytree.tree_unflatten(list(flat), spec))
-    return flat_fn
 
 
 def _module_call(compiled: Compiled) -> Callable[..., list[torch.Tensor]]:
@@ -241,6 +228,7 @@ class CompiledFunction(LastCompiled):
         self._lock = threading.RLock()
         self._name = getattr(fn, "__name__", type(fn).__name__)
         self.compiles = 0                  # specialisations compiled so far (capture to loaded module)
+        self.tracer = ""                   # which tracer captured (or refused) the last signature: "eager", "fake"
         functools.update_wrapper(self, fn, updated=())
 
     def compile_for(self, *args: Any) -> Compiled:
@@ -305,7 +293,7 @@ class CompiledFunction(LastCompiled):
         and the weights read now."""
         from minicomp.runtime.boundary import resolved
         from minicomp.runtime.guards import signature_of, weights_fit
-        tensors, spec = _flatten(args)
+        tensors, spec = flatten(args)
         # the nesting is part of the key (f(x, [y]) is not f(x, y)), and so are the modes
         key = (spec, signature_of([resolved(t) for t in tensors]), _modes())
         if key[2][1]:
@@ -350,17 +338,19 @@ class CompiledFunction(LastCompiled):
         from minicomp.runtime.guards import Signature, signature_of
         from minicomp.runtime.prime import prime_triton
         plain = [resolved(t) for t in tensors]
+        target = Target.for_options(plain[0].device.type if plain else "cpu", self.options)   # read once
         if plain:
-            prime_triton(plain[0].device)     # Triton's one-time state, built while capture runs
-        fn = self.fn if flat else _taking_flat(self.fn, spec)
+            prime_triton(plain[0].device, target.prime_triton)   # Triton's one-time state, built while capture runs
+        fn = self.fn if flat else taking_flat(self.fn, spec)
         with _CAPTURE_LOCK:
-            graph = capture(fn, plain, freeze=self.options.freeze)
+            graph = capture(fn, plain, freeze=self.options.freeze, tracer=target.capture,
+                            on_tracer=functools.partial(setattr, self, "tracer"))
         weights = graph.binding.read()
         if weights is None:
             raise MinicompError(f"{self._name}: the state minicomp watches changed while it was captured")
         inputs = plain + [resolved(w) for w in weights]
         signature_of(inputs)                    # arguments and weights on one device
-        compiled = compile_graph(graph, inputs, self.options)
+        compiled = compile_graph(graph, inputs, self.options, target=target)   # (its own for the weights' device)
         self.compiles += 1
         outputs = OutputPlan.of(getattr(graph, "out_alias", None), compiled.graph)
         rerun = Rerun(fn, len(tensors), outputs.fresh, graph.binding, getattr(graph, "random_ops", []), self._name)
