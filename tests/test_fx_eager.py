@@ -168,7 +168,7 @@ FRESH = textwrap.dedent("""
         out = fn(*built.inputs)
         torch.testing.assert_close(out, built.fn(*built.inputs), atol=2e-2, rtol=2e-2)
     heavy = sorted(m for m in ("torch._dynamo", "sympy", "torch._inductor") if m in sys.modules)
-    print("HEAVY", heavy, "META", dict(graph.META_INFERENCES))
+    print("HEAVY", heavy, "META", dict(graph.INFERENCE_MEMO.meta_counts))
 """)
 
 
