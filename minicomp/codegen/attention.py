@@ -161,7 +161,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     g = ctx.graph
     cuda = ctx.device_type == "cuda"
     src = CodeBuilder()
-    if cuda:
+    if cuda and len(cfgs) > 1:       # one config is no choice: the launch passes it
         with src.block(f"{name}_configs = ["):
             for bm, bn, stages, warps in cfgs:
                 src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}}}, "
@@ -190,9 +190,11 @@ def emit(ctx: KernelCtx) -> Kernel:
 
     args = tuple(Buf(p.nid) for p in pointers)
     sizes = (("SQ", spec.sq), ("SK", spec.sk))
+    bm, bn, stages, warps = cfgs[0]
     if cuda:
-        launch = Launch(Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh), args, sizes)
+        one = (("BLOCK_M", bm), ("BLOCK_N", bn), ("num_stages", stages), ("num_warps", warps))
+        fixed = one if len(cfgs) == 1 else ()
+        launch = Launch(Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh), args, sizes + fixed)
     else:
-        bm, bn, _, _ = cfgs[0]
         launch = Launch(Grid.of(-(-spec.sq // bm), nbh), args, sizes + (("BLOCK_M", bm), ("BLOCK_N", bn)))
     return Kernel(name, src.getvalue(), [launch])

@@ -67,6 +67,10 @@ def io_comment(ctx: KernelCtx, reads, writes) -> list[str]:
 
 
 def autotune_decorator(configs: list[tuple[dict, int]], key: list[str]) -> list[str]:
+    """The `@triton.autotune` lines over `configs` ((constexprs, num_warps) pairs); none for a
+    single config, which is no choice: the launch passes it (`fixed_config`)."""
+    if len(configs) == 1:
+        return []
     b = CodeBuilder()
     with b.block("@triton.autotune("):
         with b.block("configs=["):
@@ -77,6 +81,15 @@ def autotune_decorator(configs: list[tuple[dict, int]], key: list[str]) -> list[
         b.writeline("do_bench=_tune_bench,")
     b.writeline(")")
     return b.getvalue().splitlines()
+
+
+def fixed_config(configs: list[tuple[dict, int]]) -> tuple[tuple[str, int], ...]:
+    """The launch keywords of a kernel with a single config (its constexprs and num_warps);
+    () for an autotuned one."""
+    if len(configs) != 1:
+        return ()
+    meta, warps = configs[0]
+    return tuple(meta.items()) + (("num_warps", warps),)
 
 
 def _mask_2d(syms: frozenset) -> str | None:
@@ -153,13 +166,15 @@ def emit(ctx: KernelCtx) -> Kernel:
     start = (lambda pid: f"{pid}.to(tl.int64)") if wide else (lambda pid: pid)
 
     src = CodeBuilder()
+    configs: list[tuple[dict, int]] = []
     if ctx.device_type == "cuda" and tiles:
         table = CUDA_BCAST_TILE_CONFIGS if tiles[2] == "broadcast" else CUDA_TILE_CONFIGS
         configs = [({"BLOCK_R": r, "BLOCK_C": c}, w) for r, c, w in table]
         src.writelines(autotune_decorator(configs, ["n_rows", "n_cols"]))
     elif ctx.device_type == "cuda":
         fitting = [c for c in CUDA_CONFIGS if c[0] <= max(next_pow2(numel), CUDA_CONFIGS[0][0])]
-        src.writelines(autotune_decorator([({"BLOCK": b}, w) for b, w in fitting], ["n_elements"]))
+        configs = [({"BLOCK": b}, w) for b, w in fitting]
+        src.writelines(autotune_decorator(configs, ["n_elements"]))
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
@@ -198,14 +213,14 @@ def emit(ctx: KernelCtx) -> Kernel:
         if ctx.device_type == "cuda":
             rows, cols = Blocks(n_rows, "BLOCK_R"), Blocks(n_cols, "BLOCK_C")
             grid = Grid.of((rows, cols)) if one_axis else Grid.of(rows, cols)
-            launch = Launch(grid, args)
+            launch = Launch(grid, args, fixed_config(configs))
         else:
             br, bc = min(next_pow2(n_rows), 64), min(next_pow2(n_cols), 64)
             rows, cols = -(-n_rows // br), -(-n_cols // bc)
             grid = Grid.of(rows * cols) if one_axis else Grid.of(rows, cols)
             launch = Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc)))
     elif ctx.device_type == "cuda":
-        launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,))
+        launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,), fixed_config(configs))
     else:
         block = min(CPU_BLOCK, next_pow2(numel))
         launch = Launch(Grid.of(-(-numel // block)), bufs + (numel,), (("BLOCK", block),))

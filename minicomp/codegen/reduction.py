@@ -39,7 +39,7 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, group_spec, kernel_name,
                                      next_pow2)
 from minicomp.codegen.lowering import Lowering
-from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
+from minicomp.codegen.pointwise import autotune_decorator, fixed_config, io_comment, needs_int64
 from minicomp.codegen.tlexpr import Val, convert
 from minicomp.plan.specs import ReductionSpec
 
@@ -315,7 +315,7 @@ def emit(ctx: KernelCtx) -> Kernel:
         return Kernel(name, src.getvalue(), [], note="nothing to compute (0 rows)",
                       shared=HELPERS_IMPORT if k.helpers else "")
     if ctx.device_type == "cuda":
-        kwargs = (("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()
+        kwargs = ((("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()) + fixed_config(_cuda_configs(dom, form))
         launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, kwargs)
     else:
         br, bc = _block_sizes(dom, form, ctx)
