@@ -78,7 +78,7 @@ from minicomp.frontend import fx_ops, fx_ops_indexing
 from minicomp.frontend.binding import Binding
 from minicomp.frontend.effects import Snapshot, refusal
 from minicomp.frontend.fx_alias import AtenCall, _Slot, is_view, output_aliases
-from minicomp.frontend.fx_ops import Ctx, T, Unmapped
+from minicomp.frontend.fx_table import Ctx, T, Unmapped
 from minicomp.frontend.fx_ops_shapes import lower_sdpa
 from minicomp.frontend.fx_trace import (LINEAR, MATMUL, SDPA, def_origin, describe, input_names, origin_of,
                                         trace)
