@@ -72,7 +72,7 @@ from minicomp.plan.specs import AttentionSpec
 # (BLOCK_M, BLOCK_N, num_stages, num_warps); BLOCK_M is a multiple of BLOCK_N (causal block skipping)
 HALF_CONFIGS = [(128, 64, 3, 4), (128, 64, 3, 8), (128, 128, 3, 8), (64, 64, 3, 4), (128, 32, 4, 4), (64, 32, 4, 4)]
 FP32_CONFIGS = [(64, 32, 2, 4), (64, 64, 2, 4), (32, 32, 2, 4)]
-# long sequences: the two that took turns being fastest on the H200 (benchmarks/ablations.py,
+# long sequences: the two that took turns being fastest on the H200 (benchmarks/ablations/run.py,
 # B4 H32 S4096 d128 causal: 1.15-1.20 ms, with (128, 64, 3, 8) in between; (128, 64, 3, 4) took
 # 1.55); each config autotuned is a compile of several seconds on the first call
 LONG_SEQ = 1024

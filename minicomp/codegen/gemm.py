@@ -33,7 +33,7 @@ Two forms of the kernel:
   stride a multiple of 16 bytes, no batch dims left, no cast): TMA descriptor loads
   (`tl.make_tensor_descriptor`; tiles past the edge read as zeros, so no operand masks) in
   a persistent kernel, one program per SM walking the output tiles. On the H200
-  (`benchmarks/ablations.py`, bf16, bias epilogue) this took nn.Linear-layout weights at
+  (`benchmarks/ablations/run.py`, bf16, bias epilogue) this took nn.Linear-layout weights at
   8192x2048 -> 6144 from 0.366 ms to 0.298 ms (cuBLAS 0.271) and 4096^3 from 0.235 to
   0.198 ms; for [K, N] weights it is on par with the pointer form (0.294 vs 0.320 ms).
   TMA needs 16-byte aligned bases, so `call()` passes an aligned copy of an operand that

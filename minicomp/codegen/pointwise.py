@@ -16,7 +16,7 @@ transposed access and the plain ones run along unit strides inside a tile.
 
 Tiles also pay when an operand is broadcast along the rows (a bias or a norm weight over
 the last dimension): a tile loads it once for BLOCK_R rows, where the flat form loads it
-again for every element through `offs % n`. On the H200 (`benchmarks/ablations.py`,
+again for every element through `offs % n`. On the H200 (`benchmarks/ablations/run.py`,
 `gelu_tanh(x*w+b)` over 8192x8192 bf16) the flat form's best was 0.074 ms and a hand-written
 tiled kernel's 0.069 ms, the speed of a plain copy of x; the generated tiled kernel runs
 0.073 ms, and what the remaining difference is has not been found (BENCHMARKS.md).
@@ -105,7 +105,7 @@ def _build(ctx: KernelCtx, shape: tuple[int, ...], tiled: bool) -> tuple[Lowerin
     line over the whole tile: their loads hit L2 and are issued ahead of the big streamed
     load. Generated as written, `x` before `w` and `b`, gelu_tanh(x*w+b) over 8192^2 took
     0.0720 ms; with w and b loaded first, 0.0687 ms, as fast as the hand-written kernel
-    (H200, `benchmarks/ablations.py --only pw_kernel`). Moving them cannot break an order:
+    (H200, `benchmarks/ablations/run.py --only pw_kernel`). Moving them cannot break an order:
     a line's operands never use more symbols than the line."""
     body = CodeBuilder()
     numel = math.prod(shape)

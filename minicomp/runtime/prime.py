@@ -13,7 +13,7 @@ launch reuses:
 Triton computes each once and keeps it (`functools.lru_cache`), but the first compile pays
 for all of it. Under the generated module's warm-up (`launcher.CompilingAtOnce`,
 codegen/launch.py) that was the main thread, before it submitted its first compile:
-`benchmarks/warm_up_timeline.py` on the H200's host showed the first submit 1.18 s after
+`benchmarks/ablations/warm_up_timeline.py` on the H200's host showed the first submit 1.18 s after
 the warm-up began, and 0.01 s with this priming, the warm-up 5.89 -> 4.85 s (llama_block).
 (Racing threads would each compute a missing lru_cache entry again: 16 threads calling
 `triton_key()` at once took 2.96 s against 0.38 s for one, on this 2-core development

@@ -1,6 +1,6 @@
 """Where a workload's first call in a fresh process goes, with and without compiling at once.
 
-    python benchmarks/first_call.py [--threads 1,16] [--apart] [--profile] NAME [NAME ...]
+    python benchmarks/ablations/first_call.py [--threads 1,16] [--apart] [--profile] NAME [NAME ...]
 
 For each workload and each `--threads` value (MINICOMP_COMPILE_THREADS: 1 turns the
 warm-up off, so every kernel compiles on its first launch, one after another), a fresh
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
