@@ -1,1 +1,3 @@
-"""The GPU benchmark suite (run.py): workloads, measurement and the report."""
+"""The benchmark suite (`run.py`: workloads, measurement, compile time and the report), which
+uses minicomp's public API only; `ablations/` and `prototypes/` hold the measurements of why
+and the kernels compared against."""

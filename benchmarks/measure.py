@@ -23,6 +23,7 @@ from typing import Any, Callable
 # The same tolerances as tests/conftest.py.
 TOLERANCES = {"bfloat16": dict(atol=2e-2, rtol=2e-2), "float16": dict(atol=2e-3, rtol=2e-3),
               "float32": dict(atol=1e-4, rtol=1e-4)}
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}   # --dtype -> torch's name
 
 # ----------------------------------------------------------------------------------------
 # Small helpers.

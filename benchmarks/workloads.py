@@ -196,9 +196,16 @@ SIZE_ALIASES = {
 
 
 def load_sample(name: str):
-    """Import samples/<name>.py (through the model-file loader the CLI uses)."""
-    from minicomp.frontend.loader import import_file
-    return import_file(ROOT / "samples" / f"{name}.py")
+    """Import samples/<name>.py as a module of its own (a plain import: the suite uses only
+    minicomp's public API)."""
+    import importlib.util
+    import sys
+    path = ROOT / "samples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_sample_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module      # dataclasses and pickling look the module up by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def match_sizes(build: Callable, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

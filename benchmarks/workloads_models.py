@@ -22,13 +22,14 @@ EXTRA_BACKENDS = ("minicomp_dynamo",)
 
 
 def minicomp_backend():
-    """The name "minicomp" where the entry point is installed, else the object it names (the
-    GPU machine runs the working tree from PYTHONPATH, with no installed metadata)."""
+    """The name "minicomp" where the entry point is installed, else a backend object of the
+    same kind (`minicomp.backend()`: the GPU machine runs the working tree from PYTHONPATH,
+    with no installed metadata)."""
     from importlib.metadata import entry_points
 
-    import minicomp.dynamo
+    import minicomp
     installed = any(e.name == "minicomp" for e in entry_points(group="torch_dynamo_backends"))
-    return "minicomp" if installed else minicomp.dynamo.DEFAULT
+    return "minicomp" if installed else minicomp.backend()
 
 
 class ModelOutput(torch.nn.Module):

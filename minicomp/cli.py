@@ -140,8 +140,9 @@ def _load(args, dims) -> Job:
     if path.suffix == ".py":
         from minicomp.frontend.fx import call_inputs, capture
         from minicomp.frontend.loader import load_model_file
+        from minicomp.target import capture_mode
         fn, inputs = load_model_file(str(path), args.entry)
-        graph = capture(fn, inputs)
+        graph = capture(fn, inputs, tracer=capture_mode())     # $MINICOMP_CAPTURE, read here at the boundary
         count = len(inputs)
         every = call_inputs(graph, inputs)      # the arguments, then the weights (graph inputs too)
 

@@ -4,7 +4,9 @@ Codegen writes different kernels for a CUDA device than for Triton's CPU interpr
 (autotuning sweeps, bf16 `tl.dot`, TMA descriptors, the Hopper attention kernel), and the
 choice depends on the device's compute capability and a few switches. All of that is one
 frozen record, built by `minicomp/api`/`cli.py` (`Target.for_device`, `Target.for_check`) and passed
-down; no stage below reads the environment or asks the driver.
+down; no stage below reads the environment or asks the driver. The record also carries the
+switches of the stages before codegen that the environment sets (which tracer captures,
+whether Triton is primed while it does) and the row-kernel form knobs tests turn.
 
 `parse_verify_target("cuda:90")` reads the GPU-true check's target (`MINICOMP_VERIFY_TARGET`,
 `minicomp.compile(..., verify_target=...)`, `--verify-target`): after generating a module,
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from minicomp.errors import MinicompError
 
@@ -25,7 +28,22 @@ HOPPER_ATTENTION_ENV = "MINICOMP_HOPPER_ATTENTION"   # "0": never the Gluon kern
 VERIFY_TARGET_ENV = "MINICOMP_VERIFY_TARGET"
 VERIFY_DEPTH_ENV = "MINICOMP_VERIFY_DEPTH"          # "full" (default) or "sampled" (the test suite's)
 VERIFY_DEPTHS = ("full", "sampled")
+CAPTURE_ENV = "MINICOMP_CAPTURE"                     # "fake": capture with make_fx only
+PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (runtime/prime.py)
+CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
+
+
+@dataclass(frozen=True)
+class RowForm:
+    """How codegen shapes row kernels (reductions, scans). Tests force the looped form with
+    `RowForm(single_pass_max=0, cpu_loop_block=16)` so short rows span several column blocks."""
+    single_pass_max: int = 8192      # longest row (elements) held in one tile; longer rows loop
+    cpu_loop_block: int = 1024       # interpreter: column block of the looped form (CUDA autotunes it)
+
+    def __post_init__(self) -> None:
+        if self.single_pass_max < 0 or self.cpu_loop_block < 1 or self.cpu_loop_block & (self.cpu_loop_block - 1):
+            raise MinicompError(f"{self}: single_pass_max must be >= 0 and cpu_loop_block a power of two")
 
 
 @dataclass(frozen=True)
@@ -36,10 +54,17 @@ class Target:
     tma_on_cpu: bool = False                       # tests: write the TMA GEMM form for the interpreter too
     verify_arch: int | None = None                 # the GPU-true check: also compile every kernel for sm_<this>
     verify_depth: str = "full"                     # "full": every config to a cubin; "sampled": see target_worker.py
+    row_form: RowForm = RowForm()                  # row-kernel form knobs (tests force the looped form)
+    capture: str = "eager"                         # MINICOMP_CAPTURE: "eager" tracer first, or "fake" (make_fx only)
+    prime_triton: bool = True                      # MINICOMP_PRIME_TRITON != "0": prime Triton while capture runs
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
             raise MinicompError(f"unknown device type {self.device_type!r} (expected 'cuda' or 'cpu')")
+        if self.capture not in CAPTURES:
+            raise MinicompError(f"capture {self.capture!r}: expected one of {', '.join(CAPTURES)}")
+        if not isinstance(self.row_form, RowForm):
+            raise MinicompError(f"row_form={self.row_form!r}: expected a minicomp.target.RowForm")
         if self.verify_depth not in VERIFY_DEPTHS:
             raise MinicompError(f"{VERIFY_DEPTH_ENV}={self.verify_depth!r}: expected one of {', '.join(VERIFY_DEPTHS)}")
 
@@ -57,10 +82,12 @@ class Target:
         return f"cuda:{self.arch}" if self.device_type == "cuda" and self.arch else self.device_type
 
     @staticmethod
-    def for_device(device_type: str, environ: dict | None = None, verify_target: str | None = None) -> "Target":
+    def for_device(device_type: str, environ: dict | None = None, verify_target: str | None = None,
+                   row_form: RowForm | None = None) -> "Target":
         """The target of kernels that will run on this machine's `device_type` ("cuda": the
         current device's capability), with the switches of `environ` (default: the process's
-        environment). `verify_target` ("cuda:90") overrides $MINICOMP_VERIFY_TARGET."""
+        environment). `verify_target` ("cuda:90") overrides $MINICOMP_VERIFY_TARGET; `row_form`
+        (default `RowForm()`) shapes the row kernels."""
         env = os.environ if environ is None else environ
         capability = None
         if device_type == "cuda":
@@ -69,13 +96,29 @@ class Target:
                 capability = tuple(torch.cuda.get_device_capability())
         arch = parse_verify_target(verify_target if verify_target is not None else env.get(VERIFY_TARGET_ENV))
         return Target(device_type, capability, hopper_attention=env.get(HOPPER_ATTENTION_ENV, ""),
-                      verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full")
+                      verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full",
+                      row_form=row_form or RowForm(), capture=capture_mode(env),
+                      prime_triton=env.get(PRIME_TRITON_ENV) != "0")
+
+    @staticmethod
+    def for_options(device_type: str, options: Any) -> "Target":
+        """`for_device` with the switches of a compile's `minicomp.api.Options` (`verify_target`,
+        `row_form`) and the process's environment, read now: once per compile, before capture,
+        whose tracer and priming the record also decides."""
+        return Target.for_device(device_type, verify_target=options.verify_target, row_form=options.row_form)
 
     def for_check(self, arch: int) -> "Target":
         """This target's switches, for a CUDA device of capability `arch` (what the GPU-true
         check generates and compiles; it checks nothing further itself)."""
         return replace(self, device_type="cuda", capability=(arch // 10, arch % 10), tma_on_cpu=False,
                        verify_arch=None)
+
+
+def capture_mode(environ: dict | None = None) -> str:
+    """The tracer $MINICOMP_CAPTURE asks for: "fake" (make_fx only), else "eager" (the eager
+    tracer first, make_fx where it declines), as the variable has always been read."""
+    env = os.environ if environ is None else environ
+    return "fake" if env.get(CAPTURE_ENV, "eager") == "fake" else "eager"
 
 
 def parse_verify_target(text: str | None) -> int | None:

@@ -13,6 +13,7 @@ cache per run made it wait 879 s for Triton's compiler (a run of 21.5 min on a s
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -23,6 +24,8 @@ os.environ["MINICOMP_CACHE_DIR"] = _CACHE_DIR
 if not torch.cuda.is_available():
     # Read by Triton when kernels are defined: must be set before any generated module loads.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from minicomp.target import RowForm, Target  # noqa: E402  (after the cache directory is set)
 
 # Where tests that allow it put their tensors: MINICOMP_TEST_DEVICE=cuda runs them on the GPU
 # (the property tests and the samples; see GPU.md's recipe), CPU (Triton's interpreter) otherwise.
@@ -40,21 +43,37 @@ def tol(dtype: torch.dtype) -> dict:
     return TOLERANCES.get(dtype, dict(atol=0, rtol=0))
 
 
+@dataclass(frozen=True)
+class Form:
+    """One row-kernel form a test runs in: `options` go to `minicomp.compile(fn, **options)`,
+    `target` to `codegen.generate(graph, plan, target)`."""
+    name: str                  # "single" or "looped"
+    row_form: RowForm
+
+    @property
+    def options(self) -> dict:
+        return {"row_form": self.row_form}
+
+    @property
+    def target(self) -> Target:
+        return Target.for_device("cpu", row_form=self.row_form)
+
+
+# the looped form with 16-wide column blocks, so short rows span several
+LOOPED = RowForm(single_pass_max=0, cpu_loop_block=16)
+
+
 @pytest.fixture(params=["single", "looped"])
-def form(request, monkeypatch):
-    """Run a test in both row-kernel forms: the looped one with 16-wide column blocks, so rows
-    span several."""
-    if request.param == "looped":
-        from minicomp.codegen import reduction
-        monkeypatch.setattr(reduction, "SINGLE_PASS_MAX", 0)
-        monkeypatch.setattr(reduction, "CPU_LOOP_BLOCK", 16)
-    return request.param
+def form(request) -> Form:
+    """Run a test in both row-kernel forms (the looped one with 16-wide column blocks)."""
+    return Form(request.param, LOOPED if request.param == "looped" else RowForm())
 
 
-def compile_without_fallbacks(fn, *inputs):
-    """(compiled function, its output on `inputs`), asserting no group ran through PyTorch."""
+def compile_without_fallbacks(fn, *inputs, form: Form | None = None):
+    """(compiled function, its output on `inputs`, in `form`'s row-kernel form when given),
+    asserting no group ran through PyTorch."""
     import minicomp
-    f = minicomp.compile(fn)
+    f = minicomp.compile(fn, **(form.options if form else {}))
     out = f(*inputs)
     c = f._need()
     assert not c.generated.fallbacks, c.generated.fallbacks

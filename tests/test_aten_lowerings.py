@@ -142,9 +142,8 @@ def test_capture_reaches_the_handler(name, monkeypatch):
 
 def test_make_fx_capture_lifts_a_tensor_made_inside_the_function(monkeypatch):
     # the one case docs/ops.md lists for lift_fresh_copy
-    monkeypatch.setenv("MINICOMP_CAPTURE", "fake")
     calls = _spy(monkeypatch, torch.ops.aten.lift_fresh_copy.default)
     x = torch.randn(3, 2)
-    g = capture(lambda x: x + torch.tensor([1.0, 2.0]), [x])
+    g = capture(lambda x: x + torch.tensor([1.0, 2.0]), [x], tracer="fake")
     assert calls and not opaque_nodes(g), g.dump()
     torch.testing.assert_close(run(g, [x])[0], x + torch.tensor([1.0, 2.0]))

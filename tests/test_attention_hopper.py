@@ -209,7 +209,7 @@ def test_gpu_hopper_kernel_one_batch_dim_and_a_second_call():
 
 def test_the_gluon_kernel_is_first_in_the_warm_up_pool(on_hopper):
     """Its compile is the longest of a module's; queued behind the others it would end the
-    first call's warm-up last (benchmarks/first_call.py on the H200: llama_block 7.1 s of warm-up)."""
+    first call's warm-up last (benchmarks/ablations/first_call.py on the H200: llama_block 7.1 s of warm-up)."""
     g = Graph("mm_then_attention")
     x = g.add_input("x", (2, 128, 64), torch.bfloat16)
     w = g.add_input("w", (64, 64), torch.bfloat16)

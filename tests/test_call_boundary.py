@@ -20,7 +20,6 @@ from conftest import tol
 
 import minicomp
 from minicomp.errors import GuardError, MinicompError
-from minicomp.frontend import fx_trace
 
 
 @pytest.fixture(autouse=True)
@@ -196,10 +195,11 @@ def test_attribute_and_global_writes_in_forward_are_refused_and_undone(capture_m
     with pytest.raises(MinicompError, match=r"Counts: calls.*history"):
         minicomp.compile(c)(x)
     assert c.calls == 0 and c.history == []
+    f = minicomp.compile(counts_globally)
     with pytest.raises(MinicompError, match=r"CALLS"):
-        minicomp.compile(counts_globally)(x)
+        f(x)
     assert CALLS == 0
-    assert fx_trace.LAST_TRACER[0] == capture_mode
+    assert f.tracer == capture_mode                              # $MINICOMP_CAPTURE, read at the call
 
 
 class OneArgGet(dict):

@@ -401,7 +401,10 @@ def test_pointer_form_where_a_descriptor_cannot_read(why, tma_on_cpu):
 
 
 def test_cuda_source_autotunes_and_groups_programs():
-    g = _linear_graph(torch.bfloat16, "tanh")
+    g = Graph("linear_big")
+    x = g.add_input("x", (4, 64, 128), torch.bfloat16)
+    w = g.add_input("w", (96, 128), torch.bfloat16)
+    g.set_outputs([g.add("gelu", C.linear(g, x, w, None), approximate="tanh")])
     gen, _ = one_group(g, "cuda")
     src = gen.source
     assert "@triton.autotune(" in src and 'key=["M", "N", "K"]' in src
@@ -409,6 +412,23 @@ def test_cuda_source_autotunes_and_groups_programs():
     assert "triton.Config({\"BLOCK_M\": " in src
     assert "input_precision" not in src                  # half dot: no precision switch
     assert ".to(tl.float32)" not in src.split("for k0")[1].split("epilogue")[0]  # no widening on the GPU
+
+
+def test_a_single_config_is_passed_by_the_launch_not_autotuned():
+    """A problem that only the smallest tile fits has one config: no autotuner (which would
+    only wrap it), the launch passes the config's block sizes, warps and stages, and its grid
+    is numbers (capped by the SM count: the bf16 form here is the persistent TMA one)."""
+    g = _linear_graph(torch.bfloat16, "tanh")                      # [22, 24] @ [24, 20]
+    gen, _ = one_group(g, "cuda")
+    assert "triton.autotune" not in gen.source and "_configs" not in gen.source
+    (kernel,) = gen.kernels
+    kwargs = dict(kernel.launches[0].kwargs)
+    # no config of the table fits 22 x 20: the smallest tile of it (gemm_form.configs)
+    assert kwargs == {"M": 22, "N": 20, "K": 24, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8,
+                      "num_stages": 4, "num_warps": 4}
+    (line,) = [line for line in gen.source.splitlines() if f"_launch({kernel.name}," in line]
+    assert "meta['BLOCK" not in line and "_sm_count(device), 1)" in line   # one tile (the persistent TMA form)
+    compile(gen.source, "<generated>", "exec")
 
 
 def test_fp32_dot_follows_torch_tf32_switch():

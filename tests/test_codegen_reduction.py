@@ -7,13 +7,16 @@ import torch
 import torch.nn.functional as F
 from conftest import tol
 
+import minicomp
 from minicomp import runtime
-from minicomp.codegen import generate, reduction
+from minicomp.codegen import generate
+from minicomp.errors import MinicompError
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
 from minicomp.ir.interpret import run
 from minicomp.plan import Group, Plan
 from minicomp.runtime.cache import ModuleCache
+from minicomp.target import RowForm
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -35,8 +38,8 @@ def rand(shape, dtype, seed=0):
     return torch.randn(shape, generator=gen).to(dtype)
 
 
-def check(g, inputs, expected, cache, name="", dtype=None):
-    gen = generate(g, one_group(g, name), "cpu")
+def check(g, inputs, expected, cache, name="", dtype=None, form=None):
+    gen = generate(g, one_group(g, name), form.target if form else "cpu")
     assert not gen.fallbacks, gen.fallbacks
     out = runtime.load(gen, "cpu", cache=cache)(*inputs)
     ref = run(g, inputs)
@@ -55,10 +58,10 @@ def test_softmax(shape, dtype, form, cache):
     x = g.add_input("x", shape, dtype)
     g.set_outputs([C.softmax(g, x, -1)])
     a = rand(shape, dtype) * 3
-    gen = check(g, [a], [torch.softmax(a, -1)], cache, "softmax")
+    gen = check(g, [a], [torch.softmax(a, -1)], cache, "softmax", form=form)
     assert gen.kernel_names == ["mc_red_softmax_0"]
-    assert ("for c0 in range(0, n_cols, BLOCK_C):" in gen.source) == (form == "looped")
-    assert ("online softmax" in gen.source) == (form == "looped")      # max and sum share one loop
+    assert ("for c0 in range(0, n_cols, BLOCK_C):" in gen.source) == (form.name == "looped")
+    assert ("online softmax" in gen.source) == (form.name == "looped")      # max and sum share one loop
 
 
 def test_softmax_with_masked_entries(form, cache):
@@ -69,7 +72,7 @@ def test_softmax_with_masked_entries(form, cache):
     g.set_outputs([C.softmax(g, g.add("where", keep, x, g.constant(float("-inf"))), -1)])
     a = rand((2, 37, 37), torch.float32)
     mask = torch.ones(37, 37, dtype=torch.bool).tril()
-    check(g, [a], [torch.softmax(a.masked_fill(~mask, float("-inf")), -1)], cache)
+    check(g, [a], [torch.softmax(a.masked_fill(~mask, float("-inf")), -1)], cache, form=form)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -78,7 +81,7 @@ def test_log_softmax_large_values(dtype, form, cache):
     x = g.add_input("x", (3, 33), dtype)
     g.set_outputs([C.log_softmax(g, x, -1)])
     a = rand((3, 33), dtype) * 40 + 1000          # max-subtracted: exp never overflows
-    check(g, [a], [torch.log_softmax(a.float(), -1).to(dtype)], cache)
+    check(g, [a], [torch.log_softmax(a.float(), -1).to(dtype)], cache, form=form)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -88,7 +91,7 @@ def test_rmsnorm(dtype, form, cache):
     w = g.add_input("w", (45,), dtype)
     g.set_outputs([C.rms_norm(g, x, 1, w, 1e-6)])
     a, b = rand((6, 45), dtype), rand((45,), dtype, 1)
-    check(g, [a, b], [F.rms_norm(a, (45,), b, 1e-6)], cache, "rmsnorm")
+    check(g, [a, b], [F.rms_norm(a, (45,), b, 1e-6)], cache, "rmsnorm", form=form)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -107,7 +110,7 @@ def test_residual_layernorm_with_stats(dtype, form, cache):
     xs = [rand((4, 3, 50), dtype, i) for i in range(2)] + [rand((50,), dtype, i) for i in (2, 3)]
     hh = xs[0] + xs[1]
     expected = [F.layer_norm(hh, (50,), xs[2], xs[3], 1e-5), hh, hh.float().mean(-1, keepdim=True), hh.amax(-1)]
-    check(g, xs, expected, cache, "add_layernorm")
+    check(g, xs, expected, cache, "add_layernorm", form=form)
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin"])
@@ -121,7 +124,7 @@ def test_any_axis(op, shape, axes, form, cache):
     g.set_outputs([g.add("sub", x, k), n])
     a = rand(shape, torch.float32)
     f = getattr(torch, op)
-    gen = check(g, [a], [a - f(a, dim=axes, keepdim=True), f(a * 2, dim=axes)], cache)
+    gen = check(g, [a], [a - f(a, dim=axes, keepdim=True), f(a * 2, dim=axes)], cache, form=form)
     assert ("(rows are contiguous)" in gen.source) == (axes == (0,) and len(shape) == 2)
 
 
@@ -133,7 +136,7 @@ def test_var(correction, dtype, form, cache):
     v = g.add("var", g.add("cast", x, dtype=torch.float32), axes=(1,), keepdim=False, correction=correction)
     g.set_outputs([v])
     a = rand((5, 41), dtype) + 100          # large mean: the two-step form stays accurate
-    check(g, [a], [torch.var(a.float(), dim=1, correction=correction)], cache, dtype=dtype)
+    check(g, [a], [torch.var(a.float(), dim=1, correction=correction)], cache, dtype=dtype, form=form)
 
 
 def test_int_and_bool_reductions(form, cache):
@@ -142,7 +145,7 @@ def test_int_and_bool_reductions(form, cache):
     pos = g.add("gt", x, g.constant(0))
     g.set_outputs([C.reduce(g, "sum", pos, 1), C.reduce(g, "amax", x, 1), C.reduce(g, "sum", x, 1)])
     a = torch.randint(-50, 50, (4, 19), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
-    check(g, [a], [(a > 0).sum(1), a.amax(1), a.sum(1)], cache)
+    check(g, [a], [(a > 0).sum(1), a.amax(1), a.sum(1)], cache, form=form)
 
 
 def test_full_reduction_to_scalar(form, cache):
@@ -152,7 +155,7 @@ def test_full_reduction_to_scalar(form, cache):
     g.set_outputs([s, g.add("div", g.add("cast", x, dtype=torch.float32), s)])
     a = rand((3, 50), torch.float16).abs() + 0.1
     t = a.float().sum()
-    check(g, [a], [t, a.float() / t], cache)
+    check(g, [a], [t, a.float() / t], cache, form=form)
 
 
 def test_noncontiguous_input(form, cache):
@@ -161,8 +164,8 @@ def test_noncontiguous_input(form, cache):
     g.set_outputs([C.softmax(g, x, -1)])
     a = rand((21, 6), torch.float32).t()
     g2 = runtime.with_input_layouts(g, runtime.Signature.of([a]))
-    check(g2, [a], [torch.softmax(a, -1)], cache)
-    check(g, [a], [torch.softmax(a, -1)], cache)
+    check(g2, [a], [torch.softmax(a, -1)], cache, form=form)
+    check(g, [a], [torch.softmax(a, -1)], cache, form=form)
 
 
 def test_softmax_through_a_transpose(form, cache):
@@ -172,7 +175,27 @@ def test_softmax_through_a_transpose(form, cache):
     s = C.softmax(g, g.add("permute", x, dims=(1, 0)), -1)
     g.set_outputs([g.add("permute", s, dims=(1, 0))])
     a = rand((23, 4), torch.float32)
-    check(g, [a], [torch.softmax(a, 0)], cache)
+    check(g, [a], [torch.softmax(a, 0)], cache, form=form)
+
+
+@pytest.mark.parametrize("cols", [8, 37])
+def test_the_row_form_option_picks_single_or_looped(cols):
+    """`minicomp.compile(fn, row_form=...)` reaches codegen: rows longer than single_pass_max
+    loop over column blocks of cpu_loop_block; both forms give eager's answer."""
+    x = torch.randn(cols, 3).t()                                # non-contiguous rows
+    fn = lambda x: torch.softmax(x * 2, -1)                     # noqa: E731
+    f = minicomp.compile(fn, row_form=RowForm(single_pass_max=16, cpu_loop_block=4))
+    torch.testing.assert_close(f(x), fn(x), **tol(x.dtype))
+    assert ("for c0 in range(0, n_cols, BLOCK_C):" in f.source) == (cols > 16)
+    (kernel,) = f._need().generated.kernels
+    assert dict(kernel.launches[0].kwargs)["BLOCK_C"] == (4 if cols > 16 else cols)
+
+
+@pytest.mark.parametrize("bad", [RowForm, {"single_pass_max": 0}])
+def test_a_bad_row_form_is_a_clear_error(bad):
+    with pytest.raises(MinicompError, match="single_pass_max|RowForm"):
+        f = minicomp.compile(lambda x: x.sum(1), row_form=bad(single_pass_max=-1) if bad is RowForm else bad)
+        f(torch.randn(2, 3))
 
 
 def test_reduction_read_across_rows_falls_back(cache):
@@ -197,7 +220,7 @@ def test_cuda_source_configs():
     g.set_outputs([C.softmax(g, x, -1)])
     src = generate(g, one_group(g, "softmax"), "cuda").source
     assert "@triton.autotune(" in src and "key=['n_rows', 'n_cols']" in src
-    assert "for c0 in range(0, n_cols, BLOCK_C):" in src        # 30000 > SINGLE_PASS_MAX: looped
+    assert "for c0 in range(0, n_cols, BLOCK_C):" in src        # 30000 > RowForm().single_pass_max: looped
     compile(src, "<generated>", "exec")
 
 
@@ -221,7 +244,7 @@ def test_gpu_softmax(shape, dtype):
     g.set_outputs([C.softmax(g, x, -1)])
     a = rand(shape, dtype) * 3
     gen = _gpu_check(g, [a], [torch.softmax(a, -1)], "softmax")
-    assert ("online softmax" in gen.source) == (shape[1] > reduction.SINGLE_PASS_MAX)
+    assert ("online softmax" in gen.source) == (shape[1] > RowForm().single_pass_max)
 
 
 @pytest.mark.gpu

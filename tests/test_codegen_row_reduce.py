@@ -24,14 +24,14 @@ ROWS = torch.tensor([[1.0, 3.0, 3.0, 2.0, -1.0, 3.0] * 4,
 def test_argmax_argmin_first_index_and_nan(dtype, form):
     x = ROWS.to(dtype) if dtype.is_floating_point else torch.randint(-2, 3, (4, 24), dtype=dtype)
     fn = lambda x: (x.argmax(1), x.argmin(1), x.argmax(), x.t().argmin(0), x.argmax(0, keepdim=True))  # noqa: E731
-    _, out = compile_without_fallbacks(fn, x)
+    _, out = compile_without_fallbacks(fn, x, form=form)
     for got, want in zip(out, fn(x), strict=True):
         assert torch.equal(got, want), (got, want)
 
 
 def test_max_dim_values_and_indices_are_one_pass(form):
     x = ROWS
-    f, out = compile_without_fallbacks(lambda x: torch.max(x, 1), x)
+    f, out = compile_without_fallbacks(lambda x: torch.max(x, 1), x, form=form)
     assert_same(out, torch.max(x, 1))
     assert f.plan.kinds() == ["reduction"]
     assert f.source.count("tl.reduce(") == 1 and "_argmax_combine)" in f.source   # no second max
@@ -39,10 +39,10 @@ def test_max_dim_values_and_indices_are_one_pass(form):
 
 def test_aminmax_and_var_mean_share_one_kernel(form):
     x = torch.randn(6, 50)
-    f, out = compile_without_fallbacks(lambda x: torch.aminmax(x, dim=1), x)
+    f, out = compile_without_fallbacks(lambda x: torch.aminmax(x, dim=1), x, form=form)
     assert_same(out, torch.aminmax(x, dim=1))
     assert f.plan.kinds() == ["reduction"]
-    f, out = compile_without_fallbacks(lambda x: torch.var_mean(x, 1, correction=0), x)
+    f, out = compile_without_fallbacks(lambda x: torch.var_mean(x, 1, correction=0), x, form=form)
     assert_same(out, torch.var_mean(x, 1, correction=0))
     assert f.plan.kinds() == ["reduction"]
     assert f.source.count("tl.sum(") == 2          # the mean's sum and the squares': var reuses the mean
@@ -60,14 +60,14 @@ def test_prod_any_all_with_eagers_dtypes(dtype, form):
     else:
         x = torch.randint(-3, 4, (5, 30), generator=gen, dtype=dtype)
     fn = lambda x: (x.prod(1), x.any(1), x.all(0), x.sum(1), x.prod())   # noqa: E731
-    _, out = compile_without_fallbacks(fn, x)
+    _, out = compile_without_fallbacks(fn, x, form=form)
     assert_same(out, fn(x))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64])
 def test_logsumexp_rows_with_infinities(dtype, form):
     x = ROWS.to(dtype) if dtype.is_floating_point else torch.randint(-3, 4, (4, 24), dtype=dtype)
-    _, out = compile_without_fallbacks(lambda x: torch.logsumexp(x, 1), x)
+    _, out = compile_without_fallbacks(lambda x: torch.logsumexp(x, 1), x, form=form)
     assert_same(out, torch.logsumexp(x, 1))      # +inf rows +inf, -inf rows -inf, NaN rows NaN; ints in fp32
 
 
@@ -87,7 +87,7 @@ def test_vector_norm_every_ord(ord, form):
     x = torch.randn(4, 37, dtype=torch.float16)
     x[0, :5] = 0
     fn = lambda x: torch.linalg.vector_norm(x, ord, dim=1)  # noqa: E731
-    f, out = compile_without_fallbacks(fn, x)
+    f, out = compile_without_fallbacks(fn, x, form=form)
     assert_same(out, fn(x))
     assert f.plan.kinds() == ["reduction"]
 
@@ -139,7 +139,7 @@ def test_max_dim_of_bool_gives_its_indices_from_the_kernel(form):
     x[2] = False                                   # all False: index 0, as eager
     x[3] = True                                    # all True: index 0
     fn = lambda x: (*torch.max(x, 1), *torch.min(x.t(), 0, keepdim=True))  # noqa: E731
-    f, out = compile_without_fallbacks(fn, x)
+    f, out = compile_without_fallbacks(fn, x, form=form)
     for got, want in zip(out, fn(x), strict=True):
         assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
     assert f.plan.kinds() == ["reduction", "reduction"], f.plan    # one kernel per reduced domain
@@ -153,5 +153,5 @@ def test_nansum_and_count_nonzero(dtype, form):
         x[0, 3], x[1, :] = NAN, NAN                 # a row of NaN sums to 0
         x[2, 7] = INF
     fn = lambda x: (torch.nansum(x, 1), torch.count_nonzero(x, 0), torch.count_nonzero(x), torch.nansum(x))  # noqa: E731
-    _, out = compile_without_fallbacks(fn, x)
+    _, out = compile_without_fallbacks(fn, x, form=form)
     assert_same(out, fn(x))

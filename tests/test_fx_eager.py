@@ -1,5 +1,5 @@
 """The eager tracer (minicomp/frontend/fx_eager.py): the same IR as make_fx for the samples and
-workloads; declines (and make_fx captures) whatever would let a value decide the graph or
+the kernel anchors written by hand; declines (and make_fx captures) whatever would let a value decide the graph or
 write to the caller's tensors; a fresh process compiles a block without importing dynamo."""
 
 import os
@@ -14,17 +14,65 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import tol
 
-from benchmarks.workloads import WORKLOADS
-
-# the blocks: whole transformers models (the model workloads) are the zoo's (tests/test_zoo.py,
-# through Dynamo) and the benchmarks smoke test's
-BLOCKS = sorted(n for n, w in WORKLOADS.items() if not w.extra_backends)
 from minicomp.errors import MinicompError
-from minicomp.frontend import fx_trace
 from minicomp.frontend.fx import call_inputs, capture
+from minicomp.frontend.loader import import_file
 from minicomp.ir.interpret import run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# whole transformers models are the zoo's (tests/test_zoo.py, through Dynamo)
+SAMPLES = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "samples")) if name.endswith(".py"))
+
+
+# the memory-bound and GEMM anchors, written out op by op as a user might
+def _gelu_affine(x, w, b):
+    return F.gelu(x * w + b, approximate="tanh")
+
+
+def _softmax_by_hand(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def _add_rmsnorm(x, residual, w):
+    h = (x + residual).float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype), h.to(x.dtype)
+
+
+def _layernorm_by_hand(x, w, b):
+    h = x.float()
+    centred = h - h.mean(-1, keepdim=True)
+    return (centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5) * w + b).to(x.dtype)
+
+
+def _swiglu(x, w1, w3, w2):
+    return (F.silu(x @ w1) * (x @ w3)) @ w2
+
+
+def _causal_attention(q, k, v):
+    keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    return torch.softmax(scores.masked_fill(~keep, float("-inf")), -1) @ v
+
+
+ANCHORS = {  # name -> (function, input shapes)
+    "gelu_affine": (_gelu_affine, [(6, 40), (40,), (40,)]),
+    "softmax": (_softmax_by_hand, [(5, 37)]),
+    "add_rmsnorm": (_add_rmsnorm, [(5, 48), (5, 48), (48,)]),
+    "layernorm": (_layernorm_by_hand, [(7, 33), (33,), (33,)]),
+    "swiglu": (_swiglu, [(9, 16), (16, 24), (16, 24), (24, 16)]),
+    "causal_attention": (_causal_attention, [(2, 3, 11, 8), (2, 3, 11, 8), (2, 3, 11, 8)]),
+}
+
+
+def built(name: str, device: str, dtype: torch.dtype):
+    """(function, inputs) of a sample (its `build`) or an anchor, on `device` in `dtype`."""
+    if name in ANCHORS:
+        fn, shapes = ANCHORS[name]
+        gen = torch.Generator().manual_seed(0)
+        return fn, [torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in shapes]
+    fn, inputs = import_file(os.path.join(ROOT, "samples", f"{name}.py")).build(device=device, dtype=dtype)
+    return fn, inputs
 
 
 def _canonical(graph) -> list[str]:
@@ -38,23 +86,20 @@ def _canonical(graph) -> list[str]:
     return [re.sub(r"%(\d+)", lambda m: "%" + ids.get(m.group(1), "?"), line) for line in lines]
 
 
-def both(fn, inputs, monkeypatch):
+def both(fn, inputs):
     """(graph, tracer) from the default capture, then the graph make_fx captures."""
-    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
-    g = capture(fn, inputs)
-    tracer = fx_trace.LAST_TRACER[0]
-    monkeypatch.setenv("MINICOMP_CAPTURE", "fake")
-    g_fake = capture(fn, inputs)
-    assert fx_trace.LAST_TRACER[0] == "fake"
-    monkeypatch.delenv("MINICOMP_CAPTURE")
-    return g, tracer, g_fake
+    seen = []
+    g = capture(fn, inputs, on_tracer=seen.append)
+    g_fake = capture(fn, inputs, tracer="fake", on_tracer=seen.append)
+    assert seen[1:] == ["fake"]
+    return g, seen[0], g_fake
 
 
-@pytest.mark.parametrize("name", BLOCKS)
+@pytest.mark.parametrize("name", SAMPLES + sorted(ANCHORS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_workloads_capture_to_the_same_ir_as_make_fx(name, dtype, monkeypatch):
-    built = WORKLOADS[name].build("cpu", dtype, True)
-    g, tracer, g_fake = both(built.fn, built.inputs, monkeypatch)
+def test_samples_and_anchors_capture_to_the_same_ir_as_make_fx(name, dtype):
+    fn, inputs = built(name, "cpu", dtype)
+    g, tracer, g_fake = both(fn, inputs)
     assert tracer == "eager"
     assert _canonical(g) == _canonical(g_fake)
 
@@ -77,10 +122,10 @@ class _Mixed(nn.Module):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_a_mixed_module_matches_make_fx_and_eager(dtype, monkeypatch):
+def test_a_mixed_module_matches_make_fx_and_eager(dtype):
     model = _Mixed().to(dtype)
     inputs = [torch.randn(3, 5, 13, dtype=dtype), torch.randn(5, 1, dtype=dtype)]
-    g, tracer, g_fake = both(model, inputs, monkeypatch)
+    g, tracer, g_fake = both(model, inputs)
     assert tracer == "eager"
     assert _canonical(g) == _canonical(g_fake)
     with torch.no_grad():
@@ -110,29 +155,29 @@ def _random(x):
 
 
 @pytest.mark.parametrize("fn", [_item, _branch, _tolist, _nonzero, _random])
-def test_value_dependence_and_randomness_are_left_to_make_fx(fn, monkeypatch):
+def test_value_dependence_and_randomness_are_left_to_make_fx(fn):
     x = torch.randn(4, 3)
     before = x.clone()
-    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
+    seen = []
     try:
-        capture(fn, [x])
+        capture(fn, [x], on_tracer=seen.append)
     except MinicompError:
         pass                        # make_fx's own answer (the data-dependent error) is kept
-    assert fx_trace.LAST_TRACER[0] == "fake"
+    assert seen[-1] == "fake"
     assert torch.equal(x, before)
 
 
-def test_a_write_to_an_input_is_refused_before_it_happens(monkeypatch):
+def test_a_write_to_an_input_is_refused_before_it_happens():
     def fn(x):
         x.mul_(2)
         return x + 1
 
     x = torch.randn(3, 5)
     before = x.clone()
-    monkeypatch.delenv("MINICOMP_CAPTURE", raising=False)
+    seen = []
     with pytest.raises(MinicompError, match="input"):
-        capture(fn, [x])
-    assert fx_trace.LAST_TRACER[0] == "fake"
+        capture(fn, [x], on_tracer=seen.append)
+    assert seen[-1] == "fake"
     assert torch.equal(x, before)
 
 
@@ -140,11 +185,12 @@ def test_a_write_to_a_buffer_is_declined_and_the_buffer_kept():
     model = nn.BatchNorm1d(6).train()          # training mode updates running stats in place
     stats = model.running_mean.clone()
     x = torch.randn(4, 6)
+    seen = []
     try:
-        capture(model, [x])
+        capture(model, [x], on_tracer=seen.append)
     except MinicompError:
         pass
-    assert fx_trace.LAST_TRACER[0] == "fake"
+    assert seen[-1] == "fake"
     assert torch.equal(model.running_mean, stats)
 
 
@@ -162,16 +208,17 @@ FRESH = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     import torch
     import minicomp
-    from benchmarks.workloads import WORKLOADS
+    from minicomp.frontend.loader import import_file
     from minicomp.ir import graph
-    built = WORKLOADS["gpt_block"].build({device!r}, {dtype}, True)
-    fn = minicomp.compile(built.fn)
-    fn.compile_for(*built.inputs)
+    block, inputs = import_file({root!r} + "/samples/gpt_block.py").build({device!r}, {dtype})
+    fn = minicomp.compile(block)
+    fn.compile_for(*inputs)
     if {device!r} == "cuda":                   # the first call too: codegen, compiles, launches
-        out = fn(*built.inputs)
-        torch.testing.assert_close(out, built.fn(*built.inputs), atol=2e-2, rtol=2e-2)
+        out = fn(*inputs)
+        with torch.no_grad():
+            torch.testing.assert_close(out, block(*inputs), atol=2e-2, rtol=2e-2)
     heavy = sorted(m for m in ("torch._dynamo", "sympy", "torch._inductor") if m in sys.modules)
-    print("HEAVY", heavy, "META", dict(graph.META_INFERENCES))
+    print("HEAVY", heavy, "META", dict(graph.INFERENCE_MEMO.meta_counts))
 """)
 
 
@@ -196,9 +243,18 @@ def test_a_fresh_process_runs_a_block_on_cuda_without_importing_dynamo(tmp_path)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", BLOCKS)
-def test_workloads_on_cuda_capture_to_the_same_ir_as_make_fx(name, monkeypatch):
-    built = WORKLOADS[name].build("cuda", torch.bfloat16, True)
-    g, tracer, g_fake = both(built.fn, built.inputs, monkeypatch)
+@pytest.mark.parametrize("name", SAMPLES + sorted(ANCHORS))
+def test_samples_and_anchors_on_cuda_capture_to_the_same_ir_as_make_fx(name):
+    fn, inputs = built(name, "cuda", torch.bfloat16)
+    g, tracer, g_fake = both(fn, inputs)
     assert tracer == "eager"
     assert _canonical(g) == _canonical(g_fake)
+
+
+def test_the_capture_switch_is_read_into_the_target_and_checked():
+    from minicomp.target import Target
+    assert Target.for_device("cpu", {}).capture == "eager"
+    assert Target.for_device("cpu", {"MINICOMP_CAPTURE": "fake"}).capture == "fake"
+    assert Target.for_device("cpu", {"MINICOMP_CAPTURE": "eager"}).capture == "eager"
+    with pytest.raises(MinicompError, match="tracer 'fast': expected one of eager, fake"):
+        capture(lambda x: x + 1, [torch.randn(2)], tracer="fast")

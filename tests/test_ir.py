@@ -163,14 +163,13 @@ def test_rewrites_keep_edges_in_step():
         g.remove(m)
 
 
-def test_the_shape_inference_memo_is_bounded(monkeypatch):
+def test_the_shape_inference_memo_is_bounded():
     """A long-lived process meets many shapes: the memo drops its oldest entries past its size."""
     from minicomp.ir import graph as graph_mod
-    monkeypatch.setattr(graph_mod, "_INFER_CACHE", {})
-    monkeypatch.setattr(graph_mod, "_INFER_CACHE_SIZE", 8)
+    memo = graph_mod.InferenceMemo(size=8)
     g = graph_mod.Graph("g")
     for n in range(1, 30):
         x = g.add_input(f"x{n}", (n, 3), torch.float32)
-        assert g.node(g.add("exp", x)).shape == (n, 3)
-    assert len(graph_mod._INFER_CACHE) == 8
-    assert all(key[1][0][0][0] >= 22 for key in graph_mod._INFER_CACHE)   # the newest shapes stayed
+        assert graph_mod.infer("exp", [g.node(x)], {}, memo) == ((n, 3), torch.float32)
+    assert len(memo.entries) == 8
+    assert all(key[1][0][0][0] >= 22 for key in memo.entries)   # the newest shapes stayed

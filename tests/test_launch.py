@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from minicomp.codegen.common import Blocks, Buf, Grid, Launch
-from minicomp.codegen.launch import grid_text, launch_lines, warm_entry
+from minicomp.codegen.launch import fixed_grid, grid_text, launch_lines, warm_entry
 from minicomp.runtime import launcher
 
 
@@ -183,6 +183,37 @@ def test_grids_evaluate_as_their_text_does():
     meta = {"BLOCK_M": 32, "BLOCK_N": 16}
     assert grid.evaluate(meta) == eval(grid_text(grid), {"triton": __import__("triton")})(meta) == (4 * 5 * 3, 7)
     assert grid_text(Grid.of(12)) == "(12,)" and not Grid.of(12).needs_meta()
+
+
+def test_a_launch_that_passes_its_block_sizes_has_a_grid_of_numbers():
+    """A kernel of one config is not autotuned: its launch passes the block sizes, so the grid
+    is computed where the module is written; sizes it does not pass stay the autotuner's."""
+    grid = Grid.of((Blocks(100, "BLOCK_M"), Blocks(72, "BLOCK_N"), 3), 7)
+    fixed = fixed_grid(grid, (("M", 100), ("BLOCK_M", 32), ("BLOCK_N", 16), ("num_warps", 4)))
+    assert fixed.dims == ((4 * 5 * 3,), (7,)) and grid_text(fixed) == "(60, 7)"
+    assert fixed.evaluate({}) == grid.evaluate({"BLOCK_M": 32, "BLOCK_N": 16})
+    half = fixed_grid(grid, (("BLOCK_N", 16),))
+    assert grid_text(half) == "lambda meta: (15 * triton.cdiv(100, meta['BLOCK_M']), 7)"
+    assert half.evaluate({"BLOCK_M": 32}) == (60, 7)
+    persistent = Grid.of(Blocks(100, "BLOCK_M"), persistent=True)
+    line = launch_lines("mc_gemm_0", Launch(persistent, (Buf(0),), (("BLOCK_M", 64),)), "buf{}".format, cuda=True)
+    assert line == ["_launch(mc_gemm_0, lambda meta: (min(_sm_count(device), 2),), buf0, BLOCK_M=64)"]
+
+
+def test_a_pointwise_kernel_of_one_config_is_not_autotuned():
+    from minicomp.codegen import generate
+    from minicomp.ir.graph import Graph
+    from minicomp.plan import Group, Plan
+    for numel, tuned in ((300, False), (5000, True)):
+        g = Graph("pw")
+        x = g.add_input("x", (numel,), torch.float32)
+        g.set_outputs([g.add("exp", x)])
+        plan = Plan("pw", [Group(0, "pointwise", nodes=[1], inputs=[0], outputs=[1])]).with_specs(g)
+        gen = generate(g, plan, "cuda")
+        (kernel,) = gen.kernels
+        assert ("@triton.autotune(" in gen.source) == tuned
+        assert dict(kernel.launches[0].kwargs) == ({} if tuned else {"BLOCK": 512, "num_warps": 4})
+        compile(gen.source, "<generated>", "exec")
 
 
 # ----------------------------------------------------------------------------- warm-up: compiling at once

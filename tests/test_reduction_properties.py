@@ -24,11 +24,10 @@ import zlib
 
 import pytest
 import torch
-from conftest import tol
+from conftest import LOOPED, tol
 from reduction_cases import ALL, CASES, Example, draw
 
 import minicomp
-from minicomp.codegen import reduction
 
 EXAMPLES = 6
 ENV = os.environ.get("MINICOMP_REDUCTION_EXAMPLES")
@@ -72,7 +71,7 @@ def _flat(out) -> list[torch.Tensor]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _check(ex: Example, looped: bool, monkeypatch) -> str:
+def _check(ex: Example, looped: bool) -> str:
     """Compile and compare one example; returns "compared" or "eager error"."""
     fn = ex.fn()
     where = f"{ex.describe()} [{'looped' if looped else 'single'} form, seed {SEED}]"
@@ -82,15 +81,11 @@ def _check(ex: Example, looped: bool, monkeypatch) -> str:
         with pytest.raises(Exception):       # noqa: B017  (eager's error, however minicomp reports it)
             minicomp.compile(fn)(ex.x)
         return f"eager error ({type(e).__name__})"
-    with monkeypatch.context() as mp:
-        if looped:
-            mp.setattr(reduction, "SINGLE_PASS_MAX", 0)
-            mp.setattr(reduction, "CPU_LOOP_BLOCK", 16)
-        compiled = minicomp.compile(fn)
-        try:
-            got = _flat(compiled(ex.x))
-        except Exception as e:
-            raise AssertionError(f"{where}: {type(e).__name__}: {e}") from e
+    compiled = minicomp.compile(fn, row_form=LOOPED if looped else None)
+    try:
+        got = _flat(compiled(ex.x))
+    except Exception as e:
+        raise AssertionError(f"{where}: {type(e).__name__}: {e}") from e
     c = compiled._need()
     assert len(got) == len(want), where
     if ex.case.name in ("var_mean", "std_mean") and ex.x.isinf().any():
@@ -119,18 +114,18 @@ def _check(ex: Example, looped: bool, monkeypatch) -> str:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_op_matches_eager(case, monkeypatch):
+def test_op_matches_eager(case):
     rng = random.Random(SEED ^ zlib.crc32(case.name.encode()))
     outcomes: dict[str, int] = {}
     for i in range(COUNT):
         ex = draw(case, rng)
-        outcome = _check(ex, looped=bool(i % 2), monkeypatch=monkeypatch)
+        outcome = _check(ex, looped=bool(i % 2))
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     print(f"{case.name}: {COUNT} examples {outcomes}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_dtypes_eager_refuses_are_refused(case, monkeypatch):
+def test_dtypes_eager_refuses_are_refused(case):
     # one example per dtype eager does not accept for the op: minicomp raises too
     refused = [d for d in ALL if d not in case.dtypes]
     if not refused:
@@ -138,5 +133,5 @@ def test_dtypes_eager_refuses_are_refused(case, monkeypatch):
     rng = random.Random(zlib.crc32(case.name.encode()))
     for dtype in refused:
         ex = draw(case, rng, dtype)
-        outcome = _check(ex, looped=False, monkeypatch=monkeypatch)
+        outcome = _check(ex, looped=False)
         assert outcome.startswith("eager error"), f"{ex.describe()}: eager accepted it"

@@ -37,7 +37,7 @@ from minicomp.api.last import LastCompiled
 from minicomp.errors import CompileError, GuardError, MinicompError
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
-from minicomp.target import Target
+from minicomp.target import RowForm, Target
 
 # the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ class Options:
     time_passes: bool = False
     verify_target: str | None = None         # "cuda:90": also compile every kernel for that GPU (None: $MINICOMP_VERIFY_TARGET)
     freeze: bool = False                     # fold weights into the kernels (guarded: a changed weight recompiles)
+    row_form: RowForm | None = None          # row-kernel form knobs (None: RowForm(); tests force the looped form)
 
 
 @dataclass
@@ -145,12 +146,14 @@ def plan_only(graph: Graph, options: Options | None = None) -> tuple[Graph, Any]
 
 
 def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None, *,
-                  device: str | torch.device | None = None, load: bool = True) -> Compiled:
+                  device: str | torch.device | None = None, load: bool = True,
+                  target: Target | None = None) -> Compiled:
     """Graph (fresh from a frontend) -> passes -> plan -> layout -> generated module -> loaded call.
 
     `inputs` give the shapes, dtypes and strides to specialise on; `device` (default: the inputs',
-    else cuda when present) the target. `load=False` stops at the generated module (`call` raises)
-    and takes meta tensors as `inputs`: the CLI's dumps and `--emit`, which run nothing."""
+    else cuda when present) the target, `target` its record (default: `Target.for_options`, read now).
+    `load=False` stops at the generated module (`call` raises) and takes meta tensors as `inputs`
+    (the CLI's dumps and `--emit`, which run nothing)."""
     from minicomp.codegen import generate
     from minicomp.plan import assign_layout, plan_graph
     from minicomp.runtime import load as load_module
@@ -161,9 +164,11 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
         device = torch.device(device)
     else:
         device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if target is None or target.device_type != device.type:
+        target = Target.for_options(device.type, options)
     if load:
         from minicomp.runtime.prime import prime_triton
-        prime_triton(device)                # Triton's one-time state, built while the passes run
+        prime_triton(device, target.prime_triton)   # Triton's one-time state, built while the passes run
     verify(graph)
     set_input_layouts(graph, inputs)
     captured = graph
@@ -171,7 +176,6 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     # the unfused baseline is the user's program as written (before attention matching)
     plan = plan_graph(graph, options.machine, baseline=captured)
     graph = assign_layout(graph, plan)            # strides of what the plan's kernels write
-    target = Target.for_device(device.type, verify_target=options.verify_target)
     generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
     call = load_module(generated, device) if load else _not_loaded
     return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)
@@ -225,6 +229,7 @@ class CompiledFunction(LastCompiled):
         self._lock = threading.RLock()
         self._name = getattr(fn, "__name__", type(fn).__name__)
         self.compiles = 0                  # specialisations compiled so far (capture to loaded module)
+        self.tracer = ""                   # which tracer captured (or refused) the last signature: "eager", "fake"
         functools.update_wrapper(self, fn, updated=())
 
     def compile_for(self, *args: Any) -> Compiled:
@@ -336,17 +341,19 @@ class CompiledFunction(LastCompiled):
         from minicomp.runtime.guards import Signature, signature_of
         from minicomp.runtime.prime import prime_triton
         plain = [resolved(t) for t in tensors]
+        target = Target.for_options(plain[0].device.type if plain else "cpu", self.options)   # read once
         if plain:
-            prime_triton(plain[0].device)     # Triton's one-time state, built while capture runs
+            prime_triton(plain[0].device, target.prime_triton)   # Triton's one-time state, built while capture runs
         fn = self.fn if spec.plain else taking_flat(self.fn, spec, input_names(self.fn, spec.positional), self._name)
         with _CAPTURE_LOCK:
-            graph = capture(fn, plain, freeze=self.options.freeze)
+            graph = capture(fn, plain, freeze=self.options.freeze, tracer=target.capture,
+                            on_tracer=functools.partial(setattr, self, "tracer"))
         weights = graph.binding.read()
         if weights is None:
             raise MinicompError(f"{self._name}: the state minicomp watches changed while it was captured")
         inputs = plain + [resolved(w) for w in weights]
         signature_of(inputs)                    # arguments and weights on one device
-        compiled = compile_graph(graph, inputs, self.options)
+        compiled = compile_graph(graph, inputs, self.options, target=target)   # (its own for the weights' device)
         self.compiles += 1
         outputs = OutputPlan.of(getattr(graph, "out_alias", None), compiled.graph)
         rerun = Rerun(fn, len(tensors), outputs.fresh, graph.binding, getattr(graph, "random_ops", []), self._name)

@@ -72,7 +72,7 @@ from minicomp.plan.specs import AttentionSpec
 # (BLOCK_M, BLOCK_N, num_stages, num_warps); BLOCK_M is a multiple of BLOCK_N (causal block skipping)
 HALF_CONFIGS = [(128, 64, 3, 4), (128, 64, 3, 8), (128, 128, 3, 8), (64, 64, 3, 4), (128, 32, 4, 4), (64, 32, 4, 4)]
 FP32_CONFIGS = [(64, 32, 2, 4), (64, 64, 2, 4), (32, 32, 2, 4)]
-# long sequences: the two that took turns being fastest on the H200 (benchmarks/ablations.py,
+# long sequences: the two that took turns being fastest on the H200 (benchmarks/ablations/run.py,
 # B4 H32 S4096 d128 causal: 1.15-1.20 ms, with (128, 64, 3, 8) in between; (128, 64, 3, 4) took
 # 1.55); each config autotuned is a compile of several seconds on the first call
 LONG_SEQ = 1024
@@ -161,7 +161,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     g = ctx.graph
     cuda = ctx.device_type == "cuda"
     src = CodeBuilder()
-    if cuda:
+    if cuda and len(cfgs) > 1:       # one config is no choice: the launch passes it
         with src.block(f"{name}_configs = ["):
             for bm, bn, stages, warps in cfgs:
                 src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}}}, "
@@ -190,9 +190,11 @@ def emit(ctx: KernelCtx) -> Kernel:
 
     args = tuple(Buf(p.nid) for p in pointers)
     sizes = (("SQ", spec.sq), ("SK", spec.sk))
+    bm, bn, stages, warps = cfgs[0]
     if cuda:
-        launch = Launch(Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh), args, sizes)
+        one = (("BLOCK_M", bm), ("BLOCK_N", bn), ("num_stages", stages), ("num_warps", warps))
+        fixed = one if len(cfgs) == 1 else ()
+        launch = Launch(Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh), args, sizes + fixed)
     else:
-        bm, bn, _, _ = cfgs[0]
         launch = Launch(Grid.of(-(-spec.sq // bm), nbh), args, sizes + (("BLOCK_M", bm), ("BLOCK_N", bn)))
     return Kernel(name, src.getvalue(), [launch])

@@ -5,7 +5,7 @@ once, so the tensor cores idle while the softmax runs (that module's docstring h
 profile). attention_hopper_kernel.py is written in Gluon, Triton's explicit dialect for
 Hopper: a loader warp feeds two consumer warpgroups by TMA, and each leaves P @ V on the
 tensor cores while it computes the next softmax; programs are persistent. On the H200
-(benchmarks/attention_hopper_ab.py, hand-written causal attention, d128 bf16, each against
+(benchmarks/ablations/attention_hopper_ab.py, hand-written causal attention, d128 bf16, each against
 SDPA in the same run):
 
     shape                    Gluon kernel   block-language kernel   SDPA

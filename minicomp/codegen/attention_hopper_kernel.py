@@ -20,7 +20,7 @@ partitions (Gluon's `warp_specialize`, with registers moved by `setmaxnreg`):
   and rescales acc. The other consumer's MMAs fill the tensor cores during this one's softmax.
 
 Decisions, with what was measured on the H200 (hand-written causal attention, d128 bf16;
-benchmarks/gluon_attention_pp.py and benchmarks/attention_hopper_ab.py, each against SDPA in
+benchmarks/prototypes/gluon_attention_pp.py and benchmarks/ablations/attention_hopper_ab.py, each against SDPA in
 the same run; benchmarks/results/2026-11-29-s5/):
 - 128-key blocks over 64-key ones (B4 H32 S4096: 1.07-1.10 ms against 1.15-1.18, SDPA
   1.01-1.04): the acc rescale, the row max/sum shuffles and the barrier waits are paid once

@@ -33,7 +33,7 @@ Two forms of the kernel:
   stride a multiple of 16 bytes, no batch dims left, no cast): TMA descriptor loads
   (`tl.make_tensor_descriptor`; tiles past the edge read as zeros, so no operand masks) in
   a persistent kernel, one program per SM walking the output tiles. On the H200
-  (`benchmarks/ablations.py`, bf16, bias epilogue) this took nn.Linear-layout weights at
+  (`benchmarks/ablations/run.py`, bf16, bias epilogue) this took nn.Linear-layout weights at
   8192x2048 -> 6144 from 0.366 ms to 0.298 ms (cuBLAS 0.271) and 4096^3 from 0.235 to
   0.198 ms; for [K, N] weights it is on par with the pointer form (0.294 vs 0.320 ms).
   TMA needs 16-byte aligned bases, so `call()` passes an aligned copy of an operand that
@@ -225,7 +225,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     nbatch = math.prod(spec.batch)
     cuda = ctx.device_type == "cuda"
     src = CodeBuilder()
-    if cuda:
+    if cuda and len(cfgs) > 1:       # one config is no choice: the launch passes it (`fixed` below)
         with src.block(f"{name}_configs = ["):
             for bm, bn, bk, stages, warps in cfgs:
                 src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}, \"BLOCK_K\": {bk}, "
@@ -250,13 +250,16 @@ def emit(ctx: KernelCtx) -> Kernel:
     tma_leaves = {spec.a.leaf} | {b.leaf for b in spec.bs} if tma else set()
     args = tuple(Buf(p.nid, align16=p.nid in tma_leaves) for p in pointers)
     sizes = (("M", spec.m), ("N", spec.n), ("K", spec.k))
+    bm, bn, bk, stages, warps = cfgs[0]
+    blocks = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", GROUP_M))
     if cuda:
+        fixed = blocks + (("num_stages", stages), ("num_warps", warps)) if len(cfgs) == 1 else ()
         tiles = (Blocks(spec.m, "BLOCK_M"), Blocks(spec.n, "BLOCK_N"))
         if tma:
-            return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles, persistent=True), args, sizes, tma=True)])
-        return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles + ((nbatch,) if nbatch > 1 else ())), args, sizes)])
-    bm, bn, bk, _, _ = cfgs[0]
-    blocks = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", GROUP_M))
+            launch = Launch(Grid.of(tiles, persistent=True), args, sizes + fixed, tma=True)
+            return Kernel(name, src.getvalue(), [launch])
+        grid = Grid.of(tiles + ((nbatch,) if nbatch > 1 else ()))
+        return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + fixed)])
     tiles = -(-spec.m // bm) * -(-spec.n // bn)
     if tma:
         return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)])

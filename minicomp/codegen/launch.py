@@ -11,7 +11,9 @@ as `Buf(nid)`, the keyword arguments). This module writes each one twice:
   once from this list (`runtime.launcher.CompilingAtOnce`), and the GPU-true check compiles
   the same list for a target (codegen/target_check.py).
 
-A grid that needs autotuned block sizes is written `lambda meta: (...)`, as Triton expects.
+A grid that needs autotuned block sizes is written `lambda meta: (...)`, as Triton expects; a
+kernel of a single config is not autotuned: its launch passes the config's constexprs and
+`num_warps`/`num_stages` itself, and its grid is numbers.
 """
 
 from __future__ import annotations
@@ -33,6 +35,24 @@ def grid_text(grid: Grid) -> str:
         dims[0] = f"min(_sm_count(device), {dims[0]})"
     body = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
     return f"lambda meta: {body}" if grid.needs_meta() or grid.persistent else body
+
+
+def fixed_grid(grid: Grid, kwargs: tuple) -> Grid:
+    """`grid` with the block sizes its launch passes itself (a kernel of one config, not
+    autotuned) as numbers: `(6,)` rather than `lambda meta: (triton.cdiv(192, meta['BLOCK_N']),)`."""
+    known = {k: v for k, v in kwargs if isinstance(v, int) and not isinstance(v, bool)}
+    out = []
+    for d in grid.dims:
+        number, left = 1, []
+        for f in d:
+            if isinstance(f, Blocks) and f.block in known and not dims.is_symbolic(f.n):
+                number *= -(-f.n // known[f.block])
+            elif isinstance(f, Blocks):
+                left.append(f)
+            else:
+                number *= f
+        out.append(((number,) if number != 1 or not left else ()) + tuple(left))
+    return Grid(tuple(out), grid.persistent)
 
 
 def _value_text(v) -> str:
@@ -61,10 +81,11 @@ def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cu
     kernel = launch.fn or kernel
     lines = ["_tma_ready()"] if launch.tma else []
     args = ", ".join(args_text(launch, buf_name))
+    grid = grid_text(fixed_grid(launch.grid, launch.kwargs))
     if cuda:
-        lines.append(f"_launch({kernel}, {grid_text(launch.grid)}, {args})")
+        lines.append(f"_launch({kernel}, {grid}, {args})")
     else:
-        lines.append(f"{kernel}[{grid_text(launch.grid)}]({args})")
+        lines.append(f"{kernel}[{grid}]({args})")
     if launch.when is not None:
         w = launch.when
         test = f"{dims.py(w.size, _SELF)} {'<=' if w.at_most else '>'} {w.limit}"

@@ -270,7 +270,7 @@ class ModuleWriter:
             if kernel.shared:
                 # a library kernel (the Gluon attention kernel) compiles longest (4.3 s on the H200's
                 # host, against 2-3 s for a block-language kernel): first into the warm-up pool, so
-                # it is not queued behind the others (benchmarks/first_call.py)
+                # it is not queued behind the others (benchmarks/ablations/first_call.py)
                 self.warm[:0] = entries
             else:
                 self.warm += entries

@@ -16,7 +16,7 @@ transposed access and the plain ones run along unit strides inside a tile.
 
 Tiles also pay when an operand is broadcast along the rows (a bias or a norm weight over
 the last dimension): a tile loads it once for BLOCK_R rows, where the flat form loads it
-again for every element through `offs % n`. On the H200 (`benchmarks/ablations.py`,
+again for every element through `offs % n`. On the H200 (`benchmarks/ablations/run.py`,
 `gelu_tanh(x*w+b)` over 8192x8192 bf16) the flat form's best was 0.074 ms and a hand-written
 tiled kernel's 0.069 ms, the speed of a plain copy of x; the generated tiled kernel runs
 0.073 ms, and what the remaining difference is has not been found (BENCHMARKS.md).
@@ -75,6 +75,10 @@ def io_comment(ctx: KernelCtx, reads, writes) -> list[str]:
 
 
 def autotune_decorator(configs: list[tuple[dict, int]], key: list[str]) -> list[str]:
+    """The `@triton.autotune` lines over `configs` ((constexprs, num_warps) pairs); none for a
+    single config, which is no choice: the launch passes it (`fixed_config`)."""
+    if len(configs) == 1:
+        return []
     b = CodeBuilder()
     with b.block("@triton.autotune("):
         with b.block("configs=["):
@@ -85,6 +89,15 @@ def autotune_decorator(configs: list[tuple[dict, int]], key: list[str]) -> list[
         b.writeline("do_bench=_tune_bench,")
     b.writeline(")")
     return b.getvalue().splitlines()
+
+
+def fixed_config(configs: list[tuple[dict, int]]) -> tuple[tuple[str, int], ...]:
+    """The launch keywords of a kernel with a single config (its constexprs and num_warps);
+    () for an autotuned one."""
+    if len(configs) != 1:
+        return ()
+    meta, warps = configs[0]
+    return tuple(meta.items()) + (("num_warps", warps),)
 
 
 def _mask_2d(syms: frozenset) -> str | None:
@@ -100,7 +113,7 @@ def _build(ctx: KernelCtx, shape: tuple[int, ...], tiled: bool) -> tuple[Lowerin
     line over the whole tile: their loads hit L2 and are issued ahead of the big streamed
     load. Generated as written, `x` before `w` and `b`, gelu_tanh(x*w+b) over 8192^2 took
     0.0720 ms; with w and b loaded first, 0.0687 ms, as fast as the hand-written kernel
-    (H200, `benchmarks/ablations.py --only pw_kernel`). Moving them cannot break an order:
+    (H200, `benchmarks/ablations/run.py --only pw_kernel`). Moving them cannot break an order:
     a line's operands never use more symbols than the line."""
     body = CodeBuilder()
     numel = math.prod(shape)
@@ -168,6 +181,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     start = (lambda pid: f"{pid}.to(tl.int64)") if wide else (lambda pid: pid)
 
     src = CodeBuilder()
+    configs: list[tuple[dict, int]] = []
     if ctx.device_type == "cuda" and tiles:
         table = CUDA_BCAST_TILE_CONFIGS if tiles[2] == "broadcast" else CUDA_TILE_CONFIGS
         configs = [({"BLOCK_R": r, "BLOCK_C": c}, w) for r, c, w in table]
@@ -175,7 +189,8 @@ def emit(ctx: KernelCtx) -> Kernel:
     elif ctx.device_type == "cuda":
         fitting = list(CUDA_CONFIGS) if symbolic else [
             c for c in CUDA_CONFIGS if c[0] <= max(next_pow2(numel), CUDA_CONFIGS[0][0])]
-        src.writelines(autotune_decorator([({"BLOCK": b}, w) for b, w in fitting], ["n_elements"]))
+        configs = [({"BLOCK": b}, w) for b, w in fitting]
+        src.writelines(autotune_decorator(configs, ["n_elements"]))
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
@@ -220,14 +235,14 @@ def emit(ctx: KernelCtx) -> Kernel:
         elif ctx.device_type == "cuda":
             rows, cols = Blocks(n_rows, "BLOCK_R"), Blocks(n_cols, "BLOCK_C")
             grid = Grid.of((rows, cols)) if one_axis else Grid.of(rows, cols)
-            launch = Launch(grid, args)
+            launch = Launch(grid, args, fixed_config(configs))
         else:
             br, bc = min(next_pow2(n_rows), 64), min(next_pow2(n_cols), 64)
             rows, cols = -(-n_rows // br), -(-n_cols // bc)
             grid = Grid.of(rows * cols) if one_axis else Grid.of(rows, cols)
             launch = Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc)))
     elif ctx.device_type == "cuda":
-        launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,) + extra)
+        launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,) + extra, fixed_config(configs))
     elif symbolic:
         launch = Launch(Grid.of(Blocks(numel, "BLOCK")), bufs + (numel,) + extra, (("BLOCK", CPU_BLOCK),))
     else:

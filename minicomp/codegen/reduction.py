@@ -14,7 +14,7 @@ contiguous row is read as `ptr + rows * n + cols`), else at the strided place it
 dimensions give.
 
 Two forms:
-- single pass (row length <= SINGLE_PASS_MAX): the row is one tile, loaded once; each
+- single pass (row length <= the target's `RowForm.single_pass_max`): the row is one tile, loaded once; each
   reduction in turn is a `tl.sum/max/min` over axis 1 of values already in registers;
 - looped: each reduction is its own loop over column blocks (recomputing its prologue,
   which may use the reductions before it: softmax's sum loop uses the max), then one
@@ -39,16 +39,14 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Runtime, Unsupported, When,
                                      group_spec, kernel_name, next_pow2)
 from minicomp.codegen.lowering import Lowering
-from minicomp.codegen.pointwise import autotune_decorator, io_comment, needs_int64
+from minicomp.codegen.pointwise import autotune_decorator, fixed_config, io_comment, needs_int64
 from minicomp.codegen.sizes import size_args, size_params
 from minicomp.codegen.tlexpr import Val, convert
 from minicomp.ir import dims
 from minicomp.ir.dims import SymbolicDim
 from minicomp.plan.specs import ReductionSpec
 
-SINGLE_PASS_MAX = 8192       # longest row (elements) held in one tile
 CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
-CPU_LOOP_BLOCK = 1024        # interpreter: column block of the looped form
 CUDA_LOOP_CONFIGS = ((1024, 4), (2048, 8), (4096, 8))
 CUDA_COLUMN_CONFIGS = ((16, 64, 2), (32, 64, 4), (32, 32, 2), (64, 32, 4))   # (BLOCK_R, BLOCK_C, warps): enough programs
 REDUCTIONS = row_reduce.REDUCTIONS
@@ -233,7 +231,7 @@ def _cuda_configs(dom: ReductionSpec, form: str) -> list[tuple[dict, int]]:
         return [({"BLOCK_R": 1, "BLOCK_C": c}, w) for c, w in CUDA_LOOP_CONFIGS]
     bc = next_pow2(dom.n_cols)
     brs = [br for br in (1, 2, 4, 8, 16, 32, 64, 128) if br <= next_pow2(dom.n_rows) and (br == 1 or br * bc <= 8192)]
-    # 32 and 16 elements per thread. Measured on the H200 (benchmarks/ablations.py, softmax over
+    # 32 and 16 elements per thread. Measured on the H200 (benchmarks/ablations/run.py, softmax over
     # 16384x4096 bf16): a 4096-wide tile ran 0.070 ms with 4 warps, 0.072 with 8, 0.089 with 16
     # and 0.147 with 32; an 8192-wide tile (two rows) 0.070 with 8 and 0.080 with 16. Too many
     # threads per row is what held softmax and layernorm to ~60% of copy bandwidth before.
@@ -268,7 +266,7 @@ def _column_major(k: RowKernel) -> bool:
             and any(ix.unit_stride_in(o, "rows") for o in offs))
 
 
-def _block_sizes(dom: ReductionSpec, form: str, device_type: str, rows_hint: bool = False) -> tuple[int, int]:
+def _block_sizes(dom: ReductionSpec, form: str, ctx: KernelCtx, rows_hint: bool = False) -> tuple[int, int]:
     """(BLOCK_R, BLOCK_C) under the interpreter (CUDA autotunes instead); `rows_hint`: the
     row count is symbolic, so BLOCK_R does not shrink to it."""
     rows = (lambda cap: cap) if rows_hint else (lambda cap: min(next_pow2(dom.n_rows), cap))
@@ -277,14 +275,14 @@ def _block_sizes(dom: ReductionSpec, form: str, device_type: str, rows_hint: boo
         return rows(max(1, CPU_TILE // bc)), bc
     if form == "columns":
         return rows(64), min(next_pow2(dom.n_cols), 32)
-    return 1, CPU_LOOP_BLOCK
+    return 1, ctx.target.row_form.cpu_loop_block
 
 
 def emit(ctx: KernelCtx) -> Kernel:
     dom = domain(ctx)
     if dims.is_symbolic(dom.n_cols):
         return _emit_symbolic_row(ctx, dom)
-    single = dom.n_cols <= max(SINGLE_PASS_MAX, 1)      # a row of one element is always one tile
+    single = dom.n_cols <= max(ctx.target.row_form.single_pass_max, 1)      # a row of one element is always one tile
     k = _build(ctx, dom, single)
     form = "single" if single else "looped"
     if dom.n_rows > 1 and _column_major(k):
@@ -295,20 +293,20 @@ def emit(ctx: KernelCtx) -> Kernel:
     if dom.n_rows == 0:
         return Kernel(name, src, [], note="nothing to compute (0 rows)", shared=shared)
     if ctx.device_type == "cuda":
-        kwargs = (("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()
+        kwargs = ((("BLOCK_C", next_pow2(dom.n_cols)),) if single else ()) + fixed_config(_cuda_configs(dom, form))
         launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, kwargs)
     elif dims.is_symbolic(dom.n_rows):
-        br, bc = _block_sizes(dom, form, ctx.device_type, rows_hint=True)
+        br, bc = _block_sizes(dom, form, ctx, rows_hint=True)
         launch = Launch(Grid.of(Blocks(dom.n_rows, "BLOCK_R")), args, (("BLOCK_R", br), ("BLOCK_C", bc)))
     else:
-        br, bc = _block_sizes(dom, form, ctx.device_type)
+        br, bc = _block_sizes(dom, form, ctx)
         launch = Launch(Grid.of(-(-dom.n_rows // br)), args, (("BLOCK_R", br), ("BLOCK_C", bc)))
     return Kernel(name, src, [launch], shared=shared)
 
 
 def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
     """Rows of symbolic length: both forms, and call() launches the one the row fits
-    (single pass up to SINGLE_PASS_MAX, looped beyond), with the tile sized from the row at
+    (single pass up to the target's `row_form.single_pass_max`, looped beyond), with the tile sized from the row at
     run time (codegen/sizes.py). Reductions over leading axes (the columns form) serve every
     length with one kernel."""
     looped = _build(ctx, dom, False)
@@ -322,9 +320,10 @@ def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
     src_one, args = _text(ctx, dom, single, "single", one)
     src_loop, _ = _text(ctx, dom, looped, "looped", name)
     n = dims.py(dom.n_cols, _OWN_NAMES)
-    bc = Runtime(f"triton.next_power_of_2({n})", next_pow2(min(dims.hint(dom.n_cols), SINGLE_PASS_MAX)))
-    fits = When(dom.n_cols, SINGLE_PASS_MAX)
-    longer = When(dom.n_cols, SINGLE_PASS_MAX, at_most=False)
+    most = ctx.target.row_form.single_pass_max
+    bc = Runtime(f"triton.next_power_of_2({n})", next_pow2(min(dims.hint(dom.n_cols), max(most, 1))))
+    fits = When(dom.n_cols, most)
+    longer = When(dom.n_cols, most, at_most=False)
     grid = Grid.of(Blocks(dom.n_rows, "BLOCK_R"))
     if ctx.device_type == "cuda":
         # the single-pass tile from the row's length: BLOCK_R rows of BLOCK_C, about 4096 elements
@@ -336,7 +335,8 @@ def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
     else:
         br = Runtime(f"max(1, {CPU_TILE} // triton.next_power_of_2({n}))", max(1, CPU_TILE // bc.hint))
         launches = [Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc)), fn=one, when=fits),
-                    Launch(grid, args, (("BLOCK_R", 1), ("BLOCK_C", CPU_LOOP_BLOCK)), when=longer)]
+                    Launch(grid, args, (("BLOCK_R", 1), ("BLOCK_C", ctx.target.row_form.cpu_loop_block)),
+                           when=longer)]
     helpers = HELPERS_IMPORT if (single.helpers or looped.helpers) else ""
     return Kernel(name, src_one.rstrip("\n") + "\n\n\n" + src_loop, launches, shared=helpers)
 

@@ -2,7 +2,7 @@
 and the builtins that make tensors (full, arange, causal_mask).
 
 Composite operators go through `minicomp.ir.composites`, so the DSL and the fx frontend build
-the same graphs for them. Registered into `dsl_builtins.BUILTINS` on import.
+the same graphs for them. Registered into the table (`dsl_table.BUILTINS`) when `dsl_builtins` imports this module.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from minicomp.frontend.dsl_builtins import (Axes, CallError, Dtype, Emit, Number, Shape, Tensor, TensorVal, Value,
-                                            builtin)
 from minicomp.frontend.dsl_limits import fits_dtype
+from minicomp.frontend.dsl_table import (Axes, CallError, Dtype, Emit, Number, Shape, Tensor, TensorVal, Value,
+                                         builtin)
 from minicomp.ir import composites
 from minicomp.ir.dtypes import dtype_name
 

@@ -2,14 +2,14 @@
 
 Every view is stored with concrete, non-negative attributes (a reshape's `-1` resolved, a
 negative axis normalised, a slice's bounds clamped like Python's), so later stages never
-re-derive what the user meant. Registered into `dsl_builtins.BUILTINS` on import.
+re-derive what the user meant. Registered into the table (`dsl_table.BUILTINS`) when `dsl_builtins` imports this module.
 """
 
 from __future__ import annotations
 
 import torch
 
-from minicomp.frontend.dsl_builtins import Axes, CallError, Emit, Shape, Tensor, TensorVal, Value, builtin
+from minicomp.frontend.dsl_table import Axes, CallError, Emit, Shape, Tensor, TensorVal, Value, builtin
 from minicomp.ir import dims
 
 

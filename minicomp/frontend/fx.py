@@ -14,7 +14,7 @@ How capture works, and why:
   `torch._dynamo` and about 900 modules with it, 3-4 s of a fresh process's first compile
   where bytecode caches are missing. It declines whatever would let a value decide the graph
   or write to the caller's tensors, and make_fx then captures with its exact semantics and
-  errors. `MINICOMP_CAPTURE=fake` skips the eager tracer.
+  errors. `capture(..., tracer="fake")` (`MINICOMP_CAPTURE=fake`, via the Target) skips it.
   Symbolic tracing (`torch.fx.symbolic_trace`) was rejected: it records Python-level calls
   (an open set: every method and functional) without shapes. torch.export was rejected as
   heavier and stricter (it refuses some inference-only code that make_fx accepts) for no
@@ -78,7 +78,7 @@ from minicomp.frontend import fx_ops, fx_ops_indexing
 from minicomp.frontend.binding import Binding
 from minicomp.frontend.effects import Snapshot, refusal
 from minicomp.frontend.fx_alias import AtenCall, _Slot, is_view, output_aliases
-from minicomp.frontend.fx_ops import Ctx, T, Unmapped
+from minicomp.frontend.fx_table import Ctx, T, Unmapped
 from minicomp.frontend.fx_ops_shapes import lower_sdpa
 from minicomp.frontend.fx_trace import (LINEAR, MATMUL, SDPA, def_origin, describe, input_names, origin_of,
                                         trace)
@@ -326,8 +326,8 @@ def _prune(g: Graph) -> None:
             g.remove(nid)
 
 
-def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.Tensor],
-            name: str | None = None, *, freeze: bool = False) -> Graph:
+def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.Tensor], name: str | None = None,
+            *, freeze: bool = False, tracer: str = "eager", on_tracer: Callable[[str], None] | None = None) -> Graph:
     """Trace `fn_or_module(*example_inputs)` into a verified-shape minicomp Graph.
 
     Inputs are named after the function's (or `forward`'s) parameters, followed by one input
@@ -337,7 +337,7 @@ def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.T
     tensors); with `freeze=True` weights are constants instead, guarded by the binding.
     `graph.outputs` are the returned tensors in pytree order, `graph.out_spec` the structure
     that `tree_unflatten` rebuilds from them, `graph.out_alias` how eager's outputs alias the
-    inputs (fx_alias.py) and `graph.random_ops` the random aten ops the graph calls.
+    inputs (fx_alias.py), `graph.random_ops` the random aten ops it calls (`tracer`: as `trace`).
 
     No state of the caller's is changed: tensor writes are refused before they happen, and
     Python attribute or global writes are undone and refused (effects.py). Raises
@@ -352,7 +352,7 @@ def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.T
     found = walk(fn_or_module)
     before = Snapshot(found)
     try:
-        gm, out_spec = trace(fn_or_module, distinct(found, inputs))
+        gm, out_spec = trace(fn_or_module, distinct(found, inputs), tracer=tracer, on_tracer=on_tracer)
     finally:
         changes = before.undo()
     if changes:

@@ -20,7 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from minicomp.errors import MinicompError
-from minicomp.frontend.fx_ops import Ctx, T, Unmapped, lowers
+from minicomp.frontend.fx_table import Ctx, T, Unmapped, lowers
 from minicomp.ir.graph import Graph
 from minicomp.ir.ops.indexing import INDEX_DTYPES
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from minicomp.frontend.fx_ops import Ctx, Handler, T, Unmapped, lowers
+from minicomp.frontend.fx_table import Ctx, Handler, T, Unmapped, lowers
 from minicomp.frontend.fx_ops_shapes import _slice
 from minicomp.ir import composites
 from minicomp.ir.dtypes import HALF_DTYPES

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from minicomp.frontend.fx_ops import Ctx, Handler, Unmapped, lowers
+from minicomp.frontend.fx_table import Ctx, Handler, Unmapped, lowers
 from minicomp.ir import composites
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from minicomp.frontend.fx_ops import Ctx, Handler, T, Unmapped, lowers
+from minicomp.frontend.fx_table import Ctx, Handler, T, Unmapped, lowers
 from minicomp.ir import composites
 
 # --------------------------------------------------------------------------- composites

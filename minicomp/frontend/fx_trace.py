@@ -35,8 +35,7 @@ from minicomp.frontend.fx_eager import eager_trace
 from minicomp.frontend.pyframes import frame_error
 
 _log = logging.getLogger(__name__)
-# which tracer captured last: "eager" (fx_eager) or "fake" (make_fx); read by tests
-LAST_TRACER = [""]
+TRACERS = ("eager", "fake")      # the eager tracer first (make_fx where it declines), or make_fx only
 
 # --------------------------------------------------------------------------- traced stand-ins
 
@@ -314,10 +313,16 @@ class _NoOutsideWrites(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.GraphModule, pytree.TreeSpec]:
+def trace(fn: Callable, example_inputs: Sequence[torch.Tensor], *, tracer: str = "eager",
+          on_tracer: Callable[[str], None] | None = None) -> tuple[fx.GraphModule, pytree.TreeSpec]:
     """make_fx capture of `fn` (see the module docstring) and the pytree structure of what it
     returns (tuple, list, dict, namedtuple...); user errors become MinicompError. No tensor
-    of the caller's is written, by either tracer."""
+    of the caller's is written, by either tracer. `tracer` "fake" skips the eager tracer (the
+    Target's `capture`, from $MINICOMP_CAPTURE); `on_tracer` is told which tracer captured
+    (or raised): "eager" or "fake"."""
+    if tracer not in TRACERS:
+        raise MinicompError(f"tracer {tracer!r}: expected one of {', '.join(TRACERS)}")
+    told = on_tracer or (lambda name: None)
     returned: list[pytree.TreeSpec] = []
     fake = [False]
 
@@ -328,16 +333,16 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor]) -> tuple[fx.Grap
         return out
 
     functional = torch.func.functionalize(positional, remove="mutations")
-    if os.environ.get("MINICOMP_CAPTURE", "eager") != "fake":
+    if tracer == "eager":
         try:
             with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept():
                 gm = eager_trace(functional, example_inputs, _IMPLS)
-            LAST_TRACER[0] = "eager"
+            told("eager")
             return gm, returned[-1]
         except Exception as e:  # declined, or the user's code failed: make_fx's errors are the clear ones
             _log.debug("eager tracer declined %s (%s: %s); capturing with make_fx", describe(fn),
                        type(e).__name__, e)
-    LAST_TRACER[0] = "fake"
+    told("fake")
     fake[0] = True
     try:
         with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept(), _quiet_fake_tensor_log():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import copy as _copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import networkx as nx
@@ -78,31 +78,38 @@ def meta_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-# ops whose shape came from meta tensors (no rule in shapes.py answered): tests keep the
-# samples' count at zero, since a meta inference imports torch._dynamo (see shapes.py)
-META_INFERENCES: collections.Counter = collections.Counter()
-_INFER_CACHE: dict[tuple, tuple[tuple[int, ...], torch.dtype] | str] = {}
-_INFER_CACHE_SIZE = 1 << 16   # entries; the oldest go first (a long-lived process meets many shapes)
+@dataclass
+class InferenceMemo:
+    """Shape inference's memo of (op, operand types, attributes) -> result or error message,
+    bounded (the oldest go first: a long-lived process meets many shapes), and the ops whose
+    shape came from meta tensors (no rule in shapes.py answered): tests keep the samples'
+    count at zero, since a meta inference imports torch._dynamo (see shapes.py)."""
+    size: int = 1 << 16
+    entries: dict[tuple, tuple[tuple[int, ...], torch.dtype] | str] = field(default_factory=dict)
+    meta_counts: collections.Counter = field(default_factory=collections.Counter)
+
+    def remember(self, key: tuple | None, value: tuple[tuple[int, ...], torch.dtype] | str) -> None:
+        if key is None:
+            return
+        self.entries[key] = value
+        while len(self.entries) > self.size:
+            try:
+                del self.entries[next(iter(self.entries))]
+            except (KeyError, StopIteration, RuntimeError):   # another thread evicted it first
+                break
 
 
-def _remember(key: tuple | None, value) -> None:
-    if key is None:
-        return
-    _INFER_CACHE[key] = value
-    while len(_INFER_CACHE) > _INFER_CACHE_SIZE:
-        try:
-            del _INFER_CACHE[next(iter(_INFER_CACHE))]
-        except (KeyError, StopIteration, RuntimeError):   # another thread evicted it first
-            break
+INFERENCE_MEMO = InferenceMemo()   # the process's, shared by every graph (verify re-infers after each pass)
 
 
-def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[int, ...], torch.dtype]:
+def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any],
+          memo: InferenceMemo = INFERENCE_MEMO) -> tuple[tuple[int, ...], torch.dtype]:
     """Shape and dtype of `op` applied to `arg_nodes`: by rule (shapes.py) for the common cases,
     else by running the op's reference on meta tensors.
 
     Raises ValueError with PyTorch's message when the operands do not fit (shape mismatch...).
-    Results are memoised on (op, operand types, attributes): verify() re-infers every node
-    after every pass, and meta-tensor dispatch is the slow part of that.
+    Results are memoised in `memo` on (op, operand types, attributes): verify() re-infers every
+    node after every pass, and meta-tensor dispatch is the slow part of that.
     """
     d = ops.get(op)
     try:
@@ -112,22 +119,22 @@ def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[
         hash(key)
     except TypeError:
         key = None
-    hit = _INFER_CACHE.get(key) if key is not None else None
+    hit = memo.entries.get(key) if key is not None else None
     if hit is not None:
         if isinstance(hit, str):
             raise ValueError(hit)
         return hit
     result = shapes.rule(op, [(a.shape, a.dtype) for a in arg_nodes], {k: v for k, v in attrs.items() if k in d.attrs})
     if result is not None:
-        _remember(key, result)
+        memo.remember(key, result)
         return result
-    META_INFERENCES[op] += 1
+    memo.meta_counts[op] += 1
     try:
         result = _infer_meta(d, arg_nodes, attrs)
     except ValueError as e:
-        _remember(key, str(e))
+        memo.remember(key, str(e))
         raise
-    _remember(key, result)
+    memo.remember(key, result)
     return result
 
 

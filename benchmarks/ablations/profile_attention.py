@@ -1,10 +1,10 @@
 """Run the attention anchor (causal, B4 H32 S4096 d128, bf16) a few times, for a profiler.
 
     ncu --kernel-name regex:attn --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
-        --section WarpStateStats python3 benchmarks/profile_attention.py --config 64,64,3,4
+        --section WarpStateStats python3 benchmarks/ablations/profile_attention.py --config 64,64,3,4
 
 `--config BLOCK_M,BLOCK_N,stages,warps` runs minicomp's generated kernel under that one
-config; `--variant` one of benchmarks/ablations_matmul.py's text edits of it; `--sdpa` runs
+config; `--variant` one of benchmarks/ablations/matmul.py's text edits of it; `--sdpa` runs
 F.scaled_dot_product_attention instead. The answer is checked against SDPA first, so a
 profile is never taken of a wrong kernel.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.ablation_harness import check, with_one_config  # noqa: E402
+from benchmarks.ablations.harness import check, with_one_config  # noqa: E402
 
 
 def main() -> int:
@@ -33,7 +33,7 @@ def main() -> int:
     args = p.parse_args()
     import minicomp
     from benchmarks import workloads as W
-    from benchmarks.ablations_matmul import _attention_variants
+    from benchmarks.ablations.matmul import _attention_variants
     B, H, S, D = 4, 32, 4096, 128
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     sdpa = torch.nn.functional.scaled_dot_product_attention

@@ -19,30 +19,12 @@ query rows, BLOCK_N = 64 keys: 2 programs fit on an SM.
 Scope of the prototype: causal, q/k/v/o contiguous [B, H, S, D] of one dtype (bf16/fp16),
 S a multiple of 64, D 64 or 128, 4 warps. Run on the device:
 
-    python3 benchmarks/gluon_attention.py [--stages 2,3] [--warps 4]
+    python3 benchmarks/prototypes/gluon_attention.py [--stages 2,3] [--warps 4]
 
 It checks against SDPA first, then times against SDPA and minicomp's shipped kernel.
 
-What it showed on the H200 (B4 H32 S4096 d128 bf16, three do_bench medians each, Triton 3.6;
-benchmarks/results/2026-11-29-s4/README.md):
-- written naively (one step per loop trip), ptxas serialised every wgmma (C7511: the loop
-  carried S[j+1] into the next trip) and it took 1.76-1.81 ms;
-- as here, in two runs, 1.16-1.23 ms against the shipped kernel's 1.25-1.27 and SDPA's
-  0.99-1.05 in the same run: 3-7% faster than shipped, still 1.13-1.20x SDPA;
-- slower variants: masking inside every step (1.31 ms, 209 registers), 8 warps with 128-row
-  tiles (1.42-1.45), more steps per trip with a loop of single steps in front (1.22-1.29);
-  128-key blocks do not fit in registers (255 and spills).
-Every softmax overlaps the next Q @ K^T, but only every second one a P @ V. Leaving the
-second step's P @ V in flight across the back edge makes ptxas serialise again (C7514),
-although the PTX has no copy of its registers there (the loop-top wait names the same
-registers the wgmma wrote): ptxas seems to accept a wgmma in flight across a back edge only
-when its accumulator feeds the next wgmma directly, as in a GEMM loop. Keeping P @ V in
-flight in every step needs the rescale off that path (or warp specialisation with a
-producer warp, as cuDNN does). Lazy rescaling (rescale only when a row's max grew by more
-than 2^8, else chain P @ V onto the one in flight as a GEMM loop does) still drew C7514,
-with the rescale's product tied to the accumulator's registers by inline asm too: the
-branch that rescales reads accumulator registers that the other path has in flight. That, GQA, masks, ragged lengths and
-codegen's fused epilogues are what it lacks before it could replace codegen/attention.py.
+What it showed on the H200 (times, the variants tried and why ptxas serialised the wgmmas)
+is in BENCHMARKS.md, "The Gluon attention prototypes".
 """
 
 from __future__ import annotations
@@ -59,7 +41,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

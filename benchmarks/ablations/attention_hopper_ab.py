@@ -1,13 +1,13 @@
 """minicomp's two attention kernels side by side on Hopper: the Gluon kernel
 (codegen/attention_hopper_kernel.py) and the block-language one (codegen/attention.py, what
 MINICOMP_HOPPER_ATTENTION=0 leaves) and the non-persistent prototype the first grew from
-(benchmarks/gluon_attention_pp.py), on hand-written causal attention at the suite's anchor
+(benchmarks/prototypes/gluon_attention_pp.py), on hand-written causal attention at the suite's anchor
 and at the attention shapes of samples/gpt_block.py and samples/llama_block.py, against SDPA.
 
 Each is checked against SDPA first, then the three are timed in rounds that take turns
 (`benchmarks/measure.py`). Run on the device:
 
-    python3 benchmarks/attention_hopper_ab.py [--rounds 5]
+    python3 benchmarks/ablations/attention_hopper_ab.py [--rounds 5]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -80,9 +80,9 @@ def main() -> int:
         fn = hand_written(s, d, hq // hkv)
         fns = {"SDPA": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hq != hkv)}
         if hq == hkv:   # the non-persistent prototype the kernel grew from (no GQA)
-            from benchmarks import gluon_attention_pp as PP
+            from benchmarks.prototypes import gluon_attention_pp as PP
             torch.testing.assert_close(PP.attention(q, k, v, 2), ref, atol=2e-2, rtol=2e-2)
-            fns["gluon non-persistent (benchmarks/gluon_attention_pp.py)"] = lambda: PP.attention(q, k, v, 2)
+            fns["gluon non-persistent (benchmarks/prototypes/gluon_attention_pp.py)"] = lambda: PP.attention(q, k, v, 2)
         for name, hopper in (("gluon", True), ("block-language", False)):
             c = compiled(fn, (q, k, v), hopper)
             kernels = [n for n in c.compile_for(q, k, v).generated.kernel_names if "attn" in n]

@@ -1,4 +1,4 @@
-"""The hand-written Triton kernels `benchmarks/ablations.py` times: variants of the kernels
+"""The hand-written Triton kernels `benchmarks/ablations/run.py` times: variants of the kernels
 minicomp generates, one code-shape knob at a time (see that script's docstring)."""
 
 import triton

@@ -4,8 +4,8 @@
 medians, L2 flushed) and appends a row to `Results`, which rewrites ablations.json after
 every row; a variant that fails is recorded with its error and the sweep goes on.
 `bench_host_hidden` times a call with the host's time hidden behind a GPU sleep, and
-`host_ms_per_call` measures the host's time alone. The sweeps are in ablations_memory.py
-and ablations_matmul.py; ablations.py runs them.
+`host_ms_per_call` measures the host's time alone. The sweeps are in memory.py
+and matmul.py; run.py runs them.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import torch
 import triton
 from triton.testing import do_bench
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.ablation_kernels import pointwise_2d  # noqa: E402
+from benchmarks.ablations.kernels import pointwise_2d  # noqa: E402
 
 DEADLINE = [float("inf")]                         # --budget-s: no variant starts after it
 ATTN_VARIANTS: list[set[str] | None] = [None]     # --attn-variants

@@ -1,6 +1,6 @@
 """When each compile of a generated module's first call ran, in a fresh process with empty caches.
 
-    python benchmarks/warm_up_timeline.py [--apart] [NAME]     (default llama_block; needs CUDA)
+    python benchmarks/ablations/warm_up_timeline.py [--apart] [NAME]     (default llama_block; needs CUDA)
 
 The first call (`CompilingAtOnce`, runtime/launcher.py) submits every (kernel, config) to a
 pool of threads and launches each kernel once its compile is done. This prints, relative to
@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

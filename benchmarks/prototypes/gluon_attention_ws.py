@@ -1,4 +1,4 @@
-"""The Gluon attention prototype (benchmarks/gluon_attention.py) warp-specialised as cuDNN's
+"""The Gluon attention prototype (benchmarks/prototypes/gluon_attention.py) warp-specialised as cuDNN's
 kernel is: Gluon's `warp_specialize` runs the TMA loads of Q, K and V in one producer warp,
 and two consumer warpgroups (the default partition and a worker of 4 warps) each compute a
 64-row query tile of the program's 128 rows, sharing the K/V ring. Registers move from the
@@ -9,7 +9,7 @@ and `empty` (the consumer's MMA that read the slot is done). The consumer's loop
 prototype's: two key blocks per loop trip, Q @ K^T of the next block and P @ V of the last
 in flight during the softmax, nothing in flight at the end of a trip.
 
-    python3 benchmarks/gluon_attention_ws.py [--stages 2,3]
+    python3 benchmarks/prototypes/gluon_attention_ws.py [--stages 2,3]
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.gluon_attention import _finish, _softmax, _start, _tma_load  # noqa: E402
+from benchmarks.prototypes.gluon_attention import _finish, _softmax, _start, _tma_load  # noqa: E402
 
 
 @gluon.jit
@@ -170,7 +170,7 @@ def main() -> int:
     p.add_argument("--loader-regs", default="24")
     p.add_argument("--consumer-regs", default="240")
     args = p.parse_args()
-    from benchmarks import gluon_attention as G
+    from benchmarks.prototypes import gluon_attention as G
 
     def candidates(q, k, v):
         out = [("gluon, no loader warp, stages=3", lambda: G.attention(q, k, v, 3, 4))]

@@ -1,7 +1,7 @@
 """minicomp's own compile time (capture to loaded module, warm process) of the two block samples
 with the Hopper attention kernel on and off, three times each, and where it goes.
 
-    python3 benchmarks/own_compile_ab.py
+    python3 benchmarks/ablations/own_compile_ab.py
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -1,6 +1,6 @@
 """Where a workload's first call in a fresh process goes, with and without compiling at once.
 
-    python benchmarks/first_call.py [--threads 1,16] [--apart] [--profile] NAME [NAME ...]
+    python benchmarks/ablations/first_call.py [--threads 1,16] [--apart] [--profile] NAME [NAME ...]
 
 For each workload and each `--threads` value (MINICOMP_COMPILE_THREADS: 1 turns the
 warm-up off, so every kernel compiles on its first launch, one after another), a fresh
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -74,8 +74,7 @@ def child(name: str, profile: bool, apart: bool) -> None:
     if prof:
         print_profile(prof, "first call")
     rec["total_s"] = rec["import_s"] + rec["own_s"] + rec["warm_up_s"] + rec["first_call_s"]
-    from minicomp.frontend import fx_trace
-    rec["tracer"] = fx_trace.LAST_TRACER[0]
+    rec["tracer"] = fn.tracer
     rec["dynamo"] = "yes" if "torch._dynamo" in sys.modules else "no"    # imported by anything so far
     del out
     print(MARKER + json.dumps(rec), flush=True)

@@ -19,9 +19,9 @@ Knobs:
   loaded first (`norm_var`), per-call host time (`overhead`) and timings with the host's time
   hidden (`hidden`).
 
-Every variant is checked against eager PyTorch before it is timed (ablation_harness.py);
-the sweeps are in ablations_memory.py and ablations_matmul.py. CUDA only:
-    python3 benchmarks/ablations.py --out DIR [--only softmax,layernorm,pointwise,attention]
+Every variant is checked against eager PyTorch before it is timed (harness.py);
+the sweeps are in memory.py and matmul.py. CUDA only:
+    python3 benchmarks/ablations/run.py --out DIR [--only softmax,layernorm,pointwise,attention]
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from pathlib import Path
 import torch
 import triton
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import ablations_matmul as MM  # noqa: E402
-from benchmarks import ablations_memory as MEM  # noqa: E402
-from benchmarks.ablation_harness import ATTN_CONFIGS, ATTN_VARIANTS, DEADLINE, Results, sm_count  # noqa: E402
+from benchmarks.ablations import matmul as MM  # noqa: E402
+from benchmarks.ablations import memory as MEM  # noqa: E402
+from benchmarks.ablations.harness import ATTN_CONFIGS, ATTN_VARIANTS, DEADLINE, Results, sm_count  # noqa: E402
 
 SWEEPS = {"copy": MEM.sweep_copy, "softmax": MEM.sweep_softmax, "layernorm": MEM.sweep_layernorm,
           "pointwise": MEM.sweep_pointwise, "attention": MM.sweep_attention,

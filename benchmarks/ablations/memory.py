@@ -4,7 +4,7 @@ What a plain copy of each shape reaches; softmax and layernorm variants (masks,
 reciprocal, persistent grid, rows per program, warps); pointwise block shapes and gelu
 forms; text edits of the generated pointwise kernel; calls timed with the host's time
 hidden; where the generated pointwise kernel lost to the hand-written one; norm weights
-loaded first. Run through ablations.py.
+loaded first. Run through run.py.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 import triton
 
-from benchmarks.ablation_harness import (Results, attempt, bench, bench_host_hidden, check, grid_for, hand_pointwise,
+from benchmarks.ablations.harness import (Results, attempt, bench, bench_host_hidden, check, grid_for, hand_pointwise,
                                          host_ms_per_call, pointwise_anchor)
-from benchmarks.ablation_kernels import copy_kernel, layernorm_kernel, pointwise_1d, pointwise_2d, softmax_kernel
+from benchmarks.ablations.kernels import copy_kernel, layernorm_kernel, pointwise_1d, pointwise_2d, softmax_kernel
 
 
 def sweep_copy(res: Results):

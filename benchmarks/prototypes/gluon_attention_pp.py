@@ -1,6 +1,6 @@
 """The non-persistent form of codegen's Hopper attention kernel, kept to compare against:
 one program per 128 query rows of one (batch, head), warp-specialised like
-benchmarks/gluon_attention_ws.py (a TMA loader warp, two consumer warpgroups of 64 rows),
+benchmarks/prototypes/gluon_attention_ws.py (a TMA loader warp, two consumer warpgroups of 64 rows),
 with 128-key blocks and the softmax of block j+1 overlapping P @ V of block j
 (FlashAttention-3's intra-warpgroup overlap). Each trip is
 
@@ -14,16 +14,12 @@ wide) and nothing is in flight across the loop's back edge. The consumers run co
 `_hopper_attn_rows` (minicomp/codegen/attention_hopper_kernel.py) with the ring starting
 at slot 0; the loader is gluon_attention_ws.py's.
 
-On the H200 (B4 H32 S4096 d128 causal bf16, three medians each; SDPA 1.01-1.04 ms, the
-block-language kernel 1.24-1.26 and gluon_attention_ws.py 1.14-1.17 in the same run;
-results/2026-11-29-s5/gluon-attention-pp.txt), when this file still had the options:
-128-key blocks 1.07-1.10 ms (2 stages) and 1.06-1.12 (3), 64-key blocks 1.15-1.18, and the
-two consumers taking turns to issue their MMAs through mbarriers (FlashAttention-3's
-ping-pong) 1.10-1.13, slower. Made persistent, this is the kernel codegen ships.
+Made persistent, this is the kernel codegen ships; what each of its options measured on the
+H200 is in BENCHMARKS.md, "The Gluon attention prototypes".
 
 Scope: causal, contiguous [B, H, S, D] bf16/fp16, S a multiple of 128, D 64 or 128.
 
-    python3 benchmarks/gluon_attention_pp.py [--stages 2,3]
+    python3 benchmarks/prototypes/gluon_attention_pp.py [--stages 2,3]
 """
 
 from __future__ import annotations
@@ -38,11 +34,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.gluon_attention_ws import _loader  # noqa: E402
+from benchmarks.prototypes.gluon_attention_ws import _loader  # noqa: E402
 from minicomp.codegen.attention_hopper_kernel import _hopper_attn_rows  # noqa: E402
 
 
@@ -110,8 +106,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stages", default="2,3")
     args = p.parse_args()
-    from benchmarks import gluon_attention as G
-    from benchmarks import gluon_attention_ws as WS
+    from benchmarks.prototypes import gluon_attention as G
+    from benchmarks.prototypes import gluon_attention_ws as WS
 
     def candidates(q, k, v):
         out = [("gluon ws (64-key, two S) stages=3", lambda: WS.attention(q, k, v, 3))]

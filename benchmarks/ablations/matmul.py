@@ -1,5 +1,5 @@
 """Ablation sweeps of the matmul kernels: attention configs and kernel variants, nn.Linear
-configs, hand-written TMA GEMMs. Run through ablations.py.
+configs, hand-written TMA GEMMs. Run through run.py.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import torch
 import triton
 
-from benchmarks.ablation_harness import ATTN_CONFIGS, ATTN_VARIANTS, Results, attempt, attempt_module, sm_count, with_one_config
-from benchmarks.ablation_kernels import gemm_tma_kernel
+from benchmarks.ablations.harness import ATTN_CONFIGS, ATTN_VARIANTS, Results, attempt, attempt_module, sm_count, with_one_config
+from benchmarks.ablations.kernels import gemm_tma_kernel
 
 
 def attention_anchor(res: Results, group: str):

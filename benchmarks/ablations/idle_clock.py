@@ -6,7 +6,7 @@ autotuner's timing (5 ms warm-up, 20 ms of runs) after an idle pause, then again
 with a longer warm-up after the same pause. It also runs minicomp's layernorm anchor module,
 freshly imported, several times and prints the config its autotuner chose each time.
 
-    python3 benchmarks/idle_clock.py [--trials 5] [--idle-s 2]
+    python3 benchmarks/ablations/idle_clock.py [--trials 5] [--idle-s 2]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from triton.testing import do_bench
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
