@@ -21,6 +21,7 @@ if not _torch.cuda.is_available():
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from minicomp.api.dsl import DslFunction, compile_dsl  # noqa: E402
+from minicomp.api.dynamic import mark_dynamic  # noqa: E402
 from minicomp.entry import CompiledFunction, compile  # noqa: E402
 from minicomp.errors import MinicompError
 
@@ -40,5 +41,5 @@ def backend_report(compiled=None):
 
 
 __version__ = "0.1.0"
-__all__ = ["compile", "compile_dsl", "CompiledFunction", "DslFunction", "MinicompError", "backend",
+__all__ = ["compile", "compile_dsl", "CompiledFunction", "DslFunction", "MinicompError", "backend", "mark_dynamic",
            "backend_report"]

@@ -48,7 +48,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
-from minicomp.api import Compiled, Options, compile_graph, run_compiled
+from minicomp.api import Compiled, Options, compile_graph
+from minicomp.dynamo_run import _expected_outputs, _Run
 from minicomp.errors import MinicompError
 from minicomp.frontend import aot
 
@@ -67,6 +68,7 @@ class GraphRecord:
     compile_seconds: float = 0.0
     shapes: int = 0                    # concrete signatures compiled (a symbolic graph: one per shape)
     symbolic: bool = False
+    per_shape: str = ""            # why a graph of symbolic sizes is compiled per concrete shape ("": it is not)
     error: str | None = None           # set when minicomp could not compile it: it ran eagerly
 
     def update(self, compiled: Compiled, aten_calls: tuple[int, int]) -> None:
@@ -220,7 +222,11 @@ def _eager(gm: fx.GraphModule, record: GraphRecord, exc: BaseException) -> Calla
 def _compile(gm: fx.GraphModule, inputs: Sequence[Any], opts: Options, record: GraphRecord) -> Callable:
     if aot.is_symbolic(inputs):
         record.symbolic = True
-        return _PerShape(gm, opts, record)
+        try:
+            return _over_symbols(gm, list(inputs), opts, record)
+        except Exception as exc:   # noqa: BLE001 -- not over symbols: one compile per concrete signature
+            record.per_shape = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            return _PerShape(gm, opts, record)
     try:
         return _concrete(gm, list(inputs), opts, record)
     except Exception as exc:   # noqa: BLE001 -- any failure to compile one graph: it runs eagerly
@@ -245,78 +251,37 @@ def _concrete(gm: fx.GraphModule, inputs: list[torch.Tensor], opts: Options, rec
     return _Run(compiled, layout, _expected_outputs(work), record)
 
 
-def _expected_outputs(gm: fx.GraphModule) -> list[tuple[fx.Node, bool]]:
-    """Each tensor output's node, and whether the graph itself returns an alias of an input."""
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    return [(n, _aliases_input(n)) for n in out.args[0]]
+def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: GraphRecord) -> Callable:
+    """Compile a graph of symbolic sizes once (codegen/sizes.py): its SymInt placeholders are
+    dims, the module reads the sizes from the tensors. Non-tensor outputs (sizes) and graphs
+    the compile cannot take over symbols raise: the caller compiles per concrete shape."""
+    from minicomp.frontend.fx import lower
+    start = time.perf_counter()
+    work = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    work, layout = aot.split_outputs(work)
+    if layout.others:
+        raise MinicompError("a graph over symbolic sizes that returns sizes")
+    aot.rewrite_sdpa(work)
+    calls = aot.aten_calls(work)
+    graph = lower(work, f"dynamo_graph_{record.index}")
+    if not graph.symbolic:
+        raise MinicompError("every size was fixed while lowering")
+    tensor_pos = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
+    compiled = compile_graph(graph, [inputs[i] for i in tensor_pos], opts)
+    compiled.compile_seconds = time.perf_counter() - start
+    record.update(compiled, calls)
+    run = _Run(compiled, layout, _expected_outputs(work), record)
+    return _Boxed(lambda args: run([args[i] for i in tensor_pos]))
 
 
-def _aliases_input(node: Any) -> bool:
-    while isinstance(node, fx.Node):
-        if node.op == "placeholder":
-            return True
-        schema = getattr(node.target, "_schema", None)
-        if not (schema and schema.returns and schema.returns[0].alias_info is not None and not schema.is_mutable):
-            return False
-        node = node.args[0]
-    return False
-
-
-class _Run:
-    """The boxed callable AOTAutograd calls with the graph's flat tensor arguments."""
+class _Boxed:
     _boxed_call = True
 
-    def __init__(self, compiled: Compiled, layout: aot.OutputLayout, expected: list[tuple[fx.Node, bool]],
-                 record: GraphRecord):
-        self.compiled, self.layout, self.expected, self.record = compiled, layout, expected, record
-        self.fixes: list[str] | None = None      # per output: "", "copy" or "restride"
+    def __init__(self, fn: Callable[[list], list]):
+        self.fn = fn
 
     def __call__(self, args: list) -> list:
-        ran, outs = run_compiled(self.compiled, args)
-        if ran is not self.compiled:             # a kernel Triton rejected now runs through PyTorch
-            self.compiled = ran
-            self.record.pytorch_ops += [f"group {g} runs through PyTorch: {why}" for g, why in ran.forced.items()]
-        if self.fixes is None:
-            self.fixes = self._plan_fixes(args, outs)
-        if any(self.fixes):
-            outs = [_fix(o, how, self.expected[i][0]) for i, (o, how) in enumerate(zip(outs, self.fixes))]
-        return self.layout.merge(outs)
-
-    def _plan_fixes(self, args: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> list[str]:
-        in_storage = {_storage(a) for a in args if isinstance(a, torch.Tensor)}
-        fixes, seen = [], {}
-        for i, (o, (node, graph_alias)) in enumerate(zip(outs, self.expected)):
-            want = node.meta["val"]
-            how = ""
-            twin = seen.get(id(o))
-            if twin is not None and self.expected[twin][0] is not node:
-                how = "copy"                     # two outputs that are one tensor; the graph's are two
-            elif not graph_alias and _storage(o) in in_storage:
-                how = "copy"                     # an alias of an input the graph does not return
-            if o.numel() > 1 and _strides(o) != _strides(want):
-                how = "restride"
-            fixes.append(how)
-            seen.setdefault(id(o), i)
-        return fixes
-
-
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr() if t.numel() else -id(t)
-
-
-def _strides(t: torch.Tensor) -> tuple[int, ...]:
-    # strides of size-1 dimensions address nothing
-    return tuple(int(s) for s, n in zip(t.stride(), t.shape) if n != 1)
-
-
-def _fix(t: torch.Tensor, how: str, node: fx.Node) -> torch.Tensor:
-    if how == "copy":
-        return t.clone()
-    if how == "restride":
-        want = node.meta["val"]
-        out = torch.empty_strided(tuple(t.shape), tuple(int(s) for s in want.stride()), dtype=t.dtype, device=t.device)
-        return out.copy_(t)
-    return t
+        return self.fn(args)
 
 
 class _PerShape:

@@ -25,160 +25,24 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 import warnings
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from minicomp.api.arguments import CallShape, flatten_call, taking_flat
+from minicomp.api.dynamic import DynamicState, accepts, mark_dynamic, structure  # noqa: F401  (mark_dynamic: the package's)
 from minicomp.api.last import LastCompiled
-from minicomp.errors import CompileError, GuardError, MinicompError
-from minicomp.ir.graph import Graph
-from minicomp.ir.verify import verify
-from minicomp.target import RowForm, Target
+from minicomp.api.pipeline import (Compiled, Options, compile_graph, optimise, plan_only,  # noqa: F401  (the api's)
+                                   run_compiled, set_input_layouts)
+from minicomp.errors import GuardError, MinicompError
+from minicomp.target import Target
 
 # the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
 if TYPE_CHECKING:
     from minicomp.runtime.boundary import Specialisation
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass
-class Options:
-    passes: Sequence[str] | None = None      # None: the default pipeline
-    machine: str = "h200"
-    print_after_all: bool = False
-    dump_dir: str | None = None
-    time_passes: bool = False
-    verify_target: str | None = None         # "cuda:90": also compile every kernel for that GPU (None: $MINICOMP_VERIFY_TARGET)
-    freeze: bool = False                     # fold weights into the kernels (guarded: a changed weight recompiles)
-    row_form: RowForm | None = None          # row-kernel form knobs (None: RowForm(); tests force the looped form)
-
-
-@dataclass
-class Compiled:
-    """Everything one specialisation produced."""
-    graph: Graph                 # after passes and layout assignment
-    plan: Any                    # minicomp.plan.Plan
-    generated: Any               # minicomp.codegen.GeneratedModule
-    call: Callable[..., list[torch.Tensor]]
-    pass_records: list = field(default_factory=list)
-    compile_seconds: float = 0.0  # capture to loaded module, excluding Triton's JIT (lazy, at first launch)
-    forced: dict[int, str] = field(default_factory=dict)  # group id -> why it runs through PyTorch after all
-
-
-def run_compiled(compiled: Compiled, tensors: Sequence[torch.Tensor]) -> tuple[Compiled, list[torch.Tensor]]:
-    """Run `compiled` on `tensors`; when Triton's compiler rejects one of its kernels on this
-    device (found at the kernel's first launch on a GPU), generate the module again with that
-    kernel's group run through PyTorch, say so once, and run that: the answer is eager's, never
-    a Triton traceback. Returns the Compiled that ran (the same one unless a kernel failed).
-
-    Rerunning the whole call is safe: kernels only write buffers the call allocated."""
-    from minicomp.runtime.launcher import KernelCompileError
-
-    while True:
-        try:
-            return compiled, compiled.call(*tensors)
-        except KernelCompileError as exc:
-            if exc.kernel not in compiled.generated.kernel_groups:
-                raise
-            compiled = _without_kernel(compiled, exc.kernel, exc.cause)
-
-
-def _without_kernel(compiled: Compiled, kernel: str, cause: str) -> Compiled:
-    """`compiled` generated again with `kernel`'s group run through PyTorch."""
-    import warnings
-
-    from minicomp.codegen import generate
-    from minicomp.runtime import load
-
-    gen = compiled.generated
-    gid = gen.kernel_groups[kernel]
-    first = cause.strip().splitlines()[0] if cause.strip() else "(no message)"
-    reason = f"kernel {kernel} was rejected by Triton's compiler on {compiled.call.device}: {first}"
-    warnings.warn(f"minicomp: {compiled.graph.name}: group {gid} runs through PyTorch: {reason}", stacklevel=3)
-    forced = {**compiled.forced, gid: reason}
-    target = replace(gen.target, verify_arch=None)   # the check already ran on this plan
-    generated = generate(compiled.graph, compiled.plan, target, forced_fallbacks=forced)
-    call = load(generated, compiled.call.device)
-    return replace(compiled, generated=generated, call=call, forced=forced)
-
-
-def set_input_layouts(graph: Graph, inputs: Sequence[torch.Tensor]) -> None:
-    """Record the actual strides of the inputs: kernels read them as they are, no copies.
-
-    Strides of size-1 dimensions never address anything; they are normalised (as the
-    runtime's `Signature` does) so `x[:, None]` and `x.unsqueeze(1).contiguous()` share a kernel.
-    An input given as None (a graph of symbolic sizes compiled with `load=False`) is contiguous.
-    """
-    from minicomp.ir.graph import contiguous_strides
-    from minicomp.runtime.guards import TensorSig
-    for nid, t in zip(graph.inputs, inputs):
-        node = graph.node(nid)
-        node.layout = contiguous_strides(node.shape) if t is None else TensorSig.of(t).stride
-
-
-def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
-    from minicomp.passes.manager import run_pipeline
-    return run_pipeline(graph, options.passes, print_after_all=options.print_after_all,
-                        dump_dir=options.dump_dir, time_passes=options.time_passes)
-
-
-def _not_loaded(*inputs: Any) -> list[torch.Tensor]:
-    raise MinicompError("this graph was compiled with load=False: its module was generated, not loaded")
-
-
-def plan_only(graph: Graph, options: Options | None = None) -> tuple[Graph, Any]:
-    """Graph -> passes -> plan -> layout, no code: the CLI's dumps of a program whose sizes are
-    symbolic (codegen takes concrete sizes so far; `compile_graph` needs them bound)."""
-    from minicomp.plan import assign_layout, plan_graph
-
-    options = options or Options()
-    verify(graph)
-    set_input_layouts(graph, [None] * len(graph.inputs))
-    captured = graph
-    graph, _ = optimise(graph, options)
-    plan = plan_graph(graph, options.machine, baseline=captured)
-    return assign_layout(graph, plan), plan
-
-
-def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None, *,
-                  device: str | torch.device | None = None, load: bool = True,
-                  target: Target | None = None) -> Compiled:
-    """Graph (fresh from a frontend) -> passes -> plan -> layout -> generated module -> loaded call.
-
-    `inputs` give the shapes, dtypes and strides to specialise on; `device` (default: the inputs',
-    else cuda when present) the target, `target` its record (default: `Target.for_options`, read now).
-    `load=False` stops at the generated module (`call` raises) and takes meta tensors as `inputs`
-    (the CLI's dumps and `--emit`, which run nothing)."""
-    from minicomp.codegen import generate
-    from minicomp.plan import assign_layout, plan_graph
-    from minicomp.runtime import load as load_module
-
-    options = options or Options()
-    start = time.perf_counter()
-    if device is not None:
-        device = torch.device(device)
-    else:
-        device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if target is None or target.device_type != device.type:
-        target = Target.for_options(device.type, options)
-    if load:
-        from minicomp.runtime.prime import prime_triton
-        prime_triton(device, target.prime_triton)   # Triton's one-time state, built while the passes run
-    verify(graph)
-    set_input_layouts(graph, inputs)
-    captured = graph
-    graph, records = optimise(graph, options)   # the manager works on a copy: `captured` stays as it was
-    # the unfused baseline is the user's program as written (before attention matching)
-    plan = plan_graph(graph, options.machine, baseline=captured)
-    graph = assign_layout(graph, plan)            # strides of what the plan's kernels write
-    generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
-    call = load_module(generated, device) if load else _not_loaded
-    return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)
 
 
 def _module_call(compiled: Compiled) -> Callable[..., list[torch.Tensor]]:
@@ -230,6 +94,8 @@ class CompiledFunction(LastCompiled):
         self._name = getattr(fn, "__name__", type(fn).__name__)
         self.compiles = 0                  # specialisations compiled so far (capture to loaded module)
         self.tracer = ""                   # which tracer captured (or refused) the last signature: "eager", "fake"
+        self.dynamic = DynamicState(options.dynamic)   # sizes seen; structures that could not go symbolic
+        self._symbolic: list[tuple[tuple, Specialisation]] = []   # (structure, specialisation over symbols)
         functools.update_wrapper(self, fn, updated=())
 
     def compile_for(self, *args: Any) -> Compiled:
@@ -310,7 +176,7 @@ class CompiledFunction(LastCompiled):
                     return s, tensors, weights
                 if weights is None:
                     self._forget_if_stale(key, s)
-            s = self._specialise(key, tensors, spec)
+            s = self._over_symbols(key, tensors, spec) or self._specialise(key, tensors, spec)
             self._cache.setdefault(key, []).append(s)
             self._last = s.compiled
             weights = s.binding.read()
@@ -334,7 +200,34 @@ class CompiledFunction(LastCompiled):
                 if s in entries:
                     entries.remove(s)
 
+    def _over_symbols(self, key: tuple, tensors: list[torch.Tensor], spec: CallShape) -> Specialisation | None:
+        """A specialisation over symbolic sizes that serves this call (api/dynamic.py)."""
+        from minicomp.runtime.guards import weights_fit
+        where = structure(spec, tensors, key[2])
+        for k, s in self._symbolic:
+            if k == where and accepts([s.compiled.graph.node(i).shape for i in s.compiled.graph.inputs], tensors):
+                weights = s.binding.read()
+                if weights is not None and weights_fit(weights, s.weight_sig):
+                    return s
+        return None
+
     def _specialise(self, key: tuple, tensors: list[torch.Tensor], spec: CallShape) -> Specialisation:
+        where = structure(spec, tensors, key[2])
+        chosen = self.dynamic.dims_for(where, tensors)
+        if chosen is not None:
+            try:
+                s = self._specialise_as(key, tensors, spec, chosen)
+                if s.compiled.graph.symbolic:
+                    self._symbolic.append((where, s))
+                    return s
+                self.dynamic.refused[where] = "every size was fixed while tracing"
+            except MinicompError as e:     # not over symbols: compile for these sizes, and say why
+                self.dynamic.refused[where] = str(e).splitlines()[0]
+                _log.info("%s: compiling for concrete sizes: %s", self._name, self.dynamic.refused[where])
+        return self._specialise_as(key, tensors, spec, None)
+
+    def _specialise_as(self, key: tuple, tensors: list[torch.Tensor], spec: CallShape,
+                       symbolic: list | None) -> Specialisation:
         from minicomp.frontend.fx import capture
         from minicomp.frontend.fx_trace import input_names
         from minicomp.runtime.boundary import OutputPlan, Rerun, Specialisation, resolved
@@ -346,8 +239,15 @@ class CompiledFunction(LastCompiled):
             prime_triton(plain[0].device, target.prime_triton)   # Triton's one-time state, built while capture runs
         fn = self.fn if spec.plain else taking_flat(self.fn, spec, input_names(self.fn, spec.positional), self._name)
         with _CAPTURE_LOCK:
-            graph = capture(fn, plain, freeze=self.options.freeze, tracer=target.capture,
-                            on_tracer=functools.partial(setattr, self, "tracer"))
+            if symbolic is not None:          # make_fx over fake inputs with those dims symbolic
+                from minicomp.frontend.fx_symbolic import check_guards, fake_inputs, shape_env_of
+                fakes = fake_inputs(plain, symbolic)
+                graph = capture(fn, fakes, freeze=self.options.freeze, tracer="symbolic",
+                                on_tracer=functools.partial(setattr, self, "tracer"))
+                check_guards(shape_env_of(fakes))
+            else:
+                graph = capture(fn, plain, freeze=self.options.freeze, tracer=target.capture,
+                                on_tracer=functools.partial(setattr, self, "tracer"))
         weights = graph.binding.read()
         if weights is None:
             raise MinicompError(f"{self._name}: the state minicomp watches changed while it was captured")

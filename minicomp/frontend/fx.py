@@ -15,10 +15,8 @@ How capture works, and why:
   where bytecode caches are missing. It declines whatever would let a value decide the graph
   or write to the caller's tensors, and make_fx then captures with its exact semantics and
   errors. `capture(..., tracer="fake")` (`MINICOMP_CAPTURE=fake`, via the Target) skips it.
-  Symbolic tracing (`torch.fx.symbolic_trace`) was rejected: it records Python-level calls
-  (an open set: every method and functional) without shapes. torch.export was rejected as
-  heavier and stricter (it refuses some inference-only code that make_fx accepts) for no
-  benefit here.
+  `torch.fx.symbolic_trace` (Python-level calls, no shapes) and torch.export (heavier and
+  stricter) were rejected. Symbolic sizes: make_fx over fake inputs (fx_symbolic.py).
 - **functionalize** (`torch.func.functionalize(..., remove="mutations")`) turns the user's
   in-place ops (`y.add_(1)`, `y[:, 0] = 0`) into pure ones. In-place ops that a
   decomposition emits below functionalization (rms_norm's `add_`) are lowered to their
@@ -77,11 +75,12 @@ from minicomp.errors import CaptureRefused, MinicompError
 from minicomp.frontend import fx_ops, fx_ops_indexing
 from minicomp.frontend.binding import Binding
 from minicomp.frontend.effects import Snapshot, refusal
-from minicomp.frontend.fx_alias import AtenCall, _Slot, is_view, output_aliases
+from minicomp.frontend.fx_alias import AtenCall, _Slot, check_mutation, functional_variant, output_aliases
 from minicomp.frontend.fx_table import Ctx, T, Unmapped
 from minicomp.frontend.fx_ops_shapes import lower_sdpa
 from minicomp.frontend.fx_trace import (LINEAR, MATMUL, SDPA, def_origin, describe, input_names, origin_of,
                                         trace)
+from minicomp.frontend.fx_symbolic import Symbols, no_symbols, shape_of
 from minicomp.frontend.params import Walk, distinct, walk
 from minicomp.ir.graph import Graph
 
@@ -114,13 +113,14 @@ def _opaque(g: Graph, node: fx.Node, target: Any, args: tuple, kwargs: dict, out
         return a
 
     call = AtenCall(target, fx.node.map_aggregate(args, slot), fx.node.map_aggregate(kwargs, slot), output)
+    fx.node.map_aggregate((call.args, call.kwargs), no_symbols)   # an aten call takes ints, not Exprs
     val = node.meta.get("val")
     if output is not None:
         val = val[output]
     if not isinstance(val, torch.Tensor):
         raise CaptureRefused(f"{origin or node.name}: cannot capture {node.target}: it returns "
                             f"{type(val).__name__}, not a tensor")
-    return g.add("opaque", *operands, fn=call, target=call.__name__, out_shape=tuple(val.shape),
+    return g.add("opaque", *operands, fn=call, target=call.__name__, out_shape=shape_of(g, val),
                  out_dtype=val.dtype, origin=origin)
 
 
@@ -143,7 +143,7 @@ def _bind(target: Any, args: tuple, kwargs: dict) -> list[Any] | None:
 
 
 def _matches(g: Graph, nid: Any, val: Any) -> bool:
-    return (isinstance(nid, int) and isinstance(val, torch.Tensor) and g.node(nid).shape == tuple(val.shape)
+    return (isinstance(nid, int) and isinstance(val, torch.Tensor) and g.node(nid).shape == shape_of(g, val)
             and g.node(nid).dtype == val.dtype)
 
 
@@ -163,31 +163,6 @@ def _lower_mapped(g: Graph, node: fx.Node, target: Any, args: tuple, kwargs: dic
             return None
         return _Multi(node, [o if o is not None and _matches(g, o, v) else None for o, v in zip(out, val)])
     return T(out) if _matches(g, out, val) else None
-
-
-def _functional_variant(target: Any) -> Any | None:
-    """aten.add_.Scalar -> aten.add.Scalar, for in-place ops; None for pure ops."""
-    if not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
-        return None
-    name = target.overloadpacket.__name__
-    if not name.endswith("_"):
-        return None
-    packet = getattr(torch.ops.aten, name[:-1], None)
-    return getattr(packet, target._overloadname, None) if packet is not None else None
-
-
-def _check_mutation(node: fx.Node, origin: str | None) -> None:
-    """Refuse a mutation whose effect a pure graph could not keep (an input, or a view's base)."""
-    mutated = node.args[0]
-    where = origin or node.name
-    if not isinstance(mutated, fx.Node):
-        return
-    if mutated.op in ("placeholder", "get_attr"):
-        raise MinicompError(f"{where}: {node.target} mutates an input or weight in place; "
-                            "minicomp graphs are pure: return the new value instead")
-    if is_view(mutated) or any(is_view(u) for u in mutated.users if u is not node):
-        raise MinicompError(f"{where}: {node.target} mutates a tensor that shares memory with a view; "
-                            "write it without in-place ops")
 
 
 # torch.tensor(...) inside the function: a tensor made by the call itself, a true constant
@@ -218,11 +193,16 @@ class _Lowering:
 
     def run(self) -> None:
         nodes = list(self.gm.graph.nodes)
-        for k, node in enumerate(n for n in nodes if n.op == "placeholder"):   # the arguments come first
+        k = 0
+        for node in (n for n in nodes if n.op == "placeholder"):   # the arguments come first
             val = node.meta["val"]
-            self.env[node] = T(self.g.add_input(self.input_names[k], tuple(val.shape), val.dtype,
+            if isinstance(val, torch.SymInt):     # a size Dynamo passes: a dim, not an input
+                self.env[node] = self.g.symbols.dim(val)
+                continue
+            self.env[node] = T(self.g.add_input(self.input_names[k], shape_of(self.g, val), val.dtype,
                                                 origin=self.input_origin))
             self.input_position[node] = k
+            k += 1
         for node in nodes:
             if node.op == "get_attr":
                 self._get_attr(node)
@@ -261,6 +241,9 @@ class _Lowering:
         self.env[node] = self.constants[id(tensor)]
 
     def _call(self, node: fx.Node) -> None:
+        if isinstance(node.meta.get("val"), torch.SymInt):   # a size (sym_size, size arithmetic): a dim
+            self.env[node] = self.g.symbols.dim(node.meta["val"])
+            return
         origin = origin_of(node)
         args = fx.node.map_aggregate(node.args, self.value)
         kwargs = fx.node.map_aggregate(node.kwargs, self.value)
@@ -269,9 +252,9 @@ class _Lowering:
             return
         target = node.target
         fx_ops_indexing.refuse_data_dependent(self.g, node, args, origin)   # x[mask]: a clear error
-        pure = _functional_variant(target)
+        pure = functional_variant(target)
         if pure is not None:
-            _check_mutation(node, origin)
+            check_mutation(node, origin)
             target = pure
         out = _lower_mapped(self.g, node, target, args, kwargs, origin)
         if out is None:
@@ -292,7 +275,7 @@ class _Lowering:
             parent = src.node
             p_args = fx.node.map_aggregate(parent.args, self.value)
             p_kwargs = fx.node.map_aggregate(parent.kwargs, self.value)
-            target = _functional_variant(parent.target) or parent.target
+            target = functional_variant(parent.target) or parent.target
             src.items[index] = _opaque(self.g, parent, target, p_args, p_kwargs, index, origin_of(parent))
         return T(src.items[index])
 
@@ -377,6 +360,7 @@ def lower(gm: fx.GraphModule, name: str, input_names: Sequence[str] | None = Non
     count = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
     names = list(input_names) if input_names is not None else [f"arg{i}" for i in range(count)]
     g = Graph(name)
+    g.symbols = Symbols()          # PyTorch's SymInts as dims, for graphs traced over symbolic sizes
     lowering = _Lowering(gm, g, names, input_origin, found, freeze, device)
     lowering.run()
     _prune(g)

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from minicomp.errors import MinicompError
+
 
 @dataclass
 class _Slot:
@@ -114,3 +116,28 @@ def output_aliases(outputs: list[Any], input_position: dict[fx.Node, int]) -> li
             cur = step[1]
         found.append(alias)
     return found
+
+
+def functional_variant(target: Any) -> Any | None:
+    """aten.add_.Scalar -> aten.add.Scalar, for in-place ops; None for pure ops."""
+    if not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
+        return None
+    name = target.overloadpacket.__name__
+    if not name.endswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
+def check_mutation(node: fx.Node, origin: str | None) -> None:
+    """Refuse a mutation whose effect a pure graph could not keep (an input, or a view's base)."""
+    mutated = node.args[0]
+    where = origin or node.name
+    if not isinstance(mutated, fx.Node):
+        return
+    if mutated.op in ("placeholder", "get_attr"):
+        raise MinicompError(f"{where}: {node.target} mutates an input or weight in place; "
+                            "minicomp graphs are pure: return the new value instead")
+    if is_view(mutated) or any(is_view(u) for u in mutated.users if u is not node):
+        raise MinicompError(f"{where}: {node.target} mutates a tensor that shares memory with a view; "
+                            "write it without in-place ops")

@@ -93,13 +93,22 @@ def _take_along_dim(cx: Ctx, x, indices, dim=None):
     return cx.add("gather", xe, ie, dim=dim, mode="take_along_dim")
 
 
+def _unbacked(t: torch.Tensor) -> bool:
+    if all(isinstance(d, int) for d in t.shape):
+        return False
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    return bool(free_unbacked_symbols(t))
+
+
 def refuse_data_dependent(g: Graph, node: Any, args: tuple, origin: str | None) -> None:
     """Refuse an aten call whose output shape depends on its inputs' values (`x[mask]`, nonzero,
     masked_select): make_fx records it with a symbolic size, which no graph of static shapes
     (minicomp's) can hold. A clear error at the user's line (it used to crash the planner)."""
     vals = node.meta.get("val")
     vals = vals if isinstance(vals, (list, tuple)) else [vals]
-    if all(not isinstance(v, torch.Tensor) or all(isinstance(d, int) for d in v.shape) for v in vals):
+    # sizes from the inputs' symbols are fine (a graph over symbolic sizes); a size no input
+    # has (an "unbacked" symbol: how many elements a mask selects) is what is refused
+    if all(not isinstance(v, torch.Tensor) or not _unbacked(v) for v in vals):
         return
     masks = [a for a in pytree.tree_leaves(args)
              if isinstance(a, T) and g.node(a.id).dtype in (torch.bool, torch.uint8)]

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from minicomp.frontend.fx_table import Ctx, Handler, T, Unmapped, lowers
+from minicomp.frontend.fx_symbolic import shape_of
 from minicomp.ir import composites
 
 # --------------------------------------------------------------------------- composites
@@ -167,7 +168,7 @@ def _select_int(cx: Ctx, x, dim, index):
 
 @lowers("unbind.int")
 def _unbind(cx: Ctx, x, dim=0):
-    return [_select(cx, x.id, dim, i, tuple(v.shape)) for i, v in enumerate(cx.val)]
+    return [_select(cx, x.id, dim, i, shape_of(cx.graph, v)) for i, v in enumerate(cx.val)]
 
 
 def _split_at(cx: Ctx, x: T, sizes: list[int], dim: int) -> list[int]:
@@ -181,7 +182,7 @@ def _split_at(cx: Ctx, x: T, sizes: list[int], dim: int) -> list[int]:
 
 @lowers("split.Tensor")
 def _split(cx: Ctx, x, split_size, dim=0):
-    return _split_at(cx, x, [int(v.shape[dim]) for v in cx.val], dim)
+    return _split_at(cx, x, [shape_of(cx.graph, v)[dim] for v in cx.val], dim)
 
 
 @lowers("split_with_sizes.default")

@@ -76,7 +76,8 @@ class Ctx:
 
     @property
     def out_shape(self) -> tuple[int, ...]:
-        return tuple(int(d) for d in self.val.shape)
+        symbols = getattr(self.graph, "symbols", None)      # SymInts as dims (fx_symbolic.py)
+        return symbols.shape(self.val) if symbols is not None else tuple(int(d) for d in self.val.shape)
 
     @property
     def out_dtype(self) -> torch.dtype:

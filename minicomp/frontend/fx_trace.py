@@ -35,7 +35,9 @@ from minicomp.frontend.fx_eager import eager_trace
 from minicomp.frontend.pyframes import frame_error
 
 _log = logging.getLogger(__name__)
-TRACERS = ("eager", "fake")      # the eager tracer first (make_fx where it declines), or make_fx only
+# the eager tracer first (make_fx where it declines), make_fx only, or make_fx over fake inputs
+# with symbolic sizes (frontend/fx_symbolic.py: the inputs are already fake)
+TRACERS = ("eager", "fake", "symbolic")
 
 # --------------------------------------------------------------------------- traced stand-ins
 
@@ -333,6 +335,17 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor], *, tracer: str =
         return out
 
     functional = torch.func.functionalize(positional, remove="mutations")
+    if tracer == "symbolic":
+        told("symbolic")
+        fake[0] = True
+        try:
+            with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept(), _quiet_fake_tensor_log():
+                gm = make_fx(functional, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*example_inputs)
+        except MinicompError:
+            raise
+        except Exception as e:
+            raise user_error(e, f"capturing {describe(fn)} over symbolic sizes failed") from None
+        return gm, returned[-1]
     if tracer == "eager":
         try:
             with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept():

@@ -141,8 +141,15 @@ def infer(op: str, arg_nodes: list[Node], attrs: dict[str, Any],
 def _infer_meta(d: "ops.OpDef", arg_nodes: list[Node], attrs: dict[str, Any]) -> tuple[tuple[int, ...], torch.dtype]:
     op = d.name
     if any(dims.any_symbolic(a.shape) for a in arg_nodes):
-        shown = ", ".join(a.type for a in arg_nodes)
-        raise dims.SymbolicDim(f"{op} has no shape rule for symbolic sizes ({shown})")
+        # a pointwise op broadcasts its operands (the rule), whatever its dtype rule: the dtype
+        # from meta tensors at the hints, the shape by broadcasting; other ops need their rule
+        out = shapes.broadcast(*(a.shape for a in arg_nodes)) if d.kind == "pointwise" and arg_nodes else None
+        if out is None:
+            shown = ", ".join(a.type for a in arg_nodes)
+            raise dims.SymbolicDim(f"{op} has no shape rule for symbolic sizes ({shown})")
+        hinted = [Node(a.id, a.op, a.args, a.attrs, dims.hints(a.shape), a.dtype) for a in arg_nodes]
+        _, dtype = _infer_meta(d, hinted, dims.hinted(attrs))
+        return out, dtype
     metas = [meta_tensor(a.shape, a.dtype) for a in arg_nodes]
     kwargs = {k: v for k, v in attrs.items() if k in d.attrs}
     if op in ("full", "arange"):

@@ -1,0 +1,158 @@
+"""The stages wired for one graph: `compile_graph` (passes -> plan -> layout -> generated
+module -> loaded call), `plan_only` (no code: dumps over symbolic sizes), and `run_compiled`
+(a kernel Triton rejects at its first launch runs through PyTorch instead). `Options` are the
+compile options, `Compiled` what one specialisation produced. `minicomp.api` re-exports them;
+this module imports nothing of the api package.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+import torch
+
+from minicomp.errors import MinicompError
+from minicomp.ir import dims
+from minicomp.ir.graph import Graph
+from minicomp.ir.verify import verify
+from minicomp.target import RowForm, Target
+
+
+@dataclass
+class Options:
+    passes: Sequence[str] | None = None      # None: the default pipeline
+    machine: str = "h200"
+    print_after_all: bool = False
+    dump_dir: str | None = None
+    time_passes: bool = False
+    verify_target: str | None = None         # "cuda:90": also compile every kernel for that GPU (None: $MINICOMP_VERIFY_TARGET)
+    freeze: bool = False                     # fold weights into the kernels (guarded: a changed weight recompiles)
+    row_form: RowForm | None = None          # row-kernel form knobs (None: RowForm(); tests force the looped form)
+    dynamic: bool | None = None              # symbolic sizes: None after a size changes, True always, False never (api/dynamic.py)
+
+
+@dataclass
+class Compiled:
+    """Everything one specialisation produced."""
+    graph: Graph                 # after passes and layout assignment
+    plan: Any                    # minicomp.plan.Plan
+    generated: Any               # minicomp.codegen.GeneratedModule
+    call: Callable[..., list[torch.Tensor]]
+    pass_records: list = field(default_factory=list)
+    compile_seconds: float = 0.0  # capture to loaded module, excluding Triton's JIT (lazy, at first launch)
+    forced: dict[int, str] = field(default_factory=dict)  # group id -> why it runs through PyTorch after all
+
+
+def run_compiled(compiled: Compiled, tensors: Sequence[torch.Tensor]) -> tuple[Compiled, list[torch.Tensor]]:
+    """Run `compiled` on `tensors`; when Triton's compiler rejects one of its kernels on this
+    device (found at the kernel's first launch on a GPU), generate the module again with that
+    kernel's group run through PyTorch, say so once, and run that: the answer is eager's, never
+    a Triton traceback. Returns the Compiled that ran (the same one unless a kernel failed).
+
+    Rerunning the whole call is safe: kernels only write buffers the call allocated."""
+    from minicomp.runtime.launcher import KernelCompileError
+
+    while True:
+        try:
+            return compiled, compiled.call(*tensors)
+        except KernelCompileError as exc:
+            if exc.kernel not in compiled.generated.kernel_groups:
+                raise
+            compiled = _without_kernel(compiled, exc.kernel, exc.cause)
+
+
+def _without_kernel(compiled: Compiled, kernel: str, cause: str) -> Compiled:
+    """`compiled` generated again with `kernel`'s group run through PyTorch."""
+    import warnings
+
+    from minicomp.codegen import generate
+    from minicomp.runtime import load
+
+    gen = compiled.generated
+    gid = gen.kernel_groups[kernel]
+    first = cause.strip().splitlines()[0] if cause.strip() else "(no message)"
+    reason = f"kernel {kernel} was rejected by Triton's compiler on {compiled.call.device}: {first}"
+    warnings.warn(f"minicomp: {compiled.graph.name}: group {gid} runs through PyTorch: {reason}", stacklevel=3)
+    forced = {**compiled.forced, gid: reason}
+    target = replace(gen.target, verify_arch=None)   # the check already ran on this plan
+    generated = generate(compiled.graph, compiled.plan, target, forced_fallbacks=forced)
+    call = load(generated, compiled.call.device)
+    return replace(compiled, generated=generated, call=call, forced=forced)
+
+
+def set_input_layouts(graph: Graph, inputs: Sequence[torch.Tensor]) -> None:
+    """Record the actual strides of the inputs: kernels read them as they are, no copies.
+
+    Strides of size-1 dimensions never address anything; they are normalised (as the
+    runtime's `Signature` does) so `x[:, None]` and `x.unsqueeze(1).contiguous()` share a kernel.
+    An input of symbolic shape (or given as None: `load=False`) is contiguous.
+    """
+    from minicomp.ir.graph import contiguous_strides
+    from minicomp.runtime.guards import TensorSig
+    for nid, t in zip(graph.inputs, inputs):
+        node = graph.node(nid)
+        symbolic = t is None or dims.any_symbolic(node.shape)   # over symbols: contiguous (copied if not)
+        node.layout = contiguous_strides(node.shape) if symbolic else TensorSig.of(t).stride
+
+
+def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:
+    from minicomp.passes.manager import run_pipeline
+    return run_pipeline(graph, options.passes, print_after_all=options.print_after_all,
+                        dump_dir=options.dump_dir, time_passes=options.time_passes)
+
+
+def _not_loaded(*inputs: Any) -> list[torch.Tensor]:
+    raise MinicompError("this graph was compiled with load=False: its module was generated, not loaded")
+
+
+def plan_only(graph: Graph, options: Options | None = None) -> tuple[Graph, Any]:
+    """Graph -> passes -> plan -> layout, no code: the CLI's dumps of a program whose sizes are
+    symbolic (codegen takes concrete sizes so far; `compile_graph` needs them bound)."""
+    from minicomp.plan import assign_layout, plan_graph
+
+    options = options or Options()
+    verify(graph)
+    set_input_layouts(graph, [None] * len(graph.inputs))
+    captured = graph
+    graph, _ = optimise(graph, options)
+    plan = plan_graph(graph, options.machine, baseline=captured)
+    return assign_layout(graph, plan), plan
+
+
+def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options | None = None, *,
+                  device: str | torch.device | None = None, load: bool = True,
+                  target: Target | None = None) -> Compiled:
+    """Graph (fresh from a frontend) -> passes -> plan -> layout -> generated module -> loaded call.
+
+    `inputs` give the shapes, dtypes and strides to specialise on; `device` (default: the inputs',
+    else cuda when present) the target, `target` its record (default: `Target.for_options`, read now).
+    `load=False` stops at the generated module (`call` raises) and takes meta tensors as `inputs`
+    (the CLI's dumps and `--emit`, which run nothing)."""
+    from minicomp.codegen import generate
+    from minicomp.plan import assign_layout, plan_graph
+    from minicomp.runtime import load as load_module
+
+    options = options or Options()
+    start = time.perf_counter()
+    if device is not None:
+        device = torch.device(device)
+    else:
+        device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if target is None or target.device_type != device.type:
+        target = Target.for_options(device.type, options)
+    if load:
+        from minicomp.runtime.prime import prime_triton
+        prime_triton(device, target.prime_triton)   # Triton's one-time state, built while the passes run
+    verify(graph)
+    set_input_layouts(graph, inputs)
+    captured = graph
+    graph, records = optimise(graph, options)   # the manager works on a copy: `captured` stays as it was
+    # the unfused baseline is the user's program as written (before attention matching)
+    plan = plan_graph(graph, options.machine, baseline=captured)
+    graph = assign_layout(graph, plan)            # strides of what the plan's kernels write
+    generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
+    call = load_module(generated, device) if load else _not_loaded
+    return Compiled(graph, plan, generated, call, records, time.perf_counter() - start)

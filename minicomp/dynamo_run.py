@@ -1,0 +1,93 @@
+"""How the Dynamo backend runs a graph it compiled (minicomp/dynamo.py): the boxed callables
+AOTAutograd calls, and the fixes that make the module's outputs alias and stride as the
+graph's own would (two outputs that are one tensor, an alias of an input the graph does not
+return, strides that differ from the graph's meta).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from minicomp.api import Compiled, run_compiled
+from minicomp.frontend import aot
+
+
+def _expected_outputs(gm: fx.GraphModule) -> list[tuple[fx.Node, bool]]:
+    """Each tensor output's node, and whether the graph itself returns an alias of an input."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    return [(n, _aliases_input(n)) for n in out.args[0]]
+
+
+def _aliases_input(node: Any) -> bool:
+    while isinstance(node, fx.Node):
+        if node.op == "placeholder":
+            return True
+        schema = getattr(node.target, "_schema", None)
+        if not (schema and schema.returns and schema.returns[0].alias_info is not None and not schema.is_mutable):
+            return False
+        node = node.args[0]
+    return False
+
+
+class _Run:
+    """The boxed callable AOTAutograd calls with the graph's flat tensor arguments."""
+    _boxed_call = True
+
+    def __init__(self, compiled: Compiled, layout: aot.OutputLayout, expected: list[tuple[fx.Node, bool]],
+                 record: Any):       # dynamo.GraphRecord
+        self.compiled, self.layout, self.expected, self.record = compiled, layout, expected, record
+        self.fixes: list[str] | None = None      # per output: "", "copy" or "restride"
+
+    def __call__(self, args: list) -> list:
+        ran, outs = run_compiled(self.compiled, args)
+        if ran is not self.compiled:             # a kernel Triton rejected now runs through PyTorch
+            self.compiled = ran
+            self.record.pytorch_ops += [f"group {g} runs through PyTorch: {why}" for g, why in ran.forced.items()]
+        if self.fixes is None:
+            self.fixes = self._plan_fixes(args, outs)
+        if any(self.fixes):
+            outs = [_fix(o, how, self.expected[i][0]) for i, (o, how) in enumerate(zip(outs, self.fixes))]
+        return self.layout.merge(outs)
+
+    def _plan_fixes(self, args: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> list[str]:
+        in_storage = {_storage(a) for a in args if isinstance(a, torch.Tensor)}
+        fixes, seen = [], {}
+        for i, (o, (node, graph_alias)) in enumerate(zip(outs, self.expected)):
+            want = node.meta["val"]
+            how = ""
+            twin = seen.get(id(o))
+            if twin is not None and self.expected[twin][0] is not node:
+                how = "copy"                     # two outputs that are one tensor; the graph's are two
+            elif not graph_alias and _storage(o) in in_storage:
+                how = "copy"                     # an alias of an input the graph does not return
+            if o.numel() > 1 and _concrete_strides(want) and _strides(o) != _strides(want):
+                how = "restride"                 # (over symbolic sizes the module's are contiguous)
+            fixes.append(how)
+            seen.setdefault(id(o), i)
+        return fixes
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr() if t.numel() else -id(t)
+
+
+def _concrete_strides(t: torch.Tensor) -> bool:
+    return not any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride()))
+
+
+def _strides(t: torch.Tensor) -> tuple[int, ...]:
+    # strides of size-1 dimensions address nothing
+    return tuple(int(s) for s, n in zip(t.stride(), t.shape) if n != 1)
+
+
+def _fix(t: torch.Tensor, how: str, node: fx.Node) -> torch.Tensor:
+    if how == "copy":
+        return t.clone()
+    if how == "restride":
+        want = node.meta["val"]
+        out = torch.empty_strided(tuple(t.shape), tuple(int(s) for s in want.stride()), dtype=t.dtype, device=t.device)
+        return out.copy_(t)
+    return t

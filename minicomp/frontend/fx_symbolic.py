@@ -1,0 +1,151 @@
+"""Symbolic sizes from PyTorch: fake inputs with chosen dims dynamic, and PyTorch's SymInts as
+minicomp's dims (minicomp/ir/dims.py).
+
+Two sources hand minicomp graphs with symbolic sizes: `minicomp.compile(fn, dynamic=...)`,
+which traces with make_fx over fake inputs whose chosen dimensions are dynamic
+(`fake_inputs`), and the Dynamo backend, whose graphs Dynamo made dynamic after a shape
+changed. Both carry `torch.SymInt`s, each an expression of PyTorch's ShapeEnv symbols
+(`s0`, `s27`: sympy). `Symbols` turns them into `dims.Expr`s over `dims.Sym`s of the same
+names, with the ShapeEnv's ranges and hints.
+
+What a graph over symbols must not lose are the ShapeEnv's guards: facts the trace assumed
+about the sizes (`Eq(s3, s5)` where two dims broadcast, `s3 > 64` where user code branched
+on a size). A compiled module re-checks only what its shapes say (each input dim equal to
+its expression, each symbol in its range), which covers equalities between symbols and
+symbols equal to constants, but no other fact. `check_guards` refuses any other guard, and
+the caller compiles for concrete sizes instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from minicomp.ir import dims
+
+_MAX = dims.INT_MAX
+
+
+class Symbols:
+    """PyTorch's SymInts and sympy expressions as `dims.Dim`s (one table per traced graph)."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, dims.Sym] = {}
+
+    def dim(self, v: Any) -> "dims.Dim":
+        """An int, or the Expr of a SymInt (SymbolicDim for what is not a polynomial)."""
+        if isinstance(v, bool):
+            raise dims.SymbolicDim(f"a bool where a size was expected: {v}")
+        if isinstance(v, int):
+            return v
+        if isinstance(v, torch.SymInt):
+            node = v.node
+            expr = node.shape_env.simplify(node.expr) if getattr(node, "shape_env", None) is not None else node.expr
+            return self._convert(expr, node.shape_env)
+        raise dims.SymbolicDim(f"{type(v).__name__} {v!r} is not a size")
+
+    def shape(self, t: torch.Tensor) -> tuple:
+        return tuple(self.dim(d) for d in t.shape)
+
+    def _convert(self, e: Any, env: Any) -> "dims.Dim":
+        import sympy
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            return self._sym(e, env)
+        if e.is_Add:
+            out: dims.Dim = 0
+            for a in e.args:
+                out = out + self._convert(a, env)
+            return out
+        if e.is_Mul:
+            out = 1
+            for a in e.args:
+                out = out * self._convert(a, env)
+            return out
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
+            base, out = self._convert(e.base, env), 1
+            for _ in range(int(e.exp)):
+                out = out * base
+            return out
+        raise dims.SymbolicDim(f"the size {e} is not a polynomial of the symbols (a {type(e).__name__})")
+
+    def _sym(self, s: Any, env: Any) -> dims.Expr:
+        name = str(s)
+        if name not in self.table:
+            lo, hi, hint = 2, _MAX, 1024
+            if env is not None:
+                vr = env.var_to_range.get(s)
+                if vr is not None:
+                    lo = max(2, _finite(vr.lower, 2))
+                    hi = min(_MAX, _finite(vr.upper, _MAX))
+                hints = getattr(env, "backed_var_to_val", None) or env.var_to_val
+                if s in hints:
+                    hint = int(hints[s])
+            hint = min(max(hint, lo), hi)
+            if lo > hi:
+                raise dims.SymbolicDim(f"symbol {name} ranges over [{lo}, {hi}]")
+            self.table[name] = dims.Sym(name, lo, hi, hint)
+        return dims.Expr({(self.table[name],): 1})
+
+
+def _finite(v: Any, default: int) -> int:
+    if getattr(v, "is_Integer", False) or isinstance(v, int):
+        return int(v)
+    return default                      # int_oo, sympy.oo: unbounded
+
+
+def fake_inputs(tensors: Sequence[torch.Tensor], dynamic: Sequence[Iterable[int]]) -> list[torch.Tensor]:
+    """Fake copies of `tensors` whose dims `dynamic[i]` are symbols (each its own: a trace
+    that needs two equal finds out and says so in a guard); other dims stay as they are."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    out = []
+    for t, dyn in zip(tensors, dynamic):
+        dyn = set(dyn)
+        sizes = [DimDynamic.DYNAMIC if i in dyn and t.shape[i] >= 2 else DimDynamic.STATIC for i in range(t.dim())]
+        out.append(mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
+    return out
+
+
+def shape_env_of(tensors: Sequence[torch.Tensor]) -> Any:
+    for t in tensors:
+        for d in t.shape:
+            if isinstance(d, torch.SymInt):
+                return d.node.shape_env
+    return None
+
+
+def check_guards(shape_env: Any) -> None:
+    """SymbolicDim unless every guard the trace recorded is an equality a compiled module over
+    symbols re-checks (a symbol equal to a symbol or to a constant)."""
+    if shape_env is None:
+        return
+    import sympy
+    for guard in getattr(shape_env, "guards", ()):
+        e = guard.expr
+        if isinstance(e, sympy.Eq) and all(a.is_Symbol or a.is_Integer for a in e.args):
+            continue
+        raise dims.SymbolicDim(f"the trace assumed {e} about the sizes (a module over symbols checks only "
+                               "which sizes are equal)")
+
+
+def symbolic_dims(shapes: Sequence[Sequence[int]]) -> list[set[int]]:
+    """Which dims differ between the shapes a function has been called with (per argument)."""
+    first = shapes[0]
+    return [{i for i in range(len(s)) if any(len(o) == len(s) and o[i] != s[i] for o in shapes[1:])}
+            for s in first]
+
+
+def shape_of(g: Any, val: torch.Tensor) -> tuple:
+    """`val`'s shape as dims (SymInts as Exprs: fx_symbolic.py)."""
+    return g.symbols.shape(val) if getattr(g, "symbols", None) is not None else tuple(val.shape)
+
+
+def no_symbols(a: Any) -> Any:
+    if dims.is_symbolic(a):
+        raise dims.SymbolicDim(f"an op minicomp runs through PyTorch takes the size {a}")
+    return a
