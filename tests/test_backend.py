@@ -157,19 +157,35 @@ def test_grad_of_an_input_and_a_second_step():
     torch.testing.assert_close(x2.grad, x1.grad, **tol(torch.float32))
 
 
-def test_symbolic_sizes_are_compiled_per_shape():
+def test_symbolic_sizes_are_compiled_once_for_every_size():
     def f(x, w):
         return F.silu(x @ w).mean(dim=-1)
     w = torch.randn(8, 16)
     b = minicomp.backend()
     cf = torch.compile(f, backend=b)
-    for n in (5, 7, 9, 7):       # the second size makes Dynamo mark the dimension dynamic
+    for n in (5, 7, 9, 7, 33):   # the second size makes Dynamo mark the dimension dynamic
         x = torch.randn(n, 8)
         torch.testing.assert_close(cf(x, w), f(x, w), **tol(torch.float32))
     rep = b.report()
     symbolic = [g for g in rep.graphs if g.symbolic]
-    assert symbolic, rep.table()
-    assert symbolic[0].shapes == 2 and not rep.failures     # 7 and 9; the second 7 is a hit
+    assert len(symbolic) == 1, rep.table()
+    # one compile of the graph over symbols serves 7, 9 and 33 (codegen/sizes.py)
+    assert symbolic[0].shapes == 1 and symbolic[0].per_shape == "" and not rep.failures
+
+
+def test_a_symbolic_graph_that_returns_a_size_is_compiled_per_shape():
+    def f(x):
+        return torch.tanh(x) * 2, x.shape[0] * 3
+    b = minicomp.backend()
+    cf = torch.compile(f, backend=b)
+    for n in (5, 7, 9, 7):
+        x = torch.randn(n, 4)
+        got, size = cf(x)
+        want, wsize = f(x)
+        torch.testing.assert_close(got, want, **tol(torch.float32))
+        assert size == wsize
+    symbolic = [g for g in b.report().graphs if g.symbolic]
+    assert symbolic and symbolic[0].shapes == 2 and "SymInt" in symbolic[0].per_shape   # 7 and 9
 
 
 def test_ops_minicomp_cannot_lower_run_through_pytorch_and_are_reported():
