@@ -42,7 +42,13 @@ register(OpDef("matmul", "gemm", _matmul, arity=2, flops_per_element=0, emitter=
 
 def _attention_rule(operands, attrs):
     (q, dq), (k, dk), (v, dv), *mask = operands
-    if not dq == dk == dv or dq not in FLOATS or not len(q) == len(k) == len(v) == 4:
+    if not dq == dk == dv or dq not in FLOATS:
+        return None
+    if len(q) == len(k) == len(v) == 3 and not attrs.get("enable_gqa"):   # [N, L, E] as SDPA takes it
+        return _attention_rule([((q[0], 1) + q[1:], dq), ((k[0], 1) + k[1:], dk), ((v[0], 1) + v[1:], dv)]
+                               + [((m[:1] + (1,) + m[1:]) if len(m) == 3 else m, dm) for m, dm in mask],
+                               attrs) and (q[:2] + (v[2],), dq)
+    if not len(q) == len(k) == len(v) == 4:
         return None
     if q[0] != k[0] or k[:2] != v[:2] or q[3] != k[3] or k[2] != v[2]:
         return None

@@ -1,0 +1,162 @@
+"""One compile for every size: `minicomp.compile` over symbolic sizes (api/dynamic.py,
+frontend/fx_symbolic.py, codegen/sizes.py), checked against eager at odd sizes.
+
+The default goes symbolic at the second size, as Dynamo does; `dynamic=True` from the first
+call; `dynamic=False` never; `mark_dynamic` for chosen dims. A trace that assumes a fact
+about a size the module cannot re-check compiles for concrete sizes instead, and says why."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import pytest
+
+import minicomp
+from conftest import tol
+
+
+class Block(nn.Module):
+    """A transformer-ish block's pointwise and row parts, as people write them."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.scale = nn.Parameter(torch.randn(d))
+
+    def forward(self, x, bias):
+        h = self.norm(x * self.scale + bias)
+        heads = h.reshape(x.shape[0], x.shape[1], 4, -1).transpose(1, 2)      # [B, 4, S, d/4]
+        return torch.softmax(heads, dim=-1), F.gelu(h).sum(-1), h.mean(dim=1)
+
+
+def _check(f, m, *args, dtype=torch.float32):
+    with torch.no_grad():
+        want = m(*args)
+    got = f(*args)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol(dtype))
+
+
+def test_a_size_that_changes_goes_symbolic_at_the_second_shape():
+    torch.manual_seed(0)
+    m = Block().eval()
+    f = minicomp.compile(m)
+    for s in (5, 7, 33, 2, 9, 64, 7):
+        _check(f, m, torch.randn(2, s, 16), torch.randn(s, 16))
+    assert f.compiles == 2, f.dynamic.refused
+    assert f.graph.symbolic and not f.dynamic.refused
+    # the module reads S from the call: one plan serves every length
+    assert "bind_size" in f.source and "(s0, s1, 16)" not in f.source
+
+
+def test_dynamic_true_compiles_once_and_false_per_size():
+    torch.manual_seed(1)
+    m = Block().eval()
+    always, never = minicomp.compile(m, dynamic=True), minicomp.compile(m, dynamic=False)
+    for b, s in ((2, 5), (3, 7), (2, 11), (5, 3)):
+        args = (torch.randn(b, s, 16), torch.randn(s, 16))
+        _check(always, m, *args)
+        _check(never, m, *args)
+    assert always.compiles == 1 and never.compiles == 4
+
+
+def test_mark_dynamic_makes_that_dim_symbolic_from_the_first_call():
+    torch.manual_seed(2)
+    m = Block().eval()
+    f = minicomp.compile(m)
+    x = minicomp.mark_dynamic(torch.randn(2, 5, 16), 1)
+    _check(f, m, x, torch.randn(5, 16))        # the bias's 5 fixes x's: a guard Eq(s, 5), as in Dynamo
+    assert not f.graph.symbolic and f.dynamic.refused
+    f = minicomp.compile(m)
+    _check(f, m, x, minicomp.mark_dynamic(torch.randn(5, 16), 0))
+    assert f.graph.symbolic
+    for s in (6, 13):
+        _check(f, m, torch.randn(2, s, 16), torch.randn(s, 16))
+    assert f.compiles == 1
+    with pytest.raises(IndexError, match="out of range"):
+        minicomp.mark_dynamic(torch.randn(3), 2)
+
+
+def test_non_contiguous_broadcast_and_bf16_inputs_over_symbols():
+    torch.manual_seed(3)
+    m = Block().eval()
+    f = minicomp.compile(m, dynamic=True)
+    for s in (6, 17):
+        x = torch.randn(2, 16, s).transpose(1, 2)            # [2, s, 16], not contiguous
+        _check(f, m, x, torch.randn(1, 16).expand(s, 16))    # a broadcast bias
+    mb = Block().eval().to(torch.bfloat16)
+    fb = minicomp.compile(mb, dynamic=True)
+    for s in (5, 12):
+        _check(fb, mb, torch.randn(3, s, 16, dtype=torch.bfloat16), torch.randn(s, 16, dtype=torch.bfloat16),
+               dtype=torch.bfloat16)
+    assert f.compiles == 1 and fb.compiles == 1
+
+
+def test_size_one_gets_a_compile_of_its_own():
+    torch.manual_seed(4)
+    m = Block().eval()
+    f = minicomp.compile(m, dynamic=True)
+    _check(f, m, torch.randn(2, 5, 16), torch.randn(5, 16))
+    _check(f, m, torch.randn(2, 1, 16), torch.randn(1, 16))    # 1 broadcasts differently: not in the range
+    _check(f, m, torch.randn(2, 9, 16), torch.randn(9, 16))
+    assert f.compiles == 2
+
+
+def test_a_branch_on_a_size_compiles_per_size_and_says_why():
+    def f(x):
+        if x.shape[1] > 8:                     # the trace assumes s > 8: no module re-checks that
+            return torch.tanh(x) * 2
+        return torch.sigmoid(x)
+    cf = minicomp.compile(f)
+    for s in (5, 7, 12, 6):
+        x = torch.randn(3, s)
+        torch.testing.assert_close(cf(x), f(x), **tol(torch.float32))
+    assert cf.compiles == 4 and cf.dynamic.refused
+    assert any("the trace assumed" in why for why in cf.dynamic.refused.values()), cf.dynamic.refused
+
+
+def test_sizes_that_disagree_are_the_users_error_as_in_eager():
+    torch.manual_seed(5)
+    m = Block().eval()
+    f = minicomp.compile(m, dynamic=True)
+    _check(f, m, torch.randn(2, 5, 16), torch.randn(5, 16))
+    with pytest.raises(Exception) as err:
+        f(torch.randn(2, 6, 16), torch.randn(7, 16))       # bias rows do not match the sequence
+    assert "Traceback" not in str(err.value)
+    with torch.no_grad(), pytest.raises(RuntimeError):
+        m(torch.randn(2, 6, 16), torch.randn(7, 16))
+
+
+def test_weights_are_read_at_call_time_over_symbols():
+    torch.manual_seed(6)
+    m = Block().eval()
+    f = minicomp.compile(m, dynamic=True)
+    _check(f, m, torch.randn(2, 5, 16), torch.randn(5, 16))
+    with torch.no_grad():
+        m.scale.mul_(3.0)
+        m.norm.weight = nn.Parameter(torch.randn(16))
+    _check(f, m, torch.randn(2, 8, 16), torch.randn(8, 16))
+
+
+def test_a_growing_past_length_compiles_twice_in_64_steps():
+    """A decode step over plain K/V tensors whose length grows every step (the issue's loop)."""
+    torch.manual_seed(7)
+    wq, wo = torch.randn(16, 16) / 4, torch.randn(16, 16) / 4
+
+    def step(x, k, v):                     # x [B, 1, 16]; k, v [B, T, 16]
+        q = x @ wq
+        att = torch.softmax(q @ k.transpose(1, 2) / 4.0, dim=-1)
+        return (att @ v) @ wo + x
+
+    f = minicomp.compile(step)
+    x = torch.randn(2, 1, 16)
+    k = torch.randn(2, 3, 16)
+    v = torch.randn(2, 3, 16)
+    for _ in range(64):
+        out = f(x, k, v)
+        torch.testing.assert_close(out, step(x, k, v), **tol(torch.float32))
+        k = torch.cat([k, out], dim=1)
+        v = torch.cat([v, torch.tanh(out)], dim=1)
+        x = out
+    assert f.compiles == 2, f.dynamic.refused
