@@ -259,7 +259,7 @@ def cmd_compile(args) -> int:
         print(job.graph.dump(), end="\n\n")
     runs = args.check or args.bench    # timings of unchecked results mean nothing: --bench checks first
     if job.graph.symbolic:
-        return _symbolic_dumps(args, job, options)
+        return _symbolic_dumps(args, job, options, device)
     if runs:
         inputs = [t.to(device) for t in job.inputs()]
         compiled = compile_graph(job.graph, inputs, options)
@@ -297,27 +297,37 @@ def cmd_compile(args) -> int:
     return 0
 
 
-def _symbolic_dumps(args, job: Job, options) -> int:
+def _symbolic_dumps(args, job: Job, options, device: str) -> int:
     """A .mc program with sizes no --dim binds: its IR and plan over the symbols (the ledger's
-    bytes and bounds as expressions). Kernels need the sizes: --emit and --dump-graph say so."""
-    from minicomp.api import plan_only
+    bytes and bounds as expressions), and with --emit the module that serves every size
+    (codegen/sizes.py). Running it (--check, --bench) needs sizes: bind them with --dim."""
+    from minicomp.api import compile_graph
     from minicomp.ir.dims import symbols
+    from minicomp.plan.table import group_count
 
     shapes = [job.graph.node(i).shape for i in job.graph.inputs]
-    names = ", ".join(s.name for s in symbols(*(d for shape in shapes for d in shape)))
-    if args.emit or args.dump_graph:
-        flag = "--emit" if args.emit else "--dump-graph"
-        raise UsageError(f"{flag} needs concrete sizes: bind {names} with --dim (kernels are generated for "
-                         "concrete sizes so far; --dump-ir and --dump-plan work on symbols)")
-    graph, plan = plan_only(job.graph, options)
+    syms = symbols(*(d for shape in shapes for d in shape))
+    compiled = compile_graph(job.graph, [None] * len(shapes), options, device=device, load=False)
+    fallbacks = compiled.generated.fallbacks
+    for note in explain.fallback_notes(compiled.plan, compiled.graph, fallbacks):
+        print(note, file=sys.stderr)
     if args.dump_ir:
-        print(graph.dump(), end="\n\n")
+        print(compiled.graph.dump(), end="\n\n")
     if args.dump_plan:
-        print(plan.table(), end="\n\n")
-    print(f"planned {graph.name} over symbolic sizes {names} (each in [2, 2**31 - 1]; the plan decides at "
-          f"{', '.join(f'{s.name}={s.hint}' for s in symbols(*(d for sh in shapes for d in sh)))}); "
-          f"bind them with --dim to generate and run kernels")
-    print(explain.bound_line(plan, "cpu"))
+        print(compiled.plan.table(fallbacks=fallbacks), end="\n\n")
+    if args.dump_graph:
+        notes: list[str] = []
+        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan, fallbacks, notes):
+            print(f"wrote {path}")
+        for note in notes:
+            print(note)
+    if args.emit:
+        print(f"wrote {compiled.generated.write(args.emit)}")
+    names = ", ".join(s.name for s in syms)
+    print(f"compiled {compiled.graph.name} over symbolic sizes {names} (each in [2, 2**31 - 1]; the plan decides at "
+          f"{', '.join(f'{s.name}={s.hint}' for s in syms)}): {group_count(compiled.plan, fallbacks)}, one module for "
+          f"every size; bind the sizes with --dim to --check it")
+    print(explain.bound_line(compiled.plan, "cpu"))
     return 0
 
 

@@ -15,7 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import torch
+import torch.nn.functional as F
+
+from conftest import tol
+import minicomp
 from minicomp.api import plan_only
+from minicomp.errors import GuardError
 from minicomp.frontend.dsl import load_dsl
 from minicomp.ir import dims
 from minicomp.ir.dims import SymbolicDim, sym
@@ -173,11 +179,70 @@ def test_cli_dumps_softmax_over_its_symbols():
     assert "%5 = div(%0" not in r.stdout and ": f32[M, 1]" in r.stdout
     assert "4*M*N B" in r.stdout                                  # bytes in and out of the row kernel
     assert "lower bound on the H200 model 1.876e-06*M*N µs" in r.stdout, r.stdout
-    assert "planned softmax_rows over symbolic sizes M, N" in r.stdout
+    assert "compiled softmax_rows over symbolic sizes M, N" in r.stdout
 
 
-def test_cli_needs_sizes_to_emit_or_run():
-    r = _cli("samples/softmax.mc", "--emit", "/tmp/never")
-    assert r.returncode == 2 and "--emit needs concrete sizes: bind M, N with --dim" in r.stderr, r.stderr
+def test_cli_emits_one_module_for_every_size_and_needs_sizes_to_run(tmp_path):
+    r = _cli("samples/rmsnorm.mc", "--emit", str(tmp_path))
+    assert r.returncode == 0 and "one module for every size" in r.stdout, r.stderr
+    (module,) = tmp_path.glob("rmsnorm_*.py")
+    text = module.read_text()
+    assert "s2 = _rt.bind_size(x, 'x', 3, 2, 2, 2147483647, 'C')" in text
+    # the module runs on its own, as a script, at small sizes of its symbols
+    run = subprocess.run([sys.executable, str(module)], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0 and "output 0: (16, 16, 16) torch.float32" in run.stdout, run.stderr
     r = _cli("samples/softmax.mc", "--check", "--dim", "M=3")
     assert r.returncode == 1 and "--dim N=VALUE" in r.stderr, r.stderr
+
+
+def _sym_compile(text: str, name: str = "p.mc"):
+    from minicomp.api import compile_graph
+    g = load_dsl(text, name, symbolic=True)
+    return compile_graph(g, [None] * len(g.inputs), device="cpu")
+
+
+@pytest.mark.parametrize("name", ["softmax.mc", "rmsnorm.mc", "layernorm.mc"])
+def test_one_module_serves_every_size(name):
+    """Compiled once over its symbols, each sample runs at odd sizes (long rows take the looped
+    form, chosen at run time) and equals the interpreter on the program bound to those sizes."""
+    from minicomp.ir.interpret import run
+    text = (SAMPLES / name).read_text()
+    compiled = _sym_compile(text, name)
+    assert compiled.generated.fallbacks == {} and compiled.graph.symbolic
+    syms = [s.name for s in dims.symbols(*(d for i in compiled.graph.inputs for d in compiled.graph.node(i).shape))]
+    for values in ((3, 5, 7), (2, 9000, 3), (37, 2, 67), (8, 16, 2)):
+        env = dict(zip(syms, values))
+        static = load_dsl(text, name, dims=env)
+        gen = torch.Generator().manual_seed(sum(values))
+        inputs = [torch.randn([int(d) for d in static.node(i).shape], generator=gen) for i in static.inputs]
+        for got, want in zip(compiled.call(*inputs), run(static, inputs)):
+            torch.testing.assert_close(got, want, **tol(torch.float32))
+
+
+def test_pointwise_broadcast_and_a_bad_size_over_symbols():
+    compiled = _sym_compile("func f(x: f32[M, N], b: f32[N]) {\n  return gelu(x * 2.0 + b)\n}\n")
+    assert compiled.generated.fallbacks == {}
+    for m, n in ((3, 5), (37, 67), (2, 2)):
+        x, b = torch.randn(m, n), torch.randn(n)
+        x = x.t().contiguous().t() if m == n else x        # a column-major input where it is square
+        torch.testing.assert_close(compiled.call(x, b)[0], F.gelu(x * 2.0 + b), **tol(torch.float32))
+    with pytest.raises(GuardError, match=r"dimension 0 \(M\) is 1, outside the range \[2, 2147483647\]"):
+        compiled.call(torch.randn(1, 5), torch.randn(5))
+    with pytest.raises(TypeError, match="must be torch.float32 of shape"):
+        compiled.call(torch.randn(3, 5), torch.randn(6))
+
+
+def test_compile_dsl_dynamic_compiles_once_for_every_size():
+    f = minicomp.compile_dsl(str(SAMPLES / "softmax.mc"), dynamic=True)
+    first = None
+    for m, n in ((3, 5), (17, 300), (2, 9000)):
+        x = torch.randn(m, n)
+        torch.testing.assert_close(f(x), torch.softmax(x, dim=-1), **tol(torch.float32))
+        c = f.compile_for(x)
+        first = first or c
+        assert c is first and c.graph.symbolic
+    # a call the symbolic module does not take (a size of 1) compiles for its sizes, as before
+    x = torch.randn(1, 7)
+    torch.testing.assert_close(f(x), torch.softmax(x, dim=-1), **tol(torch.float32))
+    assert not f.compile_for(x).graph.symbolic

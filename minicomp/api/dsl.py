@@ -71,6 +71,11 @@ class DslFunction(LastCompiled):
         tensors = [resolved(t) for t in args]   # neg and conj bits applied: kernels read raw memory
         key = signature_of(tensors)
         with self._lock:
+            if self.options.dynamic and key not in self._cache:
+                over = self._over_symbols(tensors)
+                if over is not None:
+                    self._last = over
+                    return key, over, tensors
             if key not in self._cache:
                 from minicomp.frontend.dsl import load_dsl
                 graph = load_dsl(self.text, self.filename, entry=self.entry, dims=self.dims, example_inputs=tensors)
@@ -78,6 +83,22 @@ class DslFunction(LastCompiled):
                 self._cache[key] = compile_graph(graph, tensors, self.options)
             self._last = self._cache[key]
             return key, self._last, tensors
+
+    def _over_symbols(self, tensors: list[torch.Tensor]) -> Compiled | None:
+        """`compile_dsl(..., dynamic=True)`: one compile with the symbols `dims` leaves unbound
+        symbolic, for every call of these ranks, dtypes and device it accepts (api/dynamic.py);
+        None when it does not accept these tensors (the call compiles for its sizes, which
+        also gives the declared types' errors)."""
+        from minicomp.api.dynamic import accepts
+        from minicomp.frontend.dsl import load_dsl
+        where = ("symbolic", tuple((t.dim(), t.dtype, t.device.type) for t in tensors))
+        if where not in self._cache:
+            graph = load_dsl(self.text, self.filename, entry=self.entry, dims=self.dims, symbolic=True)
+            if [graph.node(i).dtype for i in graph.inputs] != [t.dtype for t in tensors] or not tensors:
+                return None
+            self._cache[where] = compile_graph(graph, [None] * len(tensors), self.options, device=tensors[0].device)
+        c = self._cache[where]
+        return c if accepts([c.graph.node(i).shape for i in c.graph.inputs], tensors) else None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
