@@ -1,0 +1,144 @@
+"""Ten sequence lengths through one compiled Llama decoder layer (issue 21's measurement).
+
+    python benchmarks/dynamic_lengths.py --out DIR [--device cuda|cpu] [--width 2048] [--batch 2]
+
+A transformers `LlamaDecoderLayer` (sdpa attention, causal, no mask tensor) is called the way
+`LlamaModel` calls it: `layer(hidden_states, position_embeddings=(cos, sin))`, with the
+rotary tables of each length computed outside the compiled call, as the model does.
+
+For each backend the lengths are run in order, once each, and the whole loop is timed: what a
+user waits for. Then each length's steady-state time is measured (do_bench on CUDA). Backends:
+- `eager`;
+- `torch.compile` (default: Dynamo goes dynamic at the second shape);
+- `minicomp` (`minicomp.compile(layer)`: symbolic at the second shape), with its compile count;
+- `minicomp static`: `minicomp.compile(layer, dynamic=False)`, one specialisation per length:
+  what the dynamic module's kernel time is held to (within 10% at each length).
+Every output is checked against eager's (bf16 tolerances) before anything is timed. The
+results are `dynamic_lengths.json` and `.md` in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+LENGTHS = (128, 200, 256, 333, 512, 640, 777, 1024, 1500, 2048)
+CPU_LENGTHS = (5, 7, 12)
+
+
+def build(width: int, device: str, dtype):
+    import torch
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+    heads = max(1, width // 128)
+    cfg = transformers.LlamaConfig(hidden_size=width, intermediate_size=int(width * 2.6875) // 64 * 64 or 64,
+                                   num_attention_heads=heads, num_key_value_heads=heads, num_hidden_layers=1,
+                                   max_position_embeddings=4096, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    layer = LlamaDecoderLayer(cfg, layer_idx=0).to(device=device, dtype=dtype).eval()
+    rope = LlamaRotaryEmbedding(cfg).to(device)
+
+    def inputs(batch: int, length: int):
+        g = torch.Generator(device="cpu").manual_seed(length)
+        x = torch.randn(batch, length, width, generator=g).to(device=device, dtype=dtype)
+        pos = torch.arange(length, device=device)[None]
+        cos, sin = rope(x, pos)
+        return x, cos, sin
+
+    class Step(torch.nn.Module):        # the layer as the model calls it
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x, cos, sin):
+            out = self.layer(x, position_embeddings=(cos, sin))
+            return out[0] if isinstance(out, tuple) else out
+
+    return Step().eval(), inputs
+
+
+def main(argv=None) -> int:
+    import torch
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--batch", type=int, default=2)
+    args = p.parse_args(argv)
+    import minicomp
+    cuda = args.device == "cuda"
+    width = args.width or (2048 if cuda else 64)
+    lengths = LENGTHS if cuda else CPU_LENGTHS
+    dtype = torch.bfloat16 if cuda else torch.float32
+    tol = dict(rtol=2e-2, atol=2e-2) if cuda else dict(rtol=1e-4, atol=1e-4)
+    step, inputs = build(width, args.device, dtype)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def timed(fn):
+        if cuda:
+            import triton.testing
+            return triton.testing.do_bench(fn, warmup=25, rep=100)
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+
+    backends = {"eager": step, "torch.compile": torch.compile(step),
+                "minicomp": minicomp.compile(step), "minicomp static": minicomp.compile(step, dynamic=False)}
+    result = {"device": torch.cuda.get_device_name() if cuda else "cpu", "width": width, "batch": args.batch,
+              "lengths": list(lengths), "backends": {}}
+    with torch.no_grad():
+        want = {n: step(*inputs(args.batch, n)) for n in lengths}
+        for name, fn in backends.items():
+            rec = {"loop_s": None, "ms": {}, "ok": True, "error": ""}
+            try:
+                sync()
+                t0 = time.perf_counter()
+                for n in lengths:                       # what a user waits for: each length once, in order
+                    out = fn(*inputs(args.batch, n))
+                    torch.testing.assert_close(out, want[n], **tol)
+                sync()
+                rec["loop_s"] = time.perf_counter() - t0
+                for n in lengths:
+                    x = inputs(args.batch, n)
+                    rec["ms"][n] = timed(lambda: fn(*x))
+                if hasattr(fn, "compiles"):
+                    rec["compiles"] = fn.compiles
+                    rec["refused"] = [str(v) for v in getattr(fn, "dynamic").refused.values()]
+            except Exception as e:  # noqa: BLE001 -- recorded, the run continues
+                rec["ok"], rec["error"] = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            result["backends"][name] = rec
+            print(name, json.dumps(rec)[:300], flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dynamic_lengths.json").write_text(json.dumps(result, indent=1))
+    (out / "dynamic_lengths.md").write_text(report(result))
+    print(report(result))
+    return 0
+
+
+def report(r: dict) -> str:
+    b = r["backends"]
+    lines = [f"# Ten lengths through one Llama decoder layer ({r['device']}, width {r['width']}, batch {r['batch']})",
+             "", "| backend | loop over the lengths (s) | compiles | note |", "|---|---|---|---|"]
+    for name, rec in b.items():
+        loop = f"{rec['loop_s']:.2f}" if rec.get("loop_s") is not None else "-"
+        lines.append(f"| {name} | {loop} | {rec.get('compiles', '-')} | {rec.get('error') or '; '.join(rec.get('refused', []))} |")
+    lines += ["", "| length | " + " | ".join(f"{n} ms" for n in b) + " | minicomp / static |",
+              "|---|" + "---|" * (len(b) + 1)]
+    for n in r["lengths"]:
+        cells = [f"{b[k]['ms'].get(n, float('nan')):.3f}" if b[k]["ms"].get(n) is not None else "-" for k in b]
+        dyn, st = b.get("minicomp", {}).get("ms", {}).get(n), b.get("minicomp static", {}).get("ms", {}).get(n)
+        ratio = f"{dyn / st:.3f}" if dyn and st else "-"
+        lines.append(f"| {n} | " + " | ".join(cells) + f" | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
