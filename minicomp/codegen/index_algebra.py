@@ -180,10 +180,19 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
     if isinstance(a, FloorDiv):
         if not D.is_symbolic(a.div) and not D.is_symbolic(lo) and not D.is_symbolic(hi):
             return lo // a.div, hi // a.div
-        if not _known(lambda: lo >= 0):
+        least = D.bounds(a.div)[0]                   # the divisor is at least this (>= 1)
+        if _known(lambda: lo >= 0):
+            low = 0
+        elif not D.is_symbolic(lo):
+            low = lo // least                        # lo < 0: x / c >= lo / c_min
+        else:
             raise D.SymbolicDim(f"bounds of ({lo}..{hi}) // {a.div} over symbolic sizes")
-        q = D.exact_div(hi, a.div)
-        return 0, q if q is not None else hi        # loose where not exact, never too small
+        if _known(lambda: hi >= 0):
+            q = D.exact_div(hi, a.div)
+            return low, q if q is not None else hi   # loose where not exact, never too small
+        if not D.is_symbolic(hi):
+            return low, -1                           # every value is negative: its floor quotient too
+        raise D.SymbolicDim(f"bounds of ({lo}..{hi}) // {a.div} over symbolic sizes")
     if _known(lambda: lo >= 0):
         if _known(lambda: a.div - 1 <= hi):
             return 0, a.div - 1
