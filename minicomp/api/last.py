@@ -42,4 +42,13 @@ class LastCompiled:
 
     def explain(self) -> str:
         c = self._need()
-        return f"{c.graph.dump()}\n\n{c.plan.table(fallbacks=c.generated.fallbacks)}"
+        head = ""
+        if c.graph.symbolic:             # one module for every size in these ranges (codegen/sizes.py)
+            from minicomp.ir.dims import symbols
+            syms = symbols(*(d for i in c.graph.inputs for d in c.graph.node(i).shape))
+            head = ("compiled over symbolic sizes " + ", ".join(f"{s.name} in [{s.lo}, {s.hi}]" for s in syms)
+                    + f"; planned at {', '.join(f'{s.name}={s.hint}' for s in syms)}\n\n")
+        refused = getattr(getattr(self, "dynamic", None), "refused", {})
+        if refused:
+            head += "".join(f"compiled for concrete sizes: {why}\n" for why in dict.fromkeys(refused.values())) + "\n"
+        return f"{head}{c.graph.dump()}\n\n{c.plan.table(fallbacks=c.generated.fallbacks)}"
