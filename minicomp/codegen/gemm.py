@@ -48,12 +48,15 @@ import math
 
 import torch
 
+from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Runtime, kernel_name, next_pow2
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, configs, needs_int64,
                                         tma_form)
+from minicomp.codegen.sizes import size_args, size_params
 from minicomp.codegen.tlexpr import Val
+from minicomp.ir import dims
 
 LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "rm", "rn",
           "offs_m", "offs_n", "offs_k", "offs_am", "offs_bn", "offs_kk", "mask_m", "mask_n", "k0",
@@ -74,7 +77,8 @@ def _write_program_ids(body: CodeBuilder, spec: GemmForm, w: str) -> None:
         body.writeline("pid = pid % (num_pid_m * num_pid_n)")
         for i, size in enumerate(spec.batch):
             below = math.prod(spec.batch[i + 1:])
-            text = "pid_batch" + (f" // {below}" if below > 1 else "") + (f" % {size}" if i else "")
+            text = "pid_batch" + (f" // {ix.size_text(below)}" if below != 1 else "") + (
+                f" % {ix.size_text(size)}" if i else "")
             body.writeline(f"z{i} = ({text}){w}")
     _write_tile_coords(body, "pid", w)
     body.writeline(f"offs_k = tl.arange(0, BLOCK_K){w}")
@@ -224,8 +228,15 @@ def emit(ctx: KernelCtx) -> Kernel:
     g = ctx.graph
     nbatch = math.prod(spec.batch)
     cuda = ctx.device_type == "cuda"
+    sizes = (("M", spec.m), ("N", spec.n), ("K", spec.k))
+    # over symbolic sizes a size is a runtime argument, and the autotuner keys on its power-of-two
+    # bucket instead (`m_bucket`...): a new length in a tuned bucket reuses that bucket's config
+    buckets = tuple((f"{d.lower()}_bucket", Runtime(f"triton.next_power_of_2({dims.py(v, _OWN_NAMES)})",
+                                                     next_pow2(dims.hint(v))))
+                    for d, v in sizes if dims.is_symbolic(v))
+    tuned = cuda and len(cfgs) > 1
     src = CodeBuilder()
-    if cuda and len(cfgs) > 1:       # one config is no choice: the launch passes it (`fixed` below)
+    if tuned:       # one config is no choice: the launch passes it (`fixed` below)
         with src.block(f"{name}_configs = ["):
             for bm, bn, bk, stages, warps in cfgs:
                 src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}, \"BLOCK_K\": {bk}, "
@@ -233,11 +244,15 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("]")
         src.writeline("")
         src.writeline("")
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"M\", \"N\", \"K\"], do_bench=_tune_bench)")
+        key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], do_bench=_tune_bench)")
     src.writeline("@triton.jit")
     pointers = list(low.pointers.values())
-    params = [p.name for p in pointers] + [f"{d}: tl.constexpr" for d in (
-        "M", "N", "K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+    touched = list(ctx.group.nodes) + list(ctx.group.inputs)
+    params = ([p.name for p in pointers] + size_params(g, touched)
+              + [d if dims.is_symbolic(v) else f"{d}: tl.constexpr" for d, v in sizes]
+              + ([b for b, _ in buckets] if tuned else [])
+              + [f"{d}: tl.constexpr" for d in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")])
     with src.block(f"def {name}({', '.join(params)}):"):
         a = g.node(spec.a.leaf)
         reads = ", ".join(g.node(p.nid).type for p in pointers if p.nid not in ctx.group.outputs)
@@ -248,19 +263,34 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.splice(body.getvalue())
 
     tma_leaves = {spec.a.leaf} | {b.leaf for b in spec.bs} if tma else set()
-    args = tuple(Buf(p.nid, align16=p.nid in tma_leaves) for p in pointers)
-    sizes = (("M", spec.m), ("N", spec.n), ("K", spec.k))
+    args = tuple(Buf(p.nid, align16=p.nid in tma_leaves) for p in pointers) + size_args(g, touched)
     bm, bn, bk, stages, warps = cfgs[0]
     blocks = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", GROUP_M))
+    if tuned:
+        sizes += buckets
     if cuda:
         fixed = blocks + (("num_stages", stages), ("num_warps", warps)) if len(cfgs) == 1 else ()
         tiles = (Blocks(spec.m, "BLOCK_M"), Blocks(spec.n, "BLOCK_N"))
         if tma:
             launch = Launch(Grid.of(tiles, persistent=True), args, sizes + fixed, tma=True)
             return Kernel(name, src.getvalue(), [launch])
-        grid = Grid.of(tiles + ((nbatch,) if nbatch > 1 else ()))
+        grid = Grid.of(tiles + ((nbatch,) if nbatch != 1 else ()))
         return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + fixed)])
+    if dims.any_symbolic((spec.m, spec.n, nbatch)):
+        # the tile count is computed in call() from the sizes (the launch passes the blocks)
+        grid = Grid.of((Blocks(spec.m, "BLOCK_M"), Blocks(spec.n, "BLOCK_N")) + ((nbatch,) if nbatch != 1 else ()))
+        if tma:
+            grid = Grid.of(CPU_PROGRAMS)      # persistent: each program walks tiles until num_tiles
+        return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + blocks, tma=bool(tma))])
     tiles = -(-spec.m // bm) * -(-spec.n // bn)
     if tma:
         return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)])
     return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles * nbatch), args, sizes + blocks)])
+
+
+class _OwnNames(dict):
+    def __missing__(self, key: str) -> str:
+        return key          # call() names each size after its module symbol (codegen/sizes.py)
+
+
+_OWN_NAMES = _OwnNames()
