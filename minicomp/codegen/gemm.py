@@ -176,7 +176,7 @@ def _descriptor_load(name: str, op: TmaOperand, row0: str, col0: str) -> str:
 
 
 def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering,
-                    a_tma: TmaOperand, b_tmas: list[TmaOperand]) -> None:
+                    a_tma: TmaOperand, b_tmas: list[TmaOperand], wide: bool = False) -> None:
     """The persistent kernel with TMA descriptor loads (the module docstring's second form)."""
     tiles, accs = _operand_names(spec)
     body.writeline("# TMA descriptors: operand tiles are copied to shared memory by the tensor memory")
@@ -189,7 +189,7 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
     body.writeline("num_tiles = num_pid_m * num_pid_n")
     body.writeline("# persistent: the grid holds at most one program per SM, each walking output tiles")
     with body.block("for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):"):
-        _write_tile_coords(body, "tile")
+        _write_tile_coords(body, "tile", ".to(tl.int64)" if wide else "")
         for acc in accs:
             body.writeline(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
         with body.block("for k0 in range(0, K, BLOCK_K):"):
@@ -221,7 +221,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     masks = {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}
     low = TileLowering(ctx, body, masks, reserved=LOCALS + tuple(f"z{i}" for i in range(len(spec.batch))))
     if tma:
-        _write_tma_body(ctx, spec, body, low, *tma)
+        _write_tma_body(ctx, spec, body, low, *tma, wide=needs_int64(ctx))
     else:
         _write_body(ctx, spec, body, low, needs_int64(ctx))
 

@@ -163,7 +163,10 @@ def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str) -> TmaOperand 
 
 def tma_form(ctx: KernelCtx, spec: GemmForm) -> tuple[TmaOperand, list[TmaOperand]] | None:
     """The operands as TMA descriptors, when the persistent TMA kernel applies (module docstring)."""
-    if (ctx.device_type != "cuda" and not ctx.target.tma_on_cpu) or spec.batch or needs_int64(ctx):
+    # over symbolic sizes int64 offsets follow the top of the symbols' ranges: descriptors address
+    # any size themselves, and the epilogue's offsets are int64 there (`_write_tma_body`)
+    wide = needs_int64(ctx) and not ctx.graph.symbolic
+    if (ctx.device_type != "cuda" and not ctx.target.tma_on_cpu) or spec.batch or wide:
         return None
     a = _tma_operand(ctx, spec.a, "am", "ak")
     bs = [_tma_operand(ctx, b, "bk", "bn") for b in spec.bs]
