@@ -61,11 +61,13 @@ from minicomp.codegen import attention_hopper
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.attention_body import Writer
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, group_spec, kernel_name,
-                                     next_pow2)
+from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Runtime, Unsupported, group_spec,
+                                     kernel_name, next_pow2)
 from minicomp.codegen.epilogue import Operand, fold_operand
 from minicomp.codegen.gemm_form import DOT_DTYPES, needs_int64
 from minicomp.codegen.names import comment_text
+from minicomp.codegen.sizes import size_args, size_params
+from minicomp.ir import dims
 from minicomp.ir.attention_ref import EMPTY_ROWS, EXTRA_DEFAULTS
 from minicomp.plan.specs import AttentionSpec
 
@@ -110,8 +112,13 @@ class Spec:
             raise Unsupported(f"{node.describe()}: a sliding window without is_causal")
         if self.empty_rows not in EMPTY_ROWS or self.softcap < 0 or self.window < 0:
             raise Unsupported(f"{node.describe()}: attributes {extra}")
-        if math.prod(self.batch) > 65535:
-            raise Unsupported(f"{node.describe()}: {math.prod(self.batch)} batch x heads exceed one grid axis")
+        if dims.any_symbolic((self.d, self.dv)):
+            raise Unsupported(f"{node.describe()}: a symbolic head dim (the kernel's tiles are sized by it)")
+        nbh = math.prod(self.batch)
+        # symbolic batch x heads may exceed the second grid axis (65535): one axis holds both
+        self.flat = dims.is_symbolic(nbh)
+        if not self.flat and nbh > 65535:
+            raise Unsupported(f"{node.describe()}: {nbh} batch x heads exceed one grid axis")
         zs = [ix.sym(f"z{i}", b) for i, b in enumerate(self.batch)]
         kv_batch, kv_zs = list(self.batch), list(zs)
         if form.kv_groups is None:
@@ -133,10 +140,21 @@ class Spec:
         return fold_operand(ctx, node.id, ix.broadcast(full, node.shape))
 
 
+def _cap(size, least: int) -> float:
+    """The largest block worth trying along a length: its size rounded up to a power of two (at
+    least `least`); a symbolic length caps nothing (the autotuner picks per size bucket)."""
+    return float("inf") if dims.is_symbolic(size) else max(least, next_pow2(size))
+
+
 def configs(spec: Spec, device_type: str) -> list[tuple[int, int, int, int]]:
     if device_type != "cuda":
-        bm = min(max(next_pow2(spec.sq), 16), 64)
-        return [(bm, min(bm, max(next_pow2(spec.sk), 16), 32), 1, 4)]
+        bm = min(_cap(spec.sq, 16), 64)
+        return [(bm, min(bm, _cap(spec.sk, 16), 32), 1, 4)]
+    if dims.any_symbolic((spec.sq, spec.sk)):
+        # every length: the whole table (LONG_CONFIGS are in it), cut only by a concrete length
+        table = FP32_CONFIGS if spec.q.dtype == torch.float32 else HALF_CONFIGS
+        fit = [c for c in table if c[0] <= _cap(spec.sq, 64) and c[1] <= _cap(spec.sk, 32)]
+        return fit or [table[-1]]
     if spec.q.dtype != torch.float32 and min(spec.sq, spec.sk) >= LONG_SEQ and max(spec.d, spec.dv) <= 128:
         return LONG_CONFIGS
     table = FP32_CONFIGS if spec.q.dtype == torch.float32 else HALF_CONFIGS
@@ -160,8 +178,14 @@ def emit(ctx: KernelCtx) -> Kernel:
 
     g = ctx.graph
     cuda = ctx.device_type == "cuda"
+    sizes = (("SQ", spec.sq), ("SK", spec.sk))
+    tuned = cuda and len(cfgs) > 1
+    # over symbolic lengths the autotuner keys on their power-of-two buckets (gemm.py does the same)
+    buckets = tuple((f"{d.lower()}_bucket", Runtime(f"triton.next_power_of_2({dims.py(v, _OWN_NAMES)})",
+                                                     next_pow2(dims.hint(v))))
+                    for d, v in sizes if dims.is_symbolic(v)) if tuned else ()
     src = CodeBuilder()
-    if cuda and len(cfgs) > 1:       # one config is no choice: the launch passes it
+    if tuned:       # one config is no choice: the launch passes it
         with src.block(f"{name}_configs = ["):
             for bm, bn, stages, warps in cfgs:
                 src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}}}, "
@@ -169,10 +193,14 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("]")
         src.writeline("")
         src.writeline("")
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"SQ\", \"SK\"], do_bench=_tune_bench)")
+        key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], do_bench=_tune_bench)")
     src.writeline("@triton.jit")
     pointers = list(low.pointers.values())
-    params = [p.name for p in pointers] + [f"{d}: tl.constexpr" for d in ("SQ", "SK", "BLOCK_M", "BLOCK_N")]
+    touched = list(ctx.group.nodes) + list(ctx.group.inputs)
+    params = ([p.name for p in pointers] + size_params(g, touched)
+              + [d if dims.is_symbolic(v) else f"{d}: tl.constexpr" for d, v in sizes]
+              + [b for b, _ in buckets] + [f"{d}: tl.constexpr" for d in ("BLOCK_M", "BLOCK_N")])
     nbh = math.prod(spec.batch)
     with src.block(f"def {name}({', '.join(params)}):"):
         what = "causal " if spec.causal else ""
@@ -188,13 +216,26 @@ def emit(ctx: KernelCtx) -> Kernel:
             src.writeline(f"# not on the Hopper kernel (attention_hopper.py): {comment_text(hopper_reason)}")
         src.splice(body.getvalue())
 
-    args = tuple(Buf(p.nid) for p in pointers)
-    sizes = (("SQ", spec.sq), ("SK", spec.sk))
+    args = tuple(Buf(p.nid) for p in pointers) + size_args(g, touched)
+    sizes += buckets
     bm, bn, stages, warps = cfgs[0]
+    # query blocks on the first axis, batch x heads on the second; flattened into the first where
+    # batch x heads is symbolic (`Spec.flat`)
+    grid = Grid.of((Blocks(spec.sq, "BLOCK_M"), nbh)) if spec.flat else Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh)
     if cuda:
         one = (("BLOCK_M", bm), ("BLOCK_N", bn), ("num_stages", stages), ("num_warps", warps))
         fixed = one if len(cfgs) == 1 else ()
-        launch = Launch(Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh), args, sizes + fixed)
+        launch = Launch(grid, args, sizes + fixed)
+    elif dims.is_symbolic(spec.sq) or spec.flat:
+        launch = Launch(grid, args, sizes + (("BLOCK_M", bm), ("BLOCK_N", bn)))
     else:
         launch = Launch(Grid.of(-(-spec.sq // bm), nbh), args, sizes + (("BLOCK_M", bm), ("BLOCK_N", bn)))
     return Kernel(name, src.getvalue(), [launch])
+
+
+class _OwnNames(dict):
+    def __missing__(self, key: str) -> str:
+        return key          # call() names each size after its module symbol (codegen/sizes.py)
+
+
+_OWN_NAMES = _OwnNames()

@@ -26,7 +26,7 @@ from minicomp.ir import dims
 from minicomp.ir.graph import Graph
 from minicomp.plan.records import Plan
 
-SYMBOLIC_KINDS = ("pointwise", "reduction", "gemm")    # group kinds whose emitters take symbolic sizes
+SYMBOLIC_KINDS = ("pointwise", "reduction", "gemm", "attention")    # group kinds whose emitters take symbolic sizes
 
 
 def rename(graph: Graph, plan: Plan) -> tuple[Graph, Plan, dict[str, str]]:
