@@ -36,8 +36,9 @@ def compile_once(text: str, name: str, target: Target | None = None):
 
 
 def check_at(compiled, text: str, name: str, sizes: dict[str, int], dtype: torch.dtype,
-             make=None, seed: int = 0) -> None:
-    """Call the symbolic module at `sizes` and compare with the program bound to them."""
+             make=None, seed: int = 0, static_compile: bool = False) -> None:
+    """Call the symbolic module at `sizes` and compare with the program bound to them: run by
+    the interpreter, or (`static_compile`) compiled with those sizes."""
     static = load_dsl(text, name, dims=sizes)
     gen = torch.Generator().manual_seed(seed)
     inputs = []
@@ -49,7 +50,9 @@ def check_at(compiled, text: str, name: str, sizes: dict[str, int], dtype: torch
             t = (torch.randn(shape, generator=gen) * 0.25).to(node.dtype)
         inputs.append(t)
     got = compiled.call(*inputs)
-    if dtype == torch.float32:
+    if static_compile:
+        want = compile_graph(static, inputs, device="cpu").call(*inputs)
+    elif dtype == torch.float32:
         want = run(static, inputs)
     else:
         # eager in bf16 rounds every intermediate (the kernels keep them in fp32): the reference is
@@ -145,3 +148,117 @@ def test_static_gemm_keeps_constexpr_sizes():
     src = generate(graph, plan, Target.for_device("cpu", verify_target="off").for_check(90)).source
     assert 'key=["M", "N", "K"]' in src and "_bucket" not in src
     assert "M: tl.constexpr, N: tl.constexpr, K: tl.constexpr" in src
+
+
+# --------------------------------------------------------------------------- attention
+
+CAUSAL = """
+func attn(q: DT[B, H, S, 32], k: DT[B, H, S, 32], v: DT[B, H, S, 32]) -> DT[B, H, S, 32] {
+  return attention(q, k, v, is_causal=true)
+}
+"""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_causal_attention_over_symbolic_batch_heads_and_length(dtype):
+    """Causal (top-left) attention with B, H and S symbolic, head dim 32: the diagonal blocks,
+    the ragged last block and the flattened (batch x head, query block) grid at odd lengths."""
+    text = CAUSAL.replace("DT", "f32" if dtype == torch.float32 else "bf16")
+    compiled = compile_once(text, "causal.mc")
+    assert kinds(compiled) == ["attention"]
+    for sizes in ({"B": 2, "H": 2, "S": 2}, {"B": 3, "H": 2, "S": 37}, {"B": 2, "H": 3, "S": 130}):
+        check_at(compiled, text, "causal.mc", sizes, dtype)
+
+
+CROSS = """
+func cross(q: f32[2, 3, S, 32], k: f32[2, 3, T, 32], v: f32[2, 3, T, 32]) -> f32[2, 3, S, 32] {
+  scores = (q @ transpose(k, -2, -1)) * (1.0 / sqrt(32))
+  return softmax(scores, axis=-1) @ v
+}
+"""
+
+
+def test_written_out_attention_with_different_symbolic_lengths():
+    """The samples' written-out form (matched into one attention node) with a concrete head dim
+    and query and key lengths both symbolic and different: long rows of keys included."""
+    compiled = compile_once(CROSS, "cross.mc")
+    assert kinds(compiled) == ["attention"]
+    for sizes in ({"S": 2, "T": 3}, {"S": 37, "T": 19}, {"S": 5, "T": 700}):
+        check_at(compiled, CROSS, "cross.mc", sizes, torch.float32)
+
+
+CAUSAL_CROSS = """
+func decode(q: f32[2, 4, S, 16], k: f32[2, 2, T, 16], v: f32[2, 2, T, 16]) -> f32[2, 4, S, 16] {
+  return attention(q, k, v, is_causal=true, enable_gqa=true)
+}
+"""
+
+
+def test_causal_attention_with_symbolic_query_and_key_lengths_and_grouped_heads():
+    """is_causal with Sq != Sk (PyTorch's top-left alignment: fewer queries than keys, and more)
+    over grouped KV heads; the causal block bounds are computed from the runtime lengths."""
+    compiled = compile_once(CAUSAL_CROSS, "decode.mc")
+    assert kinds(compiled) == ["attention"]
+    for sizes in ({"S": 2, "T": 2}, {"S": 9, "T": 45}, {"S": 70, "T": 33}):
+        check_at(compiled, CAUSAL_CROSS, "decode.mc", sizes, torch.float32)
+
+
+MASKED = """
+func masked(q: f32[B, 2, S, 32], k: f32[B, 2, T, 32], v: f32[B, 2, T, 32], keep: b8[S, T]) -> f32[B, 2, S, 32] {
+  return attention(q, k, v, mask=keep)
+}
+"""
+
+
+def test_attention_with_a_symbolic_boolean_mask():
+    """A boolean mask [S, T] over symbolic lengths, broadcast over batch and heads, loaded through
+    its symbolic strides; every row keeps its first key, so no row is empty."""
+    compiled = compile_once(MASKED, "masked.mc")
+    assert kinds(compiled) == ["attention"]
+
+    def make(node, shape, gen):
+        if node.dtype == torch.bool:
+            keep = torch.rand(shape, generator=gen) > 0.4
+            keep[:, 0] = True
+            return keep
+        return None
+
+    for sizes in ({"B": 2, "S": 2, "T": 2}, {"B": 3, "S": 23, "T": 41}):
+        check_at(compiled, MASKED, "masked.mc", sizes, torch.float32, make)
+
+
+GPT_BLOCK = (SAMPLES / "gpt_block.mc").read_text()
+WIDTHS = {"C": 64, "C3": 192, "F": 256}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_gpt_block_sample_one_compile_for_every_batch_and_length(dtype):
+    """samples/gpt_block.mc with its widths bound and B, S symbolic: layer norms, four GEMMs
+    (B*S folded into M) and causal attention over split heads, all as kernels."""
+    text = GPT_BLOCK if dtype == torch.float32 else GPT_BLOCK.replace("f32", "bf16")
+    graph = load_dsl(text, "gpt_block.mc", dims=WIDTHS, symbolic=True)
+    compiled = compile_graph(graph, [None] * len(graph.inputs), device="cpu")
+    assert compiled.generated.fallbacks == {}
+    assert sorted(kinds(compiled)) == ["attention"] + ["gemm"] * 4 + ["reduction"] * 2
+    if dtype == torch.float32:
+        for sizes in ({"B": 2, "S": 2}, {"B": 3, "S": 37}, {"B": 2, "S": 130}):
+            check_at(compiled, text, "gpt_block.mc", {**WIDTHS, **sizes}, dtype)
+    else:
+        # eight roundings to bf16 deep: against static compiles, which round where this module does
+        for sizes in ({"B": 2, "S": 2}, {"B": 3, "S": 37}):
+            check_at(compiled, text, "gpt_block.mc", {**WIDTHS, **sizes}, dtype, static_compile=True)
+
+
+def test_attention_autotunes_per_length_bucket_and_leaves_the_hopper_kernel_to_static_graphs():
+    """On sm_90 the symbolic module runs the block-language kernel, keyed on the lengths' buckets;
+    the same program with its sizes bound (a multiple of 128, head dim 64) still gets the Gluon one."""
+    text = CAUSAL.replace("DT", "bf16").replace("32]", "64]")
+    graph, plan = plan_only(load_dsl(text, "causal.mc", symbolic=True))
+    gen = generate(graph, plan, Target.for_device("cpu", verify_target="off").for_check(90))
+    assert gen.fallbacks == {} and gen.kernel_names == ["mc_attn_causal_attention_0"]
+    assert 'key=["sq_bucket", "sk_bucket"]' in gen.source
+    assert "sq_bucket=triton.next_power_of_2(s2), sk_bucket=triton.next_power_of_2(s2)" in gen.source
+    assert "symbolic sizes (the Gluon kernel takes concrete lengths)" in gen.source
+    graph, plan = plan_only(load_dsl(text, "causal.mc", dims={"B": 2, "H": 2, "S": 256}))
+    static = generate(graph, plan, Target.for_device("cpu", verify_target="off").for_check(90))
+    assert static.kernel_names == ["mc_attn_hopper_causal_attention_0"] and "_bucket" not in static.source
