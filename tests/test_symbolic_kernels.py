@@ -19,7 +19,6 @@ from conftest import tol
 from minicomp.api import compile_graph, plan_only
 from minicomp.codegen.module import generate
 from minicomp.frontend.dsl import load_dsl
-from minicomp.ir import dims
 from minicomp.ir.interpret import run
 from minicomp.target import Target
 
@@ -84,7 +83,8 @@ def test_mlp_sample_one_compile_many_sizes():
 
 
 MLP_BF16 = """
-func mlp(x: bf16[B, S, 64], fc1_w: bf16[96, 64], fc1_b: bf16[96], fc2_w: bf16[64, 96], fc2_b: bf16[64]) -> bf16[B, S, 64] {
+func mlp(x: bf16[B, S, 64], fc1_w: bf16[96, 64], fc1_b: bf16[96],
+        fc2_w: bf16[64, 96], fc2_b: bf16[64]) -> bf16[B, S, 64] {
   h = gelu(linear(x, fc1_w, fc1_b))
   return linear(h, fc2_w, fc2_b)
 }

@@ -43,6 +43,13 @@ GPU, groups that fit (no mask tensor, window or softcap, half dtypes, lengths a 
 epilogue: attention_hopper.why_not) run a Gluon kernel that does (attention_hopper.py); this
 kernel takes the rest, and its source says why the Gluon kernel did not take the group.
 
+Over symbolic sizes (codegen/sizes.py) the query and key lengths are runtime arguments (SQ,
+SK; the causal block bounds and the ragged-block tests are computed from them at run time)
+and the autotune key holds their powers of two (`sq_bucket`, `sk_bucket`) instead; head dims
+must be concrete (they size the tiles). A symbolic batch x heads shares the first grid axis
+with the query blocks (the second axis holds at most 65535). The Gluon kernel keeps to static
+graphs: its form is fixed per length (attention_hopper.why_not).
+
 Index symbols: `qm`/`qd` (query tile), `kd`/`kn` (K tile, transposed), `vn`/`vd` (V tile),
 `rm`/`rn` (score tile), `rm`/`od` (output tile), `z0`, `z1`... (batch and head).
 
@@ -61,12 +68,12 @@ from minicomp.codegen import attention_hopper
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.attention_body import Writer
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Runtime, Unsupported, group_spec,
-                                     kernel_name, next_pow2)
+from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, group_spec, kernel_name,
+                                     next_pow2)
 from minicomp.codegen.epilogue import Operand, fold_operand
 from minicomp.codegen.gemm_form import DOT_DTYPES, needs_int64
 from minicomp.codegen.names import comment_text
-from minicomp.codegen.sizes import size_args, size_params
+from minicomp.codegen.sizes import bucket, size_args, size_params
 from minicomp.ir import dims
 from minicomp.ir.attention_ref import EMPTY_ROWS, EXTRA_DEFAULTS
 from minicomp.plan.specs import AttentionSpec
@@ -181,8 +188,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     sizes = (("SQ", spec.sq), ("SK", spec.sk))
     tuned = cuda and len(cfgs) > 1
     # over symbolic lengths the autotuner keys on their power-of-two buckets (gemm.py does the same)
-    buckets = tuple((f"{d.lower()}_bucket", Runtime(f"triton.next_power_of_2({dims.py(v, _OWN_NAMES)})",
-                                                     next_pow2(dims.hint(v))))
+    buckets = tuple((f"{d.lower()}_bucket", bucket(v))
                     for d, v in sizes if dims.is_symbolic(v)) if tuned else ()
     src = CodeBuilder()
     if tuned:       # one config is no choice: the launch passes it
@@ -232,10 +238,3 @@ def emit(ctx: KernelCtx) -> Kernel:
         launch = Launch(Grid.of(-(-spec.sq // bm), nbh), args, sizes + (("BLOCK_M", bm), ("BLOCK_N", bn)))
     return Kernel(name, src.getvalue(), [launch])
 
-
-class _OwnNames(dict):
-    def __missing__(self, key: str) -> str:
-        return key          # call() names each size after its module symbol (codegen/sizes.py)
-
-
-_OWN_NAMES = _OwnNames()

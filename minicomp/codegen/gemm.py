@@ -22,7 +22,12 @@ Invariants and decisions:
 - fp32 operands use full-precision dot unless `torch.backends.cuda.matmul.allow_tf32`;
   under the CPU interpreter half operands are widened to fp32 before the dot;
 - shapes and strides are baked in; M, N, K are constexpr and the autotune key (Triton
-  adds the pointer dtypes to it).
+  adds the pointer dtypes to it). Over symbolic sizes (codegen/sizes.py) a symbolic M, N or
+  K is a runtime argument (K's tail is masked at run time, `K % BLOCK_K`), the size symbols
+  that strides use are parameters too, and the autotune key holds the size's power of two
+  (`m_bucket = triton.next_power_of_2(M)`, computed in call()) instead of the size, so every
+  length of a bucket shares the config tuned for the first; configs are not cut by a
+  symbolic size. Offsets are int64 when the top of the symbols' ranges needs it.
 
 Index symbols: `am`/`ak` (A tile rows/cols), `bk`/`bn` (B tile), `rm`/`rn` (output tile),
 `z0`, `z1`... (batch coordinates).
@@ -38,6 +43,9 @@ Two forms of the kernel:
   0.198 ms; for [K, N] weights it is on par with the pointer form (0.294 vs 0.320 ms).
   TMA needs 16-byte aligned bases, so `call()` passes an aligned copy of an operand that
   is not (`_align16`), and a scratch allocator for the descriptors (`_tma_ready`).
+  Over symbolic sizes the descriptors take runtime shapes (M = B*S rows); the form is kept
+  only where the strides it checks for alignment are concrete (`gemm_form._tma_operand`),
+  and its epilogue offsets are int64 where the symbols' ranges ask for it.
 
 Unsupported (the group falls back to PyTorch): see `gemm_form.py`.
 """
@@ -50,11 +58,11 @@ import torch
 
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Runtime, kernel_name, next_pow2
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, configs, needs_int64,
                                         tma_form)
-from minicomp.codegen.sizes import size_args, size_params
+from minicomp.codegen.sizes import bucket, size_args, size_params
 from minicomp.codegen.tlexpr import Val
 from minicomp.ir import dims
 
@@ -231,8 +239,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     sizes = (("M", spec.m), ("N", spec.n), ("K", spec.k))
     # over symbolic sizes a size is a runtime argument, and the autotuner keys on its power-of-two
     # bucket instead (`m_bucket`...): a new length in a tuned bucket reuses that bucket's config
-    buckets = tuple((f"{d.lower()}_bucket", Runtime(f"triton.next_power_of_2({dims.py(v, _OWN_NAMES)})",
-                                                     next_pow2(dims.hint(v))))
+    buckets = tuple((f"{d.lower()}_bucket", bucket(v))
                     for d, v in sizes if dims.is_symbolic(v))
     tuned = cuda and len(cfgs) > 1
     src = CodeBuilder()
@@ -287,10 +294,3 @@ def emit(ctx: KernelCtx) -> Kernel:
         return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)])
     return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles * nbatch), args, sizes + blocks)])
 
-
-class _OwnNames(dict):
-    def __missing__(self, key: str) -> str:
-        return key          # call() names each size after its module symbol (codegen/sizes.py)
-
-
-_OWN_NAMES = _OwnNames()
