@@ -10,6 +10,7 @@ to PyTorch. The suite's GPU-true check (conftest: sm_90) compiles every kernel t
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from minicomp.ir.interpret import run
 from minicomp.target import Target
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+DT_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}   # the DSL's names
 
 
 def compile_once(text: str, name: str, target: Target | None = None):
@@ -54,9 +56,9 @@ def check_at(compiled, text: str, name: str, sizes: dict[str, int], dtype: torch
     elif dtype == torch.float32:
         want = run(static, inputs)
     else:
-        # eager in bf16 rounds every intermediate (the kernels keep them in fp32): the reference is
+        # eager in half precision rounds every intermediate (the kernels keep them in fp32): the reference is
         # the program in fp32 on the same values, rounded once at the end
-        wide = load_dsl(text.replace("bf16", "f32"), name, dims=sizes)
+        wide = load_dsl(re.sub(r"\bb?f16\b", "f32", text), name, dims=sizes)
         want = [w.to(dtype) for w in run(wide, [t.float() if t.is_floating_point() else t for t in inputs])]
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -91,16 +93,18 @@ func mlp(x: bf16[B, S, 64], fc1_w: bf16[96, 64], fc1_b: bf16[96],
 """
 
 
-@pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])
-def test_linear_layers_over_symbolic_tokens_bf16(tma):
+@pytest.mark.parametrize("dtype, tma", [(torch.bfloat16, False), (torch.bfloat16, True), (torch.float16, False)],
+                         ids=["bf16-pointer", "bf16-tma", "f16-pointer"])
+def test_linear_layers_over_symbolic_tokens_in_half_precision(dtype, tma):
     """Concrete widths, symbolic batch and length (a linear layer's B*S): the pointer form, and
     the TMA descriptor form (its strides are concrete) under the interpreter."""
+    text = MLP_BF16 if dtype == torch.bfloat16 else MLP_BF16.replace("bf16", "f16")
     target = dataclasses.replace(Target.for_device("cpu"), tma_on_cpu=tma)
-    compiled = compile_once(MLP_BF16, "mlp_bf16.mc", target)
+    compiled = compile_once(text, "mlp_half.mc", target)
     uses_tma = "tl.make_tensor_descriptor" in compiled.generated.source
     assert uses_tma == tma
     for sizes in ({"B": 2, "S": 2}, {"B": 3, "S": 41}, {"B": 2, "S": 300}):
-        check_at(compiled, MLP_BF16, "mlp_bf16.mc", sizes, torch.bfloat16)
+        check_at(compiled, text, "mlp_half.mc", sizes, dtype)
 
 
 BMM = """
@@ -159,11 +163,11 @@ func attn(q: DT[B, H, S, 32], k: DT[B, H, S, 32], v: DT[B, H, S, 32]) -> DT[B, H
 """
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("dtype", list(DT_NAMES), ids=list(DT_NAMES.values()))
 def test_causal_attention_over_symbolic_batch_heads_and_length(dtype):
     """Causal (top-left) attention with B, H and S symbolic, head dim 32: the diagonal blocks,
     the ragged last block and the flattened (batch x head, query block) grid at odd lengths."""
-    text = CAUSAL.replace("DT", "f32" if dtype == torch.float32 else "bf16")
+    text = CAUSAL.replace("DT", DT_NAMES[dtype])
     compiled = compile_once(text, "causal.mc")
     assert kinds(compiled) == ["attention"]
     for sizes in ({"B": 2, "H": 2, "S": 2}, {"B": 3, "H": 2, "S": 37}, {"B": 2, "H": 3, "S": 130}):
