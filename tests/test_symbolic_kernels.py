@@ -18,8 +18,10 @@ import torch
 
 from conftest import tol
 from minicomp.api import compile_graph, plan_only
+from minicomp.codegen import indexing as ix
 from minicomp.codegen.module import generate
 from minicomp.frontend.dsl import load_dsl
+from minicomp.ir import dims
 from minicomp.ir.interpret import run
 from minicomp.target import Target
 
@@ -266,3 +268,32 @@ def test_attention_autotunes_per_length_bucket_and_leaves_the_hopper_kernel_to_s
     graph, plan = plan_only(load_dsl(text, "causal.mc", dims={"B": 2, "H": 2, "S": 256}))
     static = generate(graph, plan, Target.for_device("cpu", verify_target="off").for_check(90))
     assert static.kernel_names == ["mc_attn_hopper_causal_attention_0"] and "_bucket" not in static.source
+
+
+LLAMA_BLOCK = (SAMPLES / "llama_block.mc").read_text()
+LLAMA_WIDTHS = {"C": 64, "CQ": 64, "CKV": 32, "F": 176, "D": 16}
+
+
+def test_llama_block_sample_with_symbolic_batch_and_length():
+    """samples/llama_block.mc with its widths bound: RMSNorm, rotary embeddings (slices at an
+    offset over symbolic strides), grouped-query causal attention, the SwiGLU dual GEMM."""
+    graph = load_dsl(LLAMA_BLOCK, "llama_block.mc", dims=LLAMA_WIDTHS, symbolic=True)
+    compiled = compile_graph(graph, [None] * len(graph.inputs), device="cpu")
+    assert compiled.generated.fallbacks == {}
+    assert {"attention", "gemm", "pointwise", "reduction"} == set(kinds(compiled))
+    for sizes in ({"B": 2, "S": 2}, {"B": 3, "S": 37}):
+        check_at(compiled, LLAMA_BLOCK, "llama_block.mc", {**LLAMA_WIDTHS, **sizes}, torch.float32)
+
+
+def test_index_bounds_over_symbols_that_these_kernels_need():
+    """Two bounds of floor division over symbolic sizes (codegen/index_algebra.py) that hold for
+    every size: a folded B*S row index reads [B, S, K] as a plain matrix (the TMA form needs it),
+    and an offset a little below 0 (rotary's rotate_half) divides to no less than -1."""
+    B, S = dims.sym("B"), dims.sym("S")
+    am = ix.sym("am", B * S)
+    assert ix.bounds(ix.floordiv(am, S)) == (0, B - 1)
+    assert ix.mod(ix.floordiv(am, S), B) * S + ix.mod(am, S) == am
+    low, high = ix.bounds(ix.floordiv(ix.sym("x", B * S * 64) - 8, 64 * S))
+    assert low == -1
+    for b, s_ in ((2, 2), (3, 37), (1000, 7)):         # never below the true top, (64*b*s - 9) // (64*s)
+        assert dims.evaluate(high, {"B": b, "S": s_}) >= (64 * b * s_ - 9) // (64 * s_)
