@@ -43,6 +43,13 @@ GPU, groups that fit (no mask tensor, window or softcap, half dtypes, lengths a 
 epilogue: attention_hopper.why_not) run a Gluon kernel that does (attention_hopper.py); this
 kernel takes the rest, and its source says why the Gluon kernel did not take the group.
 
+Over symbolic sizes (codegen/sizes.py) the query and key lengths are runtime arguments (SQ,
+SK; the causal block bounds and the ragged-block tests are computed from them at run time)
+and the autotune key holds their powers of two (`sq_bucket`, `sk_bucket`) instead; head dims
+must be concrete (they size the tiles). A symbolic batch x heads shares the first grid axis
+with the query blocks (the second axis holds at most 65535). The Gluon kernel keeps to static
+graphs: its form is fixed per length (attention_hopper.why_not).
+
 Index symbols: `qm`/`qd` (query tile), `kd`/`kn` (K tile, transposed), `vn`/`vd` (V tile),
 `rm`/`rn` (score tile), `rm`/`od` (output tile), `z0`, `z1`... (batch and head).
 
@@ -66,6 +73,8 @@ from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launc
 from minicomp.codegen.epilogue import Operand, fold_operand
 from minicomp.codegen.gemm_form import DOT_DTYPES, needs_int64
 from minicomp.codegen.names import comment_text
+from minicomp.codegen.sizes import bucket, size_args, size_params
+from minicomp.ir import dims
 from minicomp.ir.attention_ref import EMPTY_ROWS, EXTRA_DEFAULTS
 from minicomp.plan.specs import AttentionSpec
 
@@ -110,8 +119,13 @@ class Spec:
             raise Unsupported(f"{node.describe()}: a sliding window without is_causal")
         if self.empty_rows not in EMPTY_ROWS or self.softcap < 0 or self.window < 0:
             raise Unsupported(f"{node.describe()}: attributes {extra}")
-        if math.prod(self.batch) > 65535:
-            raise Unsupported(f"{node.describe()}: {math.prod(self.batch)} batch x heads exceed one grid axis")
+        if dims.any_symbolic((self.d, self.dv)):
+            raise Unsupported(f"{node.describe()}: a symbolic head dim (the kernel's tiles are sized by it)")
+        nbh = math.prod(self.batch)
+        # symbolic batch x heads may exceed the second grid axis (65535): one axis holds both
+        self.flat = dims.is_symbolic(nbh)
+        if not self.flat and nbh > 65535:
+            raise Unsupported(f"{node.describe()}: {nbh} batch x heads exceed one grid axis")
         zs = [ix.sym(f"z{i}", b) for i, b in enumerate(self.batch)]
         kv_batch, kv_zs = list(self.batch), list(zs)
         if form.kv_groups is None:
@@ -133,10 +147,21 @@ class Spec:
         return fold_operand(ctx, node.id, ix.broadcast(full, node.shape))
 
 
+def _cap(size, least: int) -> float:
+    """The largest block worth trying along a length: its size rounded up to a power of two (at
+    least `least`); a symbolic length caps nothing (the autotuner picks per size bucket)."""
+    return float("inf") if dims.is_symbolic(size) else max(least, next_pow2(size))
+
+
 def configs(spec: Spec, device_type: str) -> list[tuple[int, int, int, int]]:
     if device_type != "cuda":
-        bm = min(max(next_pow2(spec.sq), 16), 64)
-        return [(bm, min(bm, max(next_pow2(spec.sk), 16), 32), 1, 4)]
+        bm = min(_cap(spec.sq, 16), 64)
+        return [(bm, min(bm, _cap(spec.sk, 16), 32), 1, 4)]
+    if dims.any_symbolic((spec.sq, spec.sk)):
+        # every length: the whole table (LONG_CONFIGS are in it), cut only by a concrete length
+        table = FP32_CONFIGS if spec.q.dtype == torch.float32 else HALF_CONFIGS
+        fit = [c for c in table if c[0] <= _cap(spec.sq, 64) and c[1] <= _cap(spec.sk, 32)]
+        return fit or [table[-1]]
     if spec.q.dtype != torch.float32 and min(spec.sq, spec.sk) >= LONG_SEQ and max(spec.d, spec.dv) <= 128:
         return LONG_CONFIGS
     table = FP32_CONFIGS if spec.q.dtype == torch.float32 else HALF_CONFIGS
@@ -160,8 +185,13 @@ def emit(ctx: KernelCtx) -> Kernel:
 
     g = ctx.graph
     cuda = ctx.device_type == "cuda"
+    sizes = (("SQ", spec.sq), ("SK", spec.sk))
+    tuned = cuda and len(cfgs) > 1
+    # over symbolic lengths the autotuner keys on their power-of-two buckets (gemm.py does the same)
+    buckets = tuple((f"{d.lower()}_bucket", bucket(v))
+                    for d, v in sizes if dims.is_symbolic(v)) if tuned else ()
     src = CodeBuilder()
-    if cuda and len(cfgs) > 1:       # one config is no choice: the launch passes it
+    if tuned:       # one config is no choice: the launch passes it
         with src.block(f"{name}_configs = ["):
             for bm, bn, stages, warps in cfgs:
                 src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}}}, "
@@ -169,10 +199,14 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("]")
         src.writeline("")
         src.writeline("")
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"SQ\", \"SK\"], do_bench=_tune_bench)")
+        key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], do_bench=_tune_bench)")
     src.writeline("@triton.jit")
     pointers = list(low.pointers.values())
-    params = [p.name for p in pointers] + [f"{d}: tl.constexpr" for d in ("SQ", "SK", "BLOCK_M", "BLOCK_N")]
+    touched = list(ctx.group.nodes) + list(ctx.group.inputs)
+    params = ([p.name for p in pointers] + size_params(g, touched)
+              + [d if dims.is_symbolic(v) else f"{d}: tl.constexpr" for d, v in sizes]
+              + [b for b, _ in buckets] + [f"{d}: tl.constexpr" for d in ("BLOCK_M", "BLOCK_N")])
     nbh = math.prod(spec.batch)
     with src.block(f"def {name}({', '.join(params)}):"):
         what = "causal " if spec.causal else ""
@@ -188,13 +222,19 @@ def emit(ctx: KernelCtx) -> Kernel:
             src.writeline(f"# not on the Hopper kernel (attention_hopper.py): {comment_text(hopper_reason)}")
         src.splice(body.getvalue())
 
-    args = tuple(Buf(p.nid) for p in pointers)
-    sizes = (("SQ", spec.sq), ("SK", spec.sk))
+    args = tuple(Buf(p.nid) for p in pointers) + size_args(g, touched)
+    sizes += buckets
     bm, bn, stages, warps = cfgs[0]
+    # query blocks on the first axis, batch x heads on the second; flattened into the first where
+    # batch x heads is symbolic (`Spec.flat`)
+    grid = Grid.of((Blocks(spec.sq, "BLOCK_M"), nbh)) if spec.flat else Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh)
     if cuda:
         one = (("BLOCK_M", bm), ("BLOCK_N", bn), ("num_stages", stages), ("num_warps", warps))
         fixed = one if len(cfgs) == 1 else ()
-        launch = Launch(Grid.of(Blocks(spec.sq, "BLOCK_M"), nbh), args, sizes + fixed)
+        launch = Launch(grid, args, sizes + fixed)
+    elif dims.is_symbolic(spec.sq) or spec.flat:
+        launch = Launch(grid, args, sizes + (("BLOCK_M", bm), ("BLOCK_N", bn)))
     else:
         launch = Launch(Grid.of(-(-spec.sq // bm), nbh), args, sizes + (("BLOCK_M", bm), ("BLOCK_N", bn)))
     return Kernel(name, src.getvalue(), [launch])
+

@@ -45,7 +45,7 @@ from minicomp.codegen.tlexpr import Val, convert, py_literal, round_to, storage_
 LOCALS = ("q", "k", "v", "o", "qk", "s", "p", "acc", "m_i", "l_i", "m_new", "m_safe", "alpha", "qk_scale",
           "pid_m", "pid_bh", "start_n", "lo", "lo_full", "mid", "hi", "hi_full", "offs_m", "offs_n", "offs_nn",
           "offs_d", "offs_dv", "mask_m", "qm", "qd", "kd", "kn", "vn", "vd", "rm", "rn", "od", "k_rows", "v_cols",
-          "SQ", "SK", "BLOCK_M", "BLOCK_N", "min", "max", "range", "float")
+          "SQ", "SK", "BLOCK_M", "BLOCK_N", "min", "max", "range", "float", "num_pid_m")
 
 
 class Writer:
@@ -71,16 +71,28 @@ class Writer:
     def write(self, wide: bool) -> None:
         b, s, low = self.body, self.spec, self.low
         w = ".to(tl.int64)" if wide else ""
-        if s.causal:
+        if s.flat:
+            # batch x heads is symbolic: one grid axis holds (batch x head, query block), query
+            # blocks innermost
+            b.writeline("num_pid_m = tl.cdiv(SQ, BLOCK_M)")
+            b.writeline("pid_bh = tl.program_id(0) // num_pid_m")
+            if s.causal:
+                b.writeline("# longest rows first: causal work grows with the query block")
+                b.writeline("pid_m = num_pid_m - 1 - tl.program_id(0) % num_pid_m")
+            else:
+                b.writeline("pid_m = tl.program_id(0) % num_pid_m")
+        elif s.causal:
             b.writeline("# longest rows first: causal work grows with the query block")
             b.writeline("pid_m = tl.num_programs(0) - 1 - tl.program_id(0)")
         else:
             b.writeline("pid_m = tl.program_id(0)")
         if s.batch:
-            b.writeline("pid_bh = tl.program_id(1)")
+            if not s.flat:
+                b.writeline("pid_bh = tl.program_id(1)")
             for i, size in enumerate(s.batch):
                 below = math.prod(s.batch[i + 1:])
-                text = "pid_bh" + (f" // {below}" if below > 1 else "") + (f" % {size}" if i else "")
+                text = "pid_bh" + (f" // {ix.size_text(below)}" if below != 1 else "") + (
+                    f" % {ix.size_text(size)}" if i else "")
                 b.writeline(f"z{i} = ({text}){w}")
         b.writeline(f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){w}")
         b.writeline(f"offs_n = tl.arange(0, BLOCK_N){w}")

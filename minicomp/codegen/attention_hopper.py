@@ -137,6 +137,10 @@ def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> 
         return f"{spec.q.dtype} operands"
     if any(op.casts for op in (spec.q, spec.k, spec.v)):
         return "q, k or v is cast inside the group"
+    if ctx.graph.symbolic:
+        # its form is fixed per length (multiples of 128, TMA views sized at compile time): a graph
+        # over symbolic sizes runs the block-language kernel, which serves every length
+        return "symbolic sizes (the Gluon kernel takes concrete lengths)"
     if spec.causal and spec.sq != spec.sk:
         return f"causal with Sq={spec.sq} != Sk={spec.sk}"
     if spec.sq % ROWS_PER_PROGRAM or spec.sk % KEYS_PER_BLOCK:

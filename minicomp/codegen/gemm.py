@@ -22,7 +22,12 @@ Invariants and decisions:
 - fp32 operands use full-precision dot unless `torch.backends.cuda.matmul.allow_tf32`;
   under the CPU interpreter half operands are widened to fp32 before the dot;
 - shapes and strides are baked in; M, N, K are constexpr and the autotune key (Triton
-  adds the pointer dtypes to it).
+  adds the pointer dtypes to it). Over symbolic sizes (codegen/sizes.py) a symbolic M, N or
+  K is a runtime argument (K's tail is masked at run time, `K % BLOCK_K`), the size symbols
+  that strides use are parameters too, and the autotune key holds the size's power of two
+  (`m_bucket = triton.next_power_of_2(M)`, computed in call()) instead of the size, so every
+  length of a bucket shares the config tuned for the first; configs are not cut by a
+  symbolic size. Offsets are int64 when the top of the symbols' ranges needs it.
 
 Index symbols: `am`/`ak` (A tile rows/cols), `bk`/`bn` (B tile), `rm`/`rn` (output tile),
 `z0`, `z1`... (batch coordinates).
@@ -38,6 +43,9 @@ Two forms of the kernel:
   0.198 ms; for [K, N] weights it is on par with the pointer form (0.294 vs 0.320 ms).
   TMA needs 16-byte aligned bases, so `call()` passes an aligned copy of an operand that
   is not (`_align16`), and a scratch allocator for the descriptors (`_tma_ready`).
+  Over symbolic sizes the descriptors take runtime shapes (M = B*S rows); the form is kept
+  only where the strides it checks for alignment are concrete (`gemm_form._tma_operand`),
+  and its epilogue offsets are int64 where the symbols' ranges ask for it.
 
 Unsupported (the group falls back to PyTorch): see `gemm_form.py`.
 """
@@ -48,12 +56,15 @@ import math
 
 import torch
 
+from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, configs, needs_int64,
                                         tma_form)
+from minicomp.codegen.sizes import bucket, size_args, size_params
 from minicomp.codegen.tlexpr import Val
+from minicomp.ir import dims
 
 LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "rm", "rn",
           "offs_m", "offs_n", "offs_k", "offs_am", "offs_bn", "offs_kk", "mask_m", "mask_n", "k0",
@@ -74,7 +85,8 @@ def _write_program_ids(body: CodeBuilder, spec: GemmForm, w: str) -> None:
         body.writeline("pid = pid % (num_pid_m * num_pid_n)")
         for i, size in enumerate(spec.batch):
             below = math.prod(spec.batch[i + 1:])
-            text = "pid_batch" + (f" // {below}" if below > 1 else "") + (f" % {size}" if i else "")
+            text = "pid_batch" + (f" // {ix.size_text(below)}" if below != 1 else "") + (
+                f" % {ix.size_text(size)}" if i else "")
             body.writeline(f"z{i} = ({text}){w}")
     _write_tile_coords(body, "pid", w)
     body.writeline(f"offs_k = tl.arange(0, BLOCK_K){w}")
@@ -172,7 +184,7 @@ def _descriptor_load(name: str, op: TmaOperand, row0: str, col0: str) -> str:
 
 
 def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering,
-                    a_tma: TmaOperand, b_tmas: list[TmaOperand]) -> None:
+                    a_tma: TmaOperand, b_tmas: list[TmaOperand], wide: bool = False) -> None:
     """The persistent kernel with TMA descriptor loads (the module docstring's second form)."""
     tiles, accs = _operand_names(spec)
     body.writeline("# TMA descriptors: operand tiles are copied to shared memory by the tensor memory")
@@ -185,7 +197,7 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
     body.writeline("num_tiles = num_pid_m * num_pid_n")
     body.writeline("# persistent: the grid holds at most one program per SM, each walking output tiles")
     with body.block("for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):"):
-        _write_tile_coords(body, "tile")
+        _write_tile_coords(body, "tile", ".to(tl.int64)" if wide else "")
         for acc in accs:
             body.writeline(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
         with body.block("for k0 in range(0, K, BLOCK_K):"):
@@ -217,15 +229,21 @@ def emit(ctx: KernelCtx) -> Kernel:
     masks = {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}
     low = TileLowering(ctx, body, masks, reserved=LOCALS + tuple(f"z{i}" for i in range(len(spec.batch))))
     if tma:
-        _write_tma_body(ctx, spec, body, low, *tma)
+        _write_tma_body(ctx, spec, body, low, *tma, wide=needs_int64(ctx))
     else:
         _write_body(ctx, spec, body, low, needs_int64(ctx))
 
     g = ctx.graph
     nbatch = math.prod(spec.batch)
     cuda = ctx.device_type == "cuda"
+    sizes = (("M", spec.m), ("N", spec.n), ("K", spec.k))
+    # over symbolic sizes a size is a runtime argument, and the autotuner keys on its power-of-two
+    # bucket instead (`m_bucket`...): a new length in a tuned bucket reuses that bucket's config
+    buckets = tuple((f"{d.lower()}_bucket", bucket(v))
+                    for d, v in sizes if dims.is_symbolic(v))
+    tuned = cuda and len(cfgs) > 1
     src = CodeBuilder()
-    if cuda and len(cfgs) > 1:       # one config is no choice: the launch passes it (`fixed` below)
+    if tuned:       # one config is no choice: the launch passes it (`fixed` below)
         with src.block(f"{name}_configs = ["):
             for bm, bn, bk, stages, warps in cfgs:
                 src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}, \"BLOCK_K\": {bk}, "
@@ -233,11 +251,15 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("]")
         src.writeline("")
         src.writeline("")
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"M\", \"N\", \"K\"], do_bench=_tune_bench)")
+        key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], do_bench=_tune_bench)")
     src.writeline("@triton.jit")
     pointers = list(low.pointers.values())
-    params = [p.name for p in pointers] + [f"{d}: tl.constexpr" for d in (
-        "M", "N", "K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+    touched = list(ctx.group.nodes) + list(ctx.group.inputs)
+    params = ([p.name for p in pointers] + size_params(g, touched)
+              + [d if dims.is_symbolic(v) else f"{d}: tl.constexpr" for d, v in sizes]
+              + ([b for b, _ in buckets] if tuned else [])
+              + [f"{d}: tl.constexpr" for d in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")])
     with src.block(f"def {name}({', '.join(params)}):"):
         a = g.node(spec.a.leaf)
         reads = ", ".join(g.node(p.nid).type for p in pointers if p.nid not in ctx.group.outputs)
@@ -248,19 +270,27 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.splice(body.getvalue())
 
     tma_leaves = {spec.a.leaf} | {b.leaf for b in spec.bs} if tma else set()
-    args = tuple(Buf(p.nid, align16=p.nid in tma_leaves) for p in pointers)
-    sizes = (("M", spec.m), ("N", spec.n), ("K", spec.k))
+    args = tuple(Buf(p.nid, align16=p.nid in tma_leaves) for p in pointers) + size_args(g, touched)
     bm, bn, bk, stages, warps = cfgs[0]
     blocks = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", GROUP_M))
+    if tuned:
+        sizes += buckets
     if cuda:
         fixed = blocks + (("num_stages", stages), ("num_warps", warps)) if len(cfgs) == 1 else ()
         tiles = (Blocks(spec.m, "BLOCK_M"), Blocks(spec.n, "BLOCK_N"))
         if tma:
             launch = Launch(Grid.of(tiles, persistent=True), args, sizes + fixed, tma=True)
             return Kernel(name, src.getvalue(), [launch])
-        grid = Grid.of(tiles + ((nbatch,) if nbatch > 1 else ()))
+        grid = Grid.of(tiles + ((nbatch,) if nbatch != 1 else ()))
         return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + fixed)])
+    if dims.any_symbolic((spec.m, spec.n, nbatch)):
+        # the tile count is computed in call() from the sizes (the launch passes the blocks)
+        grid = Grid.of((Blocks(spec.m, "BLOCK_M"), Blocks(spec.n, "BLOCK_N")) + ((nbatch,) if nbatch != 1 else ()))
+        if tma:
+            grid = Grid.of(CPU_PROGRAMS)      # persistent: each program walks tiles until num_tiles
+        return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + blocks, tma=bool(tma))])
     tiles = -(-spec.m // bm) * -(-spec.n // bn)
     if tma:
         return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)])
     return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles * nbatch), args, sizes + blocks)])
+

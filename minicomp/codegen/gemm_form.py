@@ -23,6 +23,7 @@ import torch
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.common import KernelCtx, Unsupported, group_spec, next_pow2
 from minicomp.codegen.epilogue import Operand, fold_operand
+from minicomp.ir import dims
 from minicomp.plan.specs import GemmSpec
 
 DOT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -140,12 +141,15 @@ class TmaOperand:
 
 def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str) -> TmaOperand | None:
     """How `op` reads a plain matrix indexed (row, col), or None when a descriptor cannot say it."""
-    if op.casts or op.dtype not in (torch.float16, torch.bfloat16) or op.offset.const:
+    if op.casts or op.dtype not in (torch.float16, torch.bfloat16) or dims.is_symbolic(op.offset.const) \
+            or op.offset.const:
         return None
     coeff = {}
     for atom, k in op.offset.terms:
         if not isinstance(atom, ix.Sym) or atom.name not in (row, col):
             return None
+        if dims.is_symbolic(k):
+            return None        # alignment would depend on the sizes: the pointer form serves them all
         coeff[atom.name] = k
     if set(coeff) != {row, col}:
         return None
@@ -159,7 +163,10 @@ def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str) -> TmaOperand 
 
 def tma_form(ctx: KernelCtx, spec: GemmForm) -> tuple[TmaOperand, list[TmaOperand]] | None:
     """The operands as TMA descriptors, when the persistent TMA kernel applies (module docstring)."""
-    if (ctx.device_type != "cuda" and not ctx.target.tma_on_cpu) or spec.batch or needs_int64(ctx):
+    # over symbolic sizes int64 offsets follow the top of the symbols' ranges: descriptors address
+    # any size themselves, and the epilogue's offsets are int64 there (`_write_tma_body`)
+    wide = needs_int64(ctx) and not ctx.graph.symbolic
+    if (ctx.device_type != "cuda" and not ctx.target.tma_on_cpu) or spec.batch or wide:
         return None
     a = _tma_operand(ctx, spec.a, "am", "ak")
     bs = [_tma_operand(ctx, b, "bk", "bn") for b in spec.bs]
@@ -168,14 +175,22 @@ def tma_form(ctx: KernelCtx, spec: GemmForm) -> tuple[TmaOperand, list[TmaOperan
     return a, bs
 
 
+def _cap(size, least: int) -> float:
+    """The largest block worth trying along a dimension: its size rounded up to a power of two
+    (at least `least`); a symbolic size caps nothing (the autotuner picks per size bucket)."""
+    return float("inf") if dims.is_symbolic(size) else max(least, next_pow2(size))
+
+
 def configs(spec: GemmForm, device_type: str, tma: bool = False) -> list[tuple[int, int, int, int, int]]:
     if device_type != "cuda":
-        clamp = lambda v: min(max(next_pow2(v), 16), 64)  # noqa: E731  (interpreter: few, large programs)
+        # interpreter: few, large programs; a symbolic size gets the largest block
+        clamp = lambda v: min(_cap(v, 16), 64)  # noqa: E731
         return [(clamp(spec.m), clamp(spec.n), clamp(spec.k), 1, 4)]
     table = DUAL_CONFIGS if len(spec.mms) > 1 else (
         TMA_CONFIGS if tma else FP32_CONFIGS if spec.a.dtype == torch.float32 else HALF_CONFIGS)
-    fit = [c for c in table if c[0] <= max(32, next_pow2(spec.m)) and c[1] <= max(32, next_pow2(spec.n))
-           and c[2] <= max(32, next_pow2(spec.k))]
+    fit = [c for c in table if c[0] <= _cap(spec.m, 32) and c[1] <= _cap(spec.n, 32) and c[2] <= _cap(spec.k, 32)]
+    if dims.any_symbolic((spec.m, spec.n, spec.k)):
+        return fit or [min(table, key=lambda c: c[0] * c[1])]     # every size: no big-problem cut
     if -(-spec.m // 128) * -(-spec.n // 256) >= BIG_TILES:
         # a big problem: small tiles never win, and each config autotuned costs a compile of
         # seconds on the first call (a block's first call took 26-34 s, mostly that). The TMA
@@ -186,9 +201,16 @@ def configs(spec: GemmForm, device_type: str, tma: bool = False) -> list[tuple[i
 
 
 def needs_int64(ctx: KernelCtx) -> bool:
-    """True when some tensor the kernel touches spans 2**31 elements or more."""
+    """True when some tensor the kernel touches spans 2**31 elements or more (over symbolic
+    sizes: at the top of the symbols' ranges, as pointwise kernels decide)."""
     for nid in set(ctx.group.inputs) | set(ctx.group.outputs):
         node = ctx.graph.node(nid)
+        if dims.any_symbolic(tuple(node.shape) + tuple(ctx.strides(nid))):
+            # layouts are contiguous or permuted, so strides are positive; sizes are >= 2
+            span = sum((d - 1) * s for d, s in zip(node.shape, ctx.strides(nid)) if d != 0)
+            if dims.bounds(span)[1] >= 2 ** 31 - 1:
+                return True
+            continue
         span = sum((d - 1) * abs(s) for d, s in zip(node.shape, ctx.strides(nid)) if d > 0)
         if span >= 2 ** 31 - 1:
             return True

@@ -189,6 +189,9 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
             raise D.SymbolicDim(f"bounds of ({lo}..{hi}) // {a.div} over symbolic sizes")
         if _known(lambda: hi >= 0):
             q = D.exact_div(hi, a.div)
+            if q is None and D.exact_div(hi + 1, a.div) is not None:
+                # hi + 1 == q1 * div (an index below a product of sizes): hi // div == q1 - 1, exactly
+                return low, D.exact_div(hi + 1, a.div) - 1
             return low, q if q is not None else hi   # loose where not exact, never too small
         if not D.is_symbolic(hi):
             return low, -1                           # every value is negative: its floor quotient too

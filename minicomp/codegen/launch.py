@@ -25,7 +25,11 @@ from minicomp.ir import dims
 
 
 def _factor_text(f) -> str:
-    return f"triton.cdiv({f.n}, meta[{f.block!r}])" if isinstance(f, Blocks) else str(f)
+    if isinstance(f, Blocks):
+        return f"triton.cdiv({f.n}, meta[{f.block!r}])"
+    if dims.is_symbolic(f) and len(f.terms) > 1:
+        return f"({f})"         # a sum of sizes, one factor of a product
+    return str(f)
 
 
 def grid_text(grid: Grid) -> str:

@@ -21,12 +21,13 @@ them at run time:
 
 from __future__ import annotations
 
+from minicomp.codegen.common import Runtime, next_pow2
 from minicomp.errors import CompileError
 from minicomp.ir import dims
 from minicomp.ir.graph import Graph
 from minicomp.plan.records import Plan
 
-SYMBOLIC_KINDS = ("pointwise", "reduction")    # group kinds whose emitters take symbolic sizes
+SYMBOLIC_KINDS = ("pointwise", "reduction", "gemm", "attention")    # group kinds whose emitters take symbolic sizes
 
 
 def rename(graph: Graph, plan: Plan) -> tuple[Graph, Plan, dict[str, str]]:
@@ -91,3 +92,17 @@ def size_params(graph: Graph, nids) -> list[str]:
 def size_args(graph: Graph, nids) -> tuple:
     """The matching launch arguments: the symbols themselves, written as their names in call()."""
     return tuple(dims.Expr({(dims.Sym(name),): 1}) for name in used_symbols(graph, nids))
+
+
+class _OwnNames(dict):
+    def __missing__(self, key: str) -> str:
+        return key          # call() names each size after its module symbol (`rename`)
+
+
+OWN_NAMES = _OwnNames()     # `dims.py(d, OWN_NAMES)`: a size as call()'s text over its size names
+
+
+def bucket(size: dims.Expr) -> Runtime:
+    """The power-of-two bucket of a symbolic size, computed in call(): an autotune key of it
+    instead of the size tunes once per bucket (every length of a bucket shares the config)."""
+    return Runtime(f"triton.next_power_of_2({dims.py(size, OWN_NAMES)})", next_pow2(dims.hint(size)))
