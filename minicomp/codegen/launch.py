@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Callable
 
 from minicomp.codegen.common import Blocks, Buf, Grid, Launch, Runtime
+from minicomp.codegen.sizes import OWN_NAMES
 from minicomp.ir import dims
 
 
@@ -92,17 +93,11 @@ def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cu
         lines.append(f"{kernel}[{grid}]({args})")
     if launch.when is not None:
         w = launch.when
-        test = f"{dims.py(w.size, _SELF)} {'<=' if w.at_most else '>'} {w.limit}"
+        test = f"{dims.py(w.size, OWN_NAMES)} {'<=' if w.at_most else '>'} {w.limit}"
         lines = [f"if {test}:"] + ["    " + line for line in lines]
     return lines
 
 
-class _Names(dict):
-    def __missing__(self, key: str) -> str:
-        return key          # the module's size names are the symbols' own (codegen/sizes.py)
-
-
-_SELF = _Names()
 
 
 def _at_hints(v):

@@ -31,7 +31,7 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.names import comment_text
-from minicomp.codegen.sizes import size_args, size_params
+from minicomp.codegen.sizes import size_args, size_params, tuning_key
 from minicomp.ir import dims
 from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.dtypes import type_str
@@ -176,8 +176,13 @@ def emit(ctx: KernelCtx) -> Kernel:
     if symbolic and tiles and tiles[2] == "broadcast":
         sizes = ["n_rows", "n_cols"]            # runtime sizes: no constexpr specialisation per size
     touched = list(group.nodes) + list(group.inputs)
-    params += ((sizes + size_params(graph, touched) + ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]) if tiles
-               else ["n_elements"] + size_params(graph, touched) + ["BLOCK: tl.constexpr"])
+    # over symbolic sizes the autotuner keys on power-of-two buckets: one tuning per bucket
+    if tiles:
+        key, tune_params, tune_args = tuning_key([("n_rows", math.prod(shape[:-1])), ("n_cols", shape[-1])])
+    else:
+        key, tune_params, tune_args = tuning_key([("n_elements", numel)])
+    params += ((sizes + size_params(graph, touched) + tune_params + ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"])
+               if tiles else ["n_elements"] + size_params(graph, touched) + tune_params + ["BLOCK: tl.constexpr"])
     start = (lambda pid: f"{pid}.to(tl.int64)") if wide else (lambda pid: pid)
 
     src = CodeBuilder()
@@ -185,12 +190,12 @@ def emit(ctx: KernelCtx) -> Kernel:
     if ctx.device_type == "cuda" and tiles:
         table = CUDA_BCAST_TILE_CONFIGS if tiles[2] == "broadcast" else CUDA_TILE_CONFIGS
         configs = [({"BLOCK_R": r, "BLOCK_C": c}, w) for r, c, w in table]
-        src.writelines(autotune_decorator(configs, ["n_rows", "n_cols"]))
+        src.writelines(autotune_decorator(configs, key))
     elif ctx.device_type == "cuda":
         fitting = list(CUDA_CONFIGS) if symbolic else [
             c for c in CUDA_CONFIGS if c[0] <= max(next_pow2(numel), CUDA_CONFIGS[0][0])]
         configs = [({"BLOCK": b}, w) for b, w in fitting]
-        src.writelines(autotune_decorator(configs, ["n_elements"]))
+        src.writelines(autotune_decorator(configs, key))
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
@@ -221,7 +226,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     bufs = tuple(Buf(n) for n in reads) + tuple(Buf(n) for n in group.outputs)
     if numel == 0:
         return Kernel(name, src.getvalue(), [], note="nothing to compute (0 elements)")
-    extra = size_args(graph, touched)
+    extra = size_args(graph, touched) + tune_args
     if tiles:
         n_cols = shape[-1]
         n_rows = numel // n_cols

@@ -40,7 +40,7 @@ from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launc
                                      group_spec, kernel_name, next_pow2)
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.pointwise import autotune_decorator, fixed_config, io_comment, needs_int64
-from minicomp.codegen.sizes import size_args, size_params
+from minicomp.codegen.sizes import OWN_NAMES, size_args, size_params, tuning_key
 from minicomp.codegen.tlexpr import Val, convert
 from minicomp.ir import dims
 from minicomp.ir.dims import SymbolicDim
@@ -319,7 +319,7 @@ def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
     one = f"{name}_row"
     src_one, args = _text(ctx, dom, single, "single", one)
     src_loop, _ = _text(ctx, dom, looped, "looped", name)
-    n = dims.py(dom.n_cols, _OWN_NAMES)
+    n = dims.py(dom.n_cols, OWN_NAMES)
     most = ctx.target.row_form.single_pass_max
     bc = Runtime(f"triton.next_power_of_2({n})", next_pow2(min(dims.hint(dom.n_cols), max(most, 1))))
     fits = When(dom.n_cols, most)
@@ -339,14 +339,6 @@ def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
                            when=longer)]
     helpers = HELPERS_IMPORT if (single.helpers or looped.helpers) else ""
     return Kernel(name, src_one.rstrip("\n") + "\n\n\n" + src_loop, launches, shared=helpers)
-
-
-class _OwnNames(dict):
-    def __missing__(self, key: str) -> str:
-        return key          # call() names each size after its module symbol (codegen/sizes.py)
-
-
-_OWN_NAMES = _OwnNames()
 
 
 def _known_more_than_one(n) -> bool:
@@ -373,11 +365,13 @@ def _text(ctx: KernelCtx, dom: ReductionSpec, k: RowKernel, form: str, name: str
     wide = needs_int64(ctx, list(low.pointers), dom.n_rows * dom.n_cols)
     touched = list(group.nodes) + list(group.inputs)
     params = [low.pointers[n].name for n in reads] + [low.pointers[n].name for n in group.outputs]
-    params += ["n_rows", "n_cols"] + size_params(ctx.graph, touched) + ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
+    key, tune_params, tune_args = tuning_key([("n_rows", dom.n_rows), ("n_cols", dom.n_cols)])
+    params += (["n_rows", "n_cols"] + size_params(ctx.graph, touched) + tune_params
+               + ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"])
 
     src = CodeBuilder()
     if ctx.device_type == "cuda" and not (single and dims.is_symbolic(dom.n_cols)):
-        src.writelines(autotune_decorator(_cuda_configs(dom, form), ["n_rows", "n_cols"]))
+        src.writelines(autotune_decorator(_cuda_configs(dom, form), key))
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
@@ -396,5 +390,5 @@ def _text(ctx: KernelCtx, dom: ReductionSpec, k: RowKernel, form: str, name: str
             src.writeline("mask = row_mask & col_mask")
         src.splice(k.main.getvalue())
     args = (tuple(Buf(n) for n in reads) + tuple(Buf(n) for n in group.outputs) + (dom.n_rows, dom.n_cols)
-            + size_args(ctx.graph, touched))
+            + size_args(ctx.graph, touched) + tune_args)
     return src.getvalue(), args

@@ -106,3 +106,18 @@ def bucket(size: dims.Expr) -> Runtime:
     """The power-of-two bucket of a symbolic size, computed in call(): an autotune key of it
     instead of the size tunes once per bucket (every length of a bucket shares the config)."""
     return Runtime(f"triton.next_power_of_2({dims.py(size, OWN_NAMES)})", next_pow2(dims.hint(size)))
+
+
+def tuning_key(sizes: list[tuple[str, "dims.Dim"]]) -> tuple[list[str], list[str], tuple]:
+    """An autotune key over these (parameter name, size) pairs: a concrete size keys as itself,
+    a symbolic one by its power-of-two bucket, an extra parameter `<name>_bucket` that call()
+    computes (`bucket`). Returns (key, extra parameters, their launch arguments)."""
+    key, params, args = [], [], []
+    for name, d in sizes:
+        if dims.is_symbolic(d):
+            key.append(f"{name}_bucket")
+            params.append(f"{name}_bucket")
+            args.append(bucket(d))
+        else:
+            key.append(name)
+    return key, params, tuple(args)
