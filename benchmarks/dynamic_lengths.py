@@ -71,11 +71,13 @@ def main(argv=None) -> int:
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--lengths", help="comma-separated lengths (default: the ten)")
+    p.add_argument("--backends", help="comma-separated, of: eager, torch.compile, minicomp, minicomp static")
     args = p.parse_args(argv)
     import minicomp
     cuda = args.device == "cuda"
     width = args.width or (2048 if cuda else 64)
-    lengths = LENGTHS if cuda else CPU_LENGTHS
+    lengths = tuple(int(v) for v in args.lengths.split(",")) if args.lengths else LENGTHS if cuda else CPU_LENGTHS
     dtype = torch.bfloat16 if cuda else torch.float32
     tol = dict(rtol=2e-2, atol=2e-2) if cuda else dict(rtol=1e-4, atol=1e-4)
     step, inputs = build(width, args.device, dtype)
@@ -91,6 +93,8 @@ def main(argv=None) -> int:
 
     backends = {"eager": step, "torch.compile": torch.compile(step),
                 "minicomp": minicomp.compile(step), "minicomp static": minicomp.compile(step, dynamic=False)}
+    if args.backends:
+        backends = {k: v for k, v in backends.items() if k in args.backends.split(",")}
     result = {"device": torch.cuda.get_device_name() if cuda else "cpu", "width": width, "batch": args.batch,
               "lengths": list(lengths), "backends": {}}
     with torch.no_grad():
@@ -113,12 +117,14 @@ def main(argv=None) -> int:
                     rec["refused"] = [str(v) for v in getattr(fn, "dynamic").refused.values()]
             except Exception as e:  # noqa: BLE001 -- recorded, the run continues
                 rec["ok"], rec["error"] = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if hasattr(fn, "_last") and fn._last is not None:
+                rec["fallbacks"] = {str(k): v for k, v in fn._last.generated.fallbacks.items()}
             result["backends"][name] = rec
             print(name, json.dumps(rec)[:300], flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "dynamic_lengths.json").write_text(json.dumps(result, indent=1))
-    (out / "dynamic_lengths.md").write_text(report(result))
+            out = Path(args.out)              # after every backend: a run cut short keeps what it measured
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "dynamic_lengths.json").write_text(json.dumps(result, indent=1))
+            (out / "dynamic_lengths.md").write_text(report(result))
     print(report(result))
     return 0
 

@@ -230,7 +230,8 @@ def _cuda_configs(dom: ReductionSpec, form: str) -> list[tuple[dict, int]]:
     if form == "looped":
         return [({"BLOCK_R": 1, "BLOCK_C": c}, w) for c, w in CUDA_LOOP_CONFIGS]
     bc = next_pow2(dom.n_cols)
-    brs = [br for br in (1, 2, 4, 8, 16, 32, 64, 128) if br <= next_pow2(dom.n_rows) and (br == 1 or br * bc <= 8192)]
+    rows = 128 if dims.is_symbolic(dom.n_rows) else next_pow2(dom.n_rows)    # symbolic rows: no cap by the count
+    brs = [br for br in (1, 2, 4, 8, 16, 32, 64, 128) if br <= rows and (br == 1 or br * bc <= 8192)]
     # 32 and 16 elements per thread. Measured on the H200 (benchmarks/ablations/run.py, softmax over
     # 16384x4096 bf16): a 4096-wide tile ran 0.070 ms with 4 warps, 0.072 with 8, 0.089 with 16
     # and 0.147 with 32; an 8192-wide tile (two rows) 0.070 with 8 and 0.080 with 16. Too many
