@@ -265,21 +265,7 @@ def cmd_compile(args) -> int:
         compiled = compile_graph(job.graph, inputs, options)
     else:
         compiled = compile_graph(job.graph, job.shapes(), options, device=device, load=False)
-    fallbacks = compiled.generated.fallbacks
-    for note in explain.fallback_notes(compiled.plan, compiled.graph, fallbacks):
-        print(note, file=sys.stderr)
-    if args.dump_ir:
-        print(compiled.graph.dump(), end="\n\n")
-    if args.dump_plan:
-        print(compiled.plan.table(fallbacks=fallbacks), end="\n\n")
-    if args.dump_graph:
-        notes: list[str] = []
-        for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan, fallbacks, notes):
-            print(f"wrote {path}")
-        for note in notes:
-            print(note)
-    if args.emit:
-        print(f"wrote {compiled.generated.write(args.emit)}")
+    fallbacks = _dumps(args, compiled)
     where = "runs on" if runs else "would run on"
     print(f"compiled {compiled.graph.name}: {group_count(compiled.plan, fallbacks)} in "
           f"{compiled.compile_seconds * 1000:.0f} ms (before Triton's JIT); {where} {explain.device_words(device)}" + ("" if runs else "; --check runs it"))
@@ -297,17 +283,9 @@ def cmd_compile(args) -> int:
     return 0
 
 
-def _symbolic_dumps(args, job: Job, options, device: str) -> int:
-    """A .mc program with sizes no --dim binds: its IR and plan over the symbols (the ledger's
-    bytes and bounds as expressions), and with --emit the module that serves every size
-    (codegen/sizes.py). Running it (--check, --bench) needs sizes: bind them with --dim."""
-    from minicomp.api import compile_graph
-    from minicomp.ir.dims import symbols
-    from minicomp.plan.table import group_count
-
-    shapes = [job.graph.node(i).shape for i in job.graph.inputs]
-    syms = symbols(*(d for shape in shapes for d in shape))
-    compiled = compile_graph(job.graph, [None] * len(shapes), options, device=device, load=False)
+def _dumps(args, compiled) -> dict:
+    """What --dump-ir, --dump-plan, --dump-graph and --emit ask for, after the fallback notes;
+    returns the generated module's fallbacks."""
     fallbacks = compiled.generated.fallbacks
     for note in explain.fallback_notes(compiled.plan, compiled.graph, fallbacks):
         print(note, file=sys.stderr)
@@ -323,6 +301,21 @@ def _symbolic_dumps(args, job: Job, options, device: str) -> int:
             print(note)
     if args.emit:
         print(f"wrote {compiled.generated.write(args.emit)}")
+    return fallbacks
+
+
+def _symbolic_dumps(args, job: Job, options, device: str) -> int:
+    """A .mc program with sizes no --dim binds: its IR and plan over the symbols (the ledger's
+    bytes and bounds as expressions), and with --emit the module that serves every size
+    (codegen/sizes.py). Running it (--check, --bench) needs sizes: bind them with --dim."""
+    from minicomp.api import compile_graph
+    from minicomp.ir.dims import symbols
+    from minicomp.plan.table import group_count
+
+    shapes = [job.graph.node(i).shape for i in job.graph.inputs]
+    syms = symbols(*(d for shape in shapes for d in shape))
+    compiled = compile_graph(job.graph, [None] * len(shapes), options, device=device, load=False)
+    fallbacks = _dumps(args, compiled)
     names = ", ".join(s.name for s in syms)
     print(f"compiled {compiled.graph.name} over symbolic sizes {names} (each in [2, 2**31 - 1]; the plan decides at "
           f"{', '.join(f'{s.name}={s.hint}' for s in syms)}): {group_count(compiled.plan, fallbacks)}, one module for "

@@ -335,17 +335,20 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor], *, tracer: str =
         return out
 
     functional = torch.func.functionalize(positional, remove="mutations")
-    if tracer == "symbolic":
-        told("symbolic")
+
+    def with_make_fx(mode: str, what: str) -> fx.GraphModule:
+        told(mode)
         fake[0] = True
         try:
             with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept(), _quiet_fake_tensor_log():
-                gm = make_fx(functional, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*example_inputs)
+                return make_fx(functional, tracing_mode=mode, _allow_non_fake_inputs=True)(*example_inputs)
         except MinicompError:
             raise
-        except Exception as e:
-            raise user_error(e, f"capturing {describe(fn)} over symbolic sizes failed") from None
-        return gm, returned[-1]
+        except Exception as e:  # anything the user's code raised while running on fake tensors
+            raise user_error(e, f"capturing {describe(fn)}{what} failed") from None
+
+    if tracer == "symbolic":     # the inputs are fake already, with symbolic sizes (fx_symbolic.py)
+        return with_make_fx("symbolic", " over symbolic sizes"), returned[-1]
     if tracer == "eager":
         try:
             with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept():
@@ -355,13 +358,4 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor], *, tracer: str =
         except Exception as e:  # declined, or the user's code failed: make_fx's errors are the clear ones
             _log.debug("eager tracer declined %s (%s: %s); capturing with make_fx", describe(fn),
                        type(e).__name__, e)
-    told("fake")
-    fake[0] = True
-    try:
-        with torch.no_grad(), fx_traceback.preserve_node_meta(), _Intercept(), _quiet_fake_tensor_log():
-            gm = make_fx(functional, tracing_mode="fake", _allow_non_fake_inputs=True)(*example_inputs)
-    except MinicompError:
-        raise
-    except Exception as e:  # anything the user's code raised while running on fake tensors
-        raise user_error(e, f"capturing {describe(fn)} failed") from None
-    return gm, returned[-1]
+    return with_make_fx("fake", ""), returned[-1]
