@@ -221,8 +221,9 @@ class CompiledFunction(LastCompiled):
                     self._symbolic.append((where, s))
                     return s
                 self.dynamic.refused[where] = "every size was fixed while tracing"
-            except MinicompError as e:     # not over symbols: compile for these sizes, and say why
-                self.dynamic.refused[where] = str(e).splitlines()[0]
+            except Exception as e:  # noqa: BLE001 -- not over symbols: the static path, which works, and why
+                text = str(e).splitlines()[0] if str(e) else ""
+                self.dynamic.refused[where] = text if isinstance(e, MinicompError) else f"{type(e).__name__}: {text}"
                 _log.info("%s: compiling for concrete sizes: %s", self._name, self.dynamic.refused[where])
         return self._specialise_as(key, tensors, spec, None)
 
