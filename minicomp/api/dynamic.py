@@ -66,8 +66,8 @@ def accepts(shapes: Sequence[tuple], tensors: Sequence[torch.Tensor]) -> bool:
         if len(shape) != t.dim():
             return False
         for d, size in zip(shape, t.shape):
-            if dims.is_symbolic(d) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1:
-                s = d.terms[0][0][0]
+            s = dims.lone_symbol(d)
+            if s is not None:
                 if s.name not in env:
                     if not s.lo <= size <= s.hi:
                         return False

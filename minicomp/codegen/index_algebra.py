@@ -6,7 +6,7 @@ and `Mod` of an Expr by a positive constant, and `Indirect`: a coordinate the ke
 from an index tensor. codegen/indexing.py builds `Index`es (and moves them through views)
 from these; its docstring states the invariants both keep: simplification is exact inside
 the valid domain, and over symbolic sizes a simplification is taken only where it holds for
-every value of the sizes (`_known`, `_divides`).
+every value of the sizes (`known`, `_divides`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Callable, Union
 from minicomp.ir import dims as D
 
 
-def _known(thunk: Callable[[], bool]) -> bool:
+def known(thunk: Callable[[], bool]) -> bool:
     """Whether a comparison holds for every value of the symbolic sizes (False when they do
     not settle it: the caller keeps the general form)."""
     try:
@@ -162,9 +162,9 @@ def bounds(e: Expr) -> tuple[int, int]:
     lo = hi = e.const
     for a, k in e.terms:
         alo, ahi = _atom_bounds(a)
-        if _known(lambda: k > 0):
+        if known(lambda: k > 0):
             lo, hi = lo + k * alo, hi + k * ahi
-        elif _known(lambda: k < 0):
+        elif known(lambda: k < 0):
             lo, hi = lo + k * ahi, hi + k * alo
         else:
             raise D.SymbolicDim(f"the sign of the index coefficient {k} depends on the sizes")
@@ -181,13 +181,13 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
         if not D.is_symbolic(a.div) and not D.is_symbolic(lo) and not D.is_symbolic(hi):
             return lo // a.div, hi // a.div
         least = D.bounds(a.div)[0]                   # the divisor is at least this (>= 1)
-        if _known(lambda: lo >= 0):
+        if known(lambda: lo >= 0):
             low = 0
         elif not D.is_symbolic(lo):
             low = lo // least                        # lo < 0: x / c >= lo / c_min
         else:
             raise D.SymbolicDim(f"bounds of ({lo}..{hi}) // {a.div} over symbolic sizes")
-        if _known(lambda: hi >= 0):
+        if known(lambda: hi >= 0):
             q = D.exact_div(hi, a.div)
             if q is None and D.exact_div(hi + 1, a.div) is not None:
                 # hi + 1 == q1 * div (an index below a product of sizes): hi // div == q1 - 1, exactly
@@ -196,10 +196,10 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
         if not D.is_symbolic(hi):
             return low, -1                           # every value is negative: its floor quotient too
         raise D.SymbolicDim(f"bounds of ({lo}..{hi}) // {a.div} over symbolic sizes")
-    if _known(lambda: lo >= 0):
-        if _known(lambda: a.div - 1 <= hi):
+    if known(lambda: lo >= 0):
+        if known(lambda: a.div - 1 <= hi):
             return 0, a.div - 1
-        return 0, hi if _known(lambda: hi <= a.div - 1) else a.div - 1
+        return 0, hi if known(lambda: hi <= a.div - 1) else a.div - 1
     return 0, a.div - 1
 
 
@@ -209,14 +209,14 @@ def _split(e: Expr, d: int) -> tuple[Expr, Expr] | None:
     for a, k in e.terms:
         (big if _divides(d, k) else small)[a] = _quot(k, d) if _divides(d, k) else k
     if D.is_symbolic(e.const) or D.is_symbolic(d):
-        if not (_known(lambda: 0 <= e.const) and _known(lambda: e.const < d)):
+        if not (known(lambda: 0 <= e.const) and known(lambda: e.const < d)):
             return None
         q, r = 0, e.const                     # a constant already in [0, d)
     else:
         q, r = divmod(e.const, d)
     small_e = make(small, r)
     lo, hi = bounds(small_e)
-    if not (_known(lambda: lo >= 0) and _known(lambda: hi < d)):
+    if not (known(lambda: lo >= 0) and known(lambda: hi < d)):
         return None
     return make(big, q), small_e
 
@@ -235,7 +235,7 @@ def floordiv(e: Expr, c: int) -> Expr:
     if c == 1:
         return e
     lo, hi = bounds(e)
-    if _known(lambda: lo >= 0) and _known(lambda: hi < c):
+    if known(lambda: lo >= 0) and known(lambda: hi < c):
         return Expr()
     if all(_divides(c, k) for _, k in e.terms) and _divides(c, e.const):
         return make({a: _quot(k, c) for a, k in e.terms}, _quot(e.const, c))
@@ -243,7 +243,7 @@ def floordiv(e: Expr, c: int) -> Expr:
         # (x + c*y) // c == x // c + y, taking out only terms c divides and a constant that is
         # already in [0, c): what holds for every size
         taken = {a: _quot(k, c) for a, k in e.terms if _divides(c, k)}
-        if taken and _known(lambda: 0 <= e.const) and _known(lambda: e.const < c):
+        if taken and known(lambda: 0 <= e.const) and known(lambda: e.const < c):
             return make(taken, 0) + floordiv(make({a: k for a, k in e.terms if not _divides(c, k)}, e.const), c)
         for d in _divisors_to_try(e, c):
             parts = _split(e, d)
@@ -271,13 +271,13 @@ def mod(e: Expr, c: int) -> Expr:
     if c == 1:
         return Expr()
     if D.is_symbolic(c) or D.is_symbolic(e.const):
-        if not (_known(lambda: 0 <= e.const) and _known(lambda: e.const < c)):
+        if not (known(lambda: 0 <= e.const) and known(lambda: e.const < c)):
             return Expr(((Mod(e, c), 1),), 0)
         e = make({a: k for a, k in e.terms if not _divides(c, k)}, e.const)
     else:
         e = make({a: k for a, k in e.terms if not _divides(c, k)}, e.const % c)
     lo, hi = bounds(e)
-    if _known(lambda: lo >= 0) and _known(lambda: hi < c):
+    if known(lambda: lo >= 0) and known(lambda: hi < c):
         return e
     for d in _divisors_to_try(e, c):
         if d == c:
@@ -327,7 +327,7 @@ def size_text(k) -> str:
     parenthesised product or sum of them."""
     if not D.is_symbolic(k):
         return str(k)
-    if len(k.terms) == 1 and k.terms[0][1] == 1 and len(k.terms[0][0]) == 1:
+    if D.lone_symbol(k) is not None:
         return str(k)
     return f"({k})"
 

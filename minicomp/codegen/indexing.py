@@ -19,7 +19,7 @@ Invariants:
   size-1 squeezes compare equal structurally;
 - over symbolic sizes (minicomp/ir/dims.py) coefficients, divisors and bounds may be size
   expressions. A simplification is taken only where it holds for every value of the sizes
-  (`_known`, `_divides`); otherwise the general form stays, which is exact for all of them.
+  (`known`, `_divides`); otherwise the general form stays, which is exact for all of them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minicomp.codegen.index_algebra import (  # noqa: F401  (ix.* names)
-    Atom, Expr, FloorDiv, Indirect, Mod, Sym, _known, as_expr, bounds, floordiv,
+    Atom, Expr, FloorDiv, Indirect, Mod, Sym, as_expr, bounds, floordiv, known,
     indirect_syms, make, mod, render, render_atom, size_text, sym, syms)
 from minicomp.ir.graph import contiguous_strides
 
@@ -126,7 +126,7 @@ def unit_stride_in(e: Expr, name: str, run: int = 16) -> bool:
             continue
         if isinstance(a, Sym) and a.name == name:
             return True
-        if isinstance(a, Mod) and _known(lambda: a.div >= run) and _is_sym(a.arg, name):
+        if isinstance(a, Mod) and known(lambda: a.div >= run) and _is_sym(a.arg, name):
             return True
     return False
 

@@ -43,7 +43,6 @@ from minicomp.codegen.pointwise import autotune_decorator, fixed_config, io_comm
 from minicomp.codegen.sizes import OWN_NAMES, size_args, size_params, tuning_key
 from minicomp.codegen.tlexpr import Val, convert
 from minicomp.ir import dims
-from minicomp.ir.dims import SymbolicDim
 from minicomp.plan.specs import ReductionSpec
 
 CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
@@ -312,7 +311,7 @@ def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
     length with one kernel."""
     looped = _build(ctx, dom, False)
     name = kernel_name(ctx, "red")
-    if _known_more_than_one(dom.n_rows) and _column_major(looped):
+    if ix.known(lambda: dom.n_rows > 1) and _column_major(looped):
         src, args = _text(ctx, dom, looped, "columns", name)
         launch = _launch_columns(ctx, dom, args)
         return Kernel(name, src, [launch], shared=HELPERS_IMPORT if looped.helpers else "")
@@ -340,13 +339,6 @@ def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
                            when=longer)]
     helpers = HELPERS_IMPORT if (single.helpers or looped.helpers) else ""
     return Kernel(name, src_one.rstrip("\n") + "\n\n\n" + src_loop, launches, shared=helpers)
-
-
-def _known_more_than_one(n) -> bool:
-    try:
-        return bool(n > 1)
-    except SymbolicDim:
-        return False
 
 
 def _launch_columns(ctx: KernelCtx, dom: ReductionSpec, args: tuple) -> Launch:

@@ -59,10 +59,8 @@ def bind_lines(graph: Graph, arg_names: list[str], labels: dict[str, str]) -> li
     for nid, name in zip(graph.inputs, arg_names):
         n = graph.node(nid)
         for axis, d in enumerate(n.shape):
-            if not dims.is_symbolic(d) or len(d.terms) != 1 or d.terms[0][1] != 1 or len(d.terms[0][0]) != 1:
-                continue
-            s = d.terms[0][0][0]
-            if s.name in bound:
+            s = dims.lone_symbol(d)
+            if s is None or s.name in bound:
                 continue
             bound.add(s.name)
             lines.append(f"{s.name} = _rt.bind_size({name}, {n.attrs['name']!r}, {len(n.shape)}, {axis}, "

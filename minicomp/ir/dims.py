@@ -223,6 +223,13 @@ def is_size(d: object) -> bool:
     return (isinstance(d, int) and not isinstance(d, bool)) or isinstance(d, Expr)
 
 
+def lone_symbol(d: object) -> "Sym | None":
+    """The symbol when `d` is exactly one symbol (`S`, not `2*S` or `S + 1`), else None."""
+    if isinstance(d, Expr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1:
+        return d.terms[0][0][0]
+    return None
+
+
 def is_symbolic(d: object) -> bool:
     return isinstance(d, Expr)
 
