@@ -104,8 +104,12 @@ def main(argv=None) -> int:
             try:
                 sync()
                 t0 = time.perf_counter()
+                rec["first_s"] = {}
                 for n in lengths:                       # what a user waits for: each length once, in order
+                    t1 = time.perf_counter()
                     out = fn(*inputs(args.batch, n))
+                    sync()
+                    rec["first_s"][n] = round(time.perf_counter() - t1, 3)
                     torch.testing.assert_close(out, want[n], **tol)
                 sync()
                 rec["loop_s"] = time.perf_counter() - t0
@@ -143,6 +147,8 @@ def report(r: dict) -> str:
         dyn, st = b.get("minicomp", {}).get("ms", {}).get(n), b.get("minicomp static", {}).get("ms", {}).get(n)
         ratio = f"{dyn / st:.3f}" if dyn and st else "-"
         lines.append(f"| {n} | " + " | ".join(cells) + f" | {ratio} |")
+    lines += ["", "First call at each length, in loop order (s): " + "; ".join(
+        f"{k}: " + ", ".join(f"{n} {t:.2f}" for n, t in rec.get("first_s", {}).items()) for k, rec in b.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -73,7 +73,7 @@ from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launc
 from minicomp.codegen.epilogue import Operand, fold_operand
 from minicomp.codegen.gemm_form import DOT_DTYPES, needs_int64
 from minicomp.codegen.names import comment_text
-from minicomp.codegen.sizes import bucket, size_args, size_params
+from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
 from minicomp.ir import dims
 from minicomp.ir.attention_ref import EMPTY_ROWS, EXTRA_DEFAULTS
 from minicomp.plan.specs import AttentionSpec
@@ -200,13 +200,15 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("")
         src.writeline("")
         key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], do_bench=_tune_bench)")
-    src.writeline("@triton.jit")
+        fit = {block: (f"{d.lower()}_bucket", least) for (d, v), block, least in zip(sizes, ("BLOCK_M", "BLOCK_N"), (64, 32))
+               if dims.is_symbolic(v)}
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], {tune_tail(fit)})")
     pointers = list(low.pointers.values())
     touched = list(ctx.group.nodes) + list(ctx.group.inputs)
     params = ([p.name for p in pointers] + size_params(g, touched)
               + [d if dims.is_symbolic(v) else f"{d}: tl.constexpr" for d, v in sizes]
               + [b for b, _ in buckets] + [f"{d}: tl.constexpr" for d in ("BLOCK_M", "BLOCK_N")])
+    src.writeline(jit_line(g, touched, params, free=("SQ", "SK")))
     nbh = math.prod(spec.batch)
     with src.block(f"def {name}({', '.join(params)}):"):
         what = "causal " if spec.causal else ""

@@ -62,7 +62,7 @@ from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, configs, needs_int64,
                                         tma_form)
-from minicomp.codegen.sizes import bucket, size_args, size_params
+from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
 from minicomp.codegen.tlexpr import Val
 from minicomp.ir import dims
 
@@ -252,14 +252,15 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("")
         src.writeline("")
         key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], do_bench=_tune_bench)")
-    src.writeline("@triton.jit")
+        fit = {f"BLOCK_{d}": (b, 32) for (d, v), (b, _) in zip([s for s in sizes if dims.is_symbolic(s[1])], buckets)}
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], {tune_tail(fit)})")
     pointers = list(low.pointers.values())
     touched = list(ctx.group.nodes) + list(ctx.group.inputs)
     params = ([p.name for p in pointers] + size_params(g, touched)
               + [d if dims.is_symbolic(v) else f"{d}: tl.constexpr" for d, v in sizes]
               + ([b for b, _ in buckets] if tuned else [])
               + [f"{d}: tl.constexpr" for d in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")])
+    src.writeline(jit_line(g, touched, params, free=("M",)))
     with src.block(f"def {name}({', '.join(params)}):"):
         a = g.node(spec.a.leaf)
         reads = ", ".join(g.node(p.nid).type for p in pointers if p.nid not in ctx.group.outputs)

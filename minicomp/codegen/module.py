@@ -57,7 +57,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_rt", "_as_layout", "_launch", "_align16", "_tma_ready", "_sm_count",
-                "_WARM", "_tune_bench", "_round_bf16", "_max_nan", "_min_nan")
+                "_WARM", "_tune_bench", "_tune_options", "_round_bf16", "_max_nan", "_min_nan")
 
 
 @dataclass
@@ -180,7 +180,7 @@ class ModuleWriter:
                 self._write_group(group, index)
             self.scalars_used |= set(g.outputs)
             self._bind_constants(ctx0)
-            if self.device_type == "cuda" and self.kernels and not self.symbolic:
+            if self.device_type == "cuda" and self.kernels:
                 with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
                     with b.block("with _rt.CompilingAtOnce(_WARM):"):
                         b.writeline("return call(*inputs)")
@@ -310,6 +310,7 @@ class ModuleWriter:
         if self.device_type == "cuda" and self.kernels:
             by_sizes = ", by_sizes=True" if self.symbolic else ""
             out.writeline(f"_launch, _tune_bench = _rt.Launcher(globals(){by_sizes}), _rt.tune_bench")
+            out.writeline("_tune_options = _rt.tune_options()  # tuning records on disk, where this Triton keeps them")
         for shared in dict.fromkeys(k.shared for k in self.kernels if k.shared):
             out.writeline("")
             out.writeline("")

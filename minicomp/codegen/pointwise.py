@@ -31,7 +31,7 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name, next_pow2
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.names import comment_text
-from minicomp.codegen.sizes import size_args, size_params, tuning_key
+from minicomp.codegen.sizes import bucket_fit, jit_line, size_args, size_params, tune_tail, tuning_key
 from minicomp.ir import dims
 from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.dtypes import type_str
@@ -76,7 +76,8 @@ def io_comment(ctx: KernelCtx, reads, writes) -> list[str]:
 
 def autotune_decorator(configs: list[tuple[dict, int]], key: list[str]) -> list[str]:
     """The `@triton.autotune` lines over `configs` ((constexprs, num_warps) pairs); none for a
-    single config, which is no choice: the launch passes it (`fixed_config`)."""
+    single config, which is no choice: the launch passes it (`fixed_config`). Over symbolic
+    sizes a sweep keeps the blocks its buckets fit (`sizes.bucket_fit`)."""
     if len(configs) == 1:
         return []
     b = CodeBuilder()
@@ -86,7 +87,9 @@ def autotune_decorator(configs: list[tuple[dict, int]], key: list[str]) -> list[
                 b.writeline(f"triton.Config({meta!r}, num_warps={warps}),")
         b.writeline("],")
         b.writeline(f"key={key!r},")
-        b.writeline("do_bench=_tune_bench,")
+        fit = bucket_fit([("BLOCK", "n_elements_bucket", CUDA_CONFIGS[0][0]), ("BLOCK_R", "n_rows_bucket", 1),
+                          ("BLOCK_C", "n_cols_bucket", 16)], key)
+        b.writeline(f"{tune_tail(fit)},")
     b.writeline(")")
     return b.getvalue().splitlines()
 
@@ -196,7 +199,7 @@ def emit(ctx: KernelCtx) -> Kernel:
             c for c in CUDA_CONFIGS if c[0] <= max(next_pow2(numel), CUDA_CONFIGS[0][0])]
         configs = [({"BLOCK": b}, w) for b, w in fitting]
         src.writelines(autotune_decorator(configs, key))
-    src.writeline("@triton.jit")
+    src.writeline(jit_line(graph, touched, params, free=("n_rows",) if tiles else ()))
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
         if tiles and tiles[2] == "broadcast":

@@ -40,7 +40,7 @@ from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launc
                                      group_spec, kernel_name, next_pow2)
 from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.pointwise import autotune_decorator, fixed_config, io_comment, needs_int64
-from minicomp.codegen.sizes import OWN_NAMES, size_args, size_params, tuning_key
+from minicomp.codegen.sizes import OWN_NAMES, jit_line, size_args, size_params, tuning_key
 from minicomp.codegen.tlexpr import Val, convert
 from minicomp.ir import dims
 from minicomp.plan.specs import ReductionSpec
@@ -365,7 +365,8 @@ def _text(ctx: KernelCtx, dom: ReductionSpec, k: RowKernel, form: str, name: str
     src = CodeBuilder()
     if ctx.device_type == "cuda" and not (single and dims.is_symbolic(dom.n_cols)):
         src.writelines(autotune_decorator(_cuda_configs(dom, form), key))
-    src.writeline("@triton.jit")
+    # rows are the contiguous axis of the "columns" form: its row mask keeps loads vectorised
+    src.writeline(jit_line(ctx.graph, touched, params, free=() if form == "columns" else ("n_rows",)))
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writelines(io_comment(ctx, reads, group.outputs))
         how = {"single": "one tile per row block", "looped": "looped over column blocks",

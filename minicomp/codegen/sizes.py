@@ -21,6 +21,8 @@ them at run time:
 
 from __future__ import annotations
 
+import re
+
 from minicomp.codegen.common import Runtime, next_pow2
 from minicomp.errors import CompileError
 from minicomp.ir import dims
@@ -90,6 +92,59 @@ def size_params(graph: Graph, nids) -> list[str]:
 def size_args(graph: Graph, nids) -> tuple:
     """The matching launch arguments: the symbols themselves, written as their names in call()."""
     return tuple(dims.Expr({(dims.Sym(name),): 1}) for name in used_symbols(graph, nids))
+
+
+_SYMBOL = re.compile(r"s[0-9]+")
+
+
+def aligned_symbols(graph: Graph, nids) -> set[str]:
+    """The symbols whose divisibility an address depends on: those of a stride term of these
+    nodes whose coefficient is not a multiple of 16 (a stride `s1`, or `3*s1`; not `2048*s0`,
+    which Triton knows is a multiple of 16 whatever s0 is)."""
+    found: set[str] = set()
+    for nid in nids:
+        for stride in graph.node(nid).layout or ():
+            if dims.is_symbolic(stride):
+                for monomial, coeff in stride.terms:
+                    if coeff % 16:
+                        found.update(s.name for s in monomial)
+    return found
+
+
+def jit_line(graph: Graph, nids, params: list[str], free: tuple[str, ...] = ()) -> str:
+    """The `@triton.jit` line of a kernel over these nodes with these parameters.
+
+    Triton compiles a kernel once per class of its integer arguments (divisible by 16 or not,
+    equal to 1), so over symbolic sizes a length that changes class compiles every kernel (and
+    every autotuning config) again. Arguments whose divisibility nothing depends on are not
+    specialised: the power-of-two buckets (only the autotuner reads them), the bounds `free`
+    names (the emitter's row counts: masks across rows, which load contiguous runs either way)
+    and symbols no stride needs aligned (`aligned_symbols`). What stays specialised: strides
+    that are a symbol (vector loads need them aligned) and masks along the contiguous axis
+    (`n_cols`, `n_elements`: a mask constant over 16 elements keeps loads vectorised); a size
+    such as 4096*s0 is always divisible by 16, so its class never changes. A static graph's
+    kernels keep the plain decorator (their sizes are literals)."""
+    if not graph.symbolic:
+        return "@triton.jit"
+    aligned = aligned_symbols(graph, nids)
+    names = [p.split(":")[0].strip() for p in params if "constexpr" not in p]
+    loose = [n for n in names if n.endswith("_bucket") or n in free or (_SYMBOL.fullmatch(n) and n not in aligned)]
+    return f"@triton.jit(do_not_specialize={loose!r})" if loose else "@triton.jit"
+
+
+def tune_tail(fit: dict[str, tuple[str, int]] | None = None) -> str:
+    """The keyword arguments that end a generated `@triton.autotune(...)`: the module's timing
+    (`_tune_bench`), over symbolic sizes a prune by the call's buckets (`fit`: block name ->
+    (bucket parameter, smallest cap); minicomp/runtime/tuning.py), and `**_tune_options`
+    (tuning records on disk, where this Triton keeps them)."""
+    prune = f"prune_configs_by=_rt.fit_buckets({fit!r}), " if fit else ""
+    return f"do_bench=_tune_bench, {prune}**_tune_options"
+
+
+def bucket_fit(pairs: list[tuple[str, str, int]], key: list[str]) -> dict[str, tuple[str, int]]:
+    """`tune_tail`'s `fit` for the (block, bucket parameter, smallest cap) triples whose bucket
+    is in the autotune key (a concrete size's table is cut when it is written)."""
+    return {block: (b, least) for block, b, least in pairs if b in key}
 
 
 class _OwnNames(dict):

@@ -52,6 +52,7 @@ from typing import Any, Callable
 import torch
 
 from minicomp.runtime.checks import check_index  # noqa: F401  (generated modules call _rt.check_index)
+from minicomp.runtime.tuning import fit_buckets, tune_bench, tune_options  # noqa: F401  (generated autotuners' `_rt.` helpers)
 
 
 class KernelCompileError(RuntimeError):
@@ -241,15 +242,6 @@ def compile_threads(environ: dict | None = None) -> int:
         return min(16, len(os.sched_getaffinity(0)))
     except AttributeError:  # no sched_getaffinity on this OS
         return min(16, os.cpu_count() or 1)
-
-
-def tune_bench(kernel_call: Callable, quantiles: Any):
-    """How generated autotuners time one config. Triton's default times each for 25 ms of
-    warm-up and 100 ms of repetitions: 37 configs made 6.4 of llama_block's 6.7 s first call.
-    5 + 20 ms still gives 10+ timed runs of the slowest kernel here (SwiGLU, 1.6 ms) and
-    hundreds of a memory-bound one; configs that win differ by more than the medians' spread."""
-    import triton
-    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
 
 
 # ----------------------------------------------------------------------------- call()'s helpers
