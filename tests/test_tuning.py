@@ -116,3 +116,11 @@ def test_new_lengths_compile_nothing():
             hooks.jit_post_compile_hook = before
     assert f.compiles == 1
     assert compiles == [], compiles
+
+
+def test_a_big_bucket_times_only_the_tables_first_configs():
+    prune = tuning.fit_buckets({"BLOCK_M": ("m_bucket", 32)}, top=(3, {"m_bucket": 2048}))["early_config_prune"]
+    table = [Config(BLOCK_M=m) for m in (128, 256, 128, 64, 32)]
+    assert len(prune(table, {"m_bucket": 4096})) == 3
+    assert len(prune(table, {"m_bucket": 1024})) == 5
+    assert [c.kwargs["BLOCK_M"] for c in prune(table, {"m_bucket": 64})] == [64, 32]

@@ -158,8 +158,11 @@ def configs(spec: Spec, device_type: str) -> list[tuple[int, int, int, int]]:
         bm = min(_cap(spec.sq, 16), 64)
         return [(bm, min(bm, _cap(spec.sk, 16), 32), 1, 4)]
     if dims.any_symbolic((spec.sq, spec.sk)):
-        # every length: the whole table (LONG_CONFIGS are in it), cut only by a concrete length
-        table = FP32_CONFIGS if spec.q.dtype == torch.float32 else HALF_CONFIGS
+        # every length: LONG_CONFIGS first (all a long bucket times, `long_from`), then the two
+        # short sequences' winners; cut only by a concrete length. Each config is a compile of
+        # about a second on the first call, so not the whole table
+        table = FP32_CONFIGS if spec.q.dtype == torch.float32 else (
+            LONG_CONFIGS + [c for c in HALF_CONFIGS if c not in LONG_CONFIGS][:2])
         fit = [c for c in table if c[0] <= _cap(spec.sq, 64) and c[1] <= _cap(spec.sk, 32)]
         return fit or [table[-1]]
     if spec.q.dtype != torch.float32 and min(spec.sq, spec.sk) >= LONG_SEQ and max(spec.d, spec.dv) <= 128:
@@ -167,6 +170,15 @@ def configs(spec: Spec, device_type: str) -> list[tuple[int, int, int, int]]:
     table = FP32_CONFIGS if spec.q.dtype == torch.float32 else HALF_CONFIGS
     fit = [c for c in table if c[0] <= max(64, next_pow2(spec.sq)) and c[1] <= max(32, next_pow2(spec.sk))]
     return fit or [table[-1]]
+
+
+def long_from(spec: Spec, cfgs: list) -> tuple[int, dict[str, int]] | None:
+    """Over symbolic lengths in half precision: from which buckets on a sweep times only
+    LONG_CONFIGS, the long sequences' winners (`sizes.tune_tail`'s `top`)."""
+    if spec.q.dtype == torch.float32 or max(spec.d, spec.dv) > 128 or cfgs[:len(LONG_CONFIGS)] != LONG_CONFIGS:
+        return None
+    lengths = {f"{d.lower()}_bucket": LONG_SEQ for d, v in (("SQ", spec.sq), ("SK", spec.sk)) if dims.is_symbolic(v)}
+    return (len(LONG_CONFIGS), lengths) if lengths else None
 
 
 def emit(ctx: KernelCtx) -> Kernel:
@@ -202,7 +214,7 @@ def emit(ctx: KernelCtx) -> Kernel:
         key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
         fit = {block: (f"{d.lower()}_bucket", least) for (d, v), block, least in zip(sizes, ("BLOCK_M", "BLOCK_N"), (64, 32))
                if dims.is_symbolic(v)}
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], {tune_tail(fit)})")
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], {tune_tail(fit, long_from(spec, cfgs))})")
     pointers = list(low.pointers.values())
     touched = list(ctx.group.nodes) + list(ctx.group.inputs)
     params = ([p.name for p in pointers] + size_params(g, touched)

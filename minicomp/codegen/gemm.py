@@ -60,7 +60,7 @@ from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
-from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, configs, needs_int64,
+from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, big_from, configs, needs_int64,
                                         tma_form)
 from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
 from minicomp.codegen.tlexpr import Val
@@ -253,7 +253,7 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("")
         key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
         fit = {f"BLOCK_{d}": (b, 32) for (d, v), (b, _) in zip([s for s in sizes if dims.is_symbolic(s[1])], buckets)}
-        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], {tune_tail(fit)})")
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], {tune_tail(fit, big_from(spec))})")
     pointers = list(low.pointers.values())
     touched = list(ctx.group.nodes) + list(ctx.group.inputs)
     params = ([p.name for p in pointers] + size_params(g, touched)

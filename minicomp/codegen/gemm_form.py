@@ -190,7 +190,10 @@ def configs(spec: GemmForm, device_type: str, tma: bool = False) -> list[tuple[i
         TMA_CONFIGS if tma else FP32_CONFIGS if spec.a.dtype == torch.float32 else HALF_CONFIGS)
     fit = [c for c in table if c[0] <= _cap(spec.m, 32) and c[1] <= _cap(spec.n, 32) and c[2] <= _cap(spec.k, 32)]
     if dims.any_symbolic((spec.m, spec.n, spec.k)):
-        return fit or [min(table, key=lambda c: c[0] * c[1])]     # every size: no big-problem cut
+        # every size: the table's first three (what a big problem keeps, `big_from` times only
+        # those) and its two smallest for small buckets; each config is a compile on the first call
+        small = [c for c in fit[3:] if c[0] * c[1] <= 64 * 128][-2:]
+        return (fit[:3] + small) or [min(table, key=lambda c: c[0] * c[1])]
     if -(-spec.m // 128) * -(-spec.n // 256) >= BIG_TILES:
         # a big problem: small tiles never win, and each config autotuned costs a compile of
         # seconds on the first call (a block's first call took 26-34 s, mostly that). The TMA
@@ -198,6 +201,16 @@ def configs(spec: GemmForm, device_type: str, tma: bool = False) -> list[tuple[i
         # layouts, by 5-10%), so it alone is compiled; two or three configs otherwise
         fit = fit[:1] if tma and len(spec.mms) == 1 else fit[:2] if len(spec.mms) > 1 else fit[:3]
     return fit or [min(table, key=lambda c: c[0] * c[1])]
+
+
+def big_from(spec: GemmForm) -> tuple[int, dict[str, int]] | None:
+    """Over a symbolic M with N concrete: from which M bucket on the problem is big (128x256
+    tiles at least BIG_TILES), so a sweep times only the table's first three configs as a
+    static kernel's does; None otherwise (`sizes.tune_tail`'s `top`)."""
+    if not dims.is_symbolic(spec.m) or dims.any_symbolic((spec.n, spec.k)):
+        return None
+    rows = -(-BIG_TILES // -(-spec.n // 256))
+    return 3, {"m_bucket": next_pow2(rows * 128)}
 
 
 def needs_int64(ctx: KernelCtx) -> bool:

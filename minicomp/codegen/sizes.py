@@ -132,12 +132,13 @@ def jit_line(graph: Graph, nids, params: list[str], free: tuple[str, ...] = ()) 
     return f"@triton.jit(do_not_specialize={loose!r})" if loose else "@triton.jit"
 
 
-def tune_tail(fit: dict[str, tuple[str, int]] | None = None) -> str:
+def tune_tail(fit: dict[str, tuple[str, int]] | None = None, top: tuple[int, dict[str, int]] | None = None) -> str:
     """The keyword arguments that end a generated `@triton.autotune(...)`: the module's timing
     (`_tune_bench`), over symbolic sizes a prune by the call's buckets (`fit`: block name ->
-    (bucket parameter, smallest cap); minicomp/runtime/tuning.py), and `**_tune_options`
-    (tuning records on disk, where this Triton keeps them)."""
-    prune = f"prune_configs_by=_rt.fit_buckets({fit!r}), " if fit else ""
+    (bucket parameter, smallest cap); `top`: how many of the table's first configs a big
+    problem times, and from which buckets on; minicomp/runtime/tuning.py), and
+    `**_tune_options` (tuning records on disk, where this Triton keeps them)."""
+    prune = (f"prune_configs_by=_rt.fit_buckets({fit!r}{f', top={top!r}' if top else ''}), " if fit else "")
     return f"do_bench=_tune_bench, {prune}**_tune_options"
 
 

@@ -27,11 +27,13 @@ TUNE_CACHE_ENV = "MINICOMP_TUNE_CACHE"     # "0": every process times its sweeps
 def tune_bench(kernel_call: Callable, quantiles: Any):
     """How generated autotuners time one config. Triton's default times each for 25 ms of
     warm-up and 100 ms of repetitions: 37 configs made 6.4 of llama_block's 6.7 s first call.
-    2 + 10 ms still gives hundreds of runs of a memory-bound kernel here and several of the
-    slowest (SwiGLU at batch 4 x 512, 1.6 ms); configs that win differ by more than the
-    medians' spread, and a module over symbolic sizes times its sweeps once per size bucket."""
+    1 + 6 ms still gives tens of runs of a memory-bound kernel here (each run also clears the
+    L2 cache, ~0.1 ms) and a few of the slowest (SwiGLU at batch 4 x 512, 1.6 ms); configs
+    that win differ by more than the medians' spread, and a module over symbolic sizes times
+    its sweeps once per size bucket (ten lengths through a Llama layer: 0.8 s a bucket at
+    2 + 10 ms, BENCHMARKS.md session 10)."""
     import triton
-    return triton.testing.do_bench(kernel_call, warmup=2, rep=10, quantiles=quantiles)
+    return triton.testing.do_bench(kernel_call, warmup=1, rep=6, quantiles=quantiles)
 
 
 def tune_options(environ: dict | None = None) -> dict:
@@ -48,13 +50,17 @@ def tune_options(environ: dict | None = None) -> dict:
     return {"cache_results": True} if takes else {}
 
 
-def fit_buckets(blocks: dict[str, tuple[str, int]]) -> dict:
+def fit_buckets(blocks: dict[str, tuple[str, int]], top: tuple[int, dict[str, int]] | None = None) -> dict:
     """`prune_configs_by` for an autotuner over symbolic sizes: `blocks` maps a config's block
     size (`BLOCK_M`) to the bucket argument it tiles and the smallest cap (`("m_bucket", 32)`).
     A sweep keeps the configs whose every such block is at most max(cap, bucket); when none
-    does, the config with the smallest blocks."""
+    does, the config with the smallest blocks. `top` = (k, {bucket: at least}): where every
+    named bucket is that large, a big problem, only the table's first k configs are timed
+    (what a static kernel's table keeps for a big problem, gemm_form.configs)."""
     def prune(configs: list, named_args: dict, **kwargs: Any) -> list:
         args = {**named_args, **kwargs}
+        if top is not None and all(int(args.get(b, 0)) >= least for b, least in top[1].items()):
+            configs = configs[:top[0]]
 
         def fits(config) -> bool:
             return all(config.kwargs.get(block, 0) <= max(least, int(args.get(bucket, least)))
