@@ -24,7 +24,7 @@ from typing import Any
 
 from minicomp.errors import MinicompError
 
-HOPPER_ATTENTION_ENV = "MINICOMP_HOPPER_ATTENTION"   # "0": never the Gluon kernel; "1": on every length it fits
+HOPPER_ATTENTION_ENV = "MINICOMP_HOPPER_ATTENTION"   # "0": never the Gluon kernel; "1": wherever it fits; "": where it pays for its compile
 VERIFY_TARGET_ENV = "MINICOMP_VERIFY_TARGET"
 VERIFY_DEPTH_ENV = "MINICOMP_VERIFY_DEPTH"          # "full" (default) or "sampled" (the test suite's)
 VERIFY_DEPTHS = ("full", "sampled")

@@ -106,6 +106,10 @@ def pytest_collection_modifyitems(config, items):
 # to a cubin: about half the compile time of "full" (MINICOMP_VERIFY_DEPTH=full for every config).
 os.environ.setdefault("MINICOMP_VERIFY_TARGET", "cuda:90")
 os.environ.setdefault("MINICOMP_VERIFY_DEPTH", "sampled")
+# The Gluon attention kernel wherever it fits: by default only attention big enough to pay for
+# its compile gets it (attention_hopper.PAYS_FROM), and the suite's shapes are small.
+# tests/test_attention_hopper.py checks the default's rule on its own.
+os.environ.setdefault("MINICOMP_HOPPER_ATTENTION", "1")
 
 
 def pytest_terminal_summary(terminalreporter):

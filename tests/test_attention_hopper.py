@@ -29,7 +29,9 @@ from minicomp.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-SM90 = Target("cuda", (9, 0))          # codegen as for an sm_90 device, whatever this machine has
+# codegen as for an sm_90 device, whatever this machine has; the Gluon kernel wherever it fits
+# (the suite's shapes are small: `test_by_default_the_kernel_takes_attention_that_pays_for_it`)
+SM90 = Target("cuda", (9, 0), hopper_attention="1")
 
 
 @pytest.fixture
@@ -99,6 +101,22 @@ def test_an_epilogue_or_a_cast_keeps_the_block_language_kernel(on_hopper):
     q, k, v = (g.add("cast", t, dtype=torch.bfloat16) for t in (q, k, v))
     g.set_outputs([C.attention(g, q, k, v)])
     assert "cast inside the group" in reason(g)
+
+
+def test_by_default_the_kernel_takes_attention_that_pays_for_its_compile():
+    default = Target("cuda", (9, 0))
+
+    def why(g):
+        _, group = one_group(g, "cpu")
+        ctx = KernelCtx(g, group, 0, default)
+        return attention_hopper.why_not(ctx, Spec(ctx))
+    # a Llama layer's attention at batch 2 x 512 (16 heads of 128, causal): 2.1 GFLOP
+    small = why(attention_graph(2, 16, 16, 512, 512, 128, dtype=torch.bfloat16, causal=True))
+    assert small is not None and "does not pay for its compile" in small and "=1 takes it anyway" in small
+    # the same at 1024 tokens (8.6 GFLOP), and non-causal at 512 (4.3)
+    assert why(attention_graph(2, 16, 16, 1024, 1024, 128, dtype=torch.bfloat16, causal=True)) is None
+    assert why(attention_graph(2, 16, 16, 512, 512, 128, dtype=torch.bfloat16)) is None
+    assert Target.for_device("cpu", {attention_hopper.ENV_VAR: "1"}).hopper_attention == "1"
 
 
 def test_the_switch_turns_the_kernel_off(on_hopper):

@@ -30,7 +30,12 @@ case only (the block-language kernel covers the rest):
 - the group's one output is the attention result (no fused epilogue), stored with unit
   stride along its last dimension.
 
-MINICOMP_HOPPER_ATTENTION=0 turns the kernel off (benchmarks compare the two that way).
+- enough work to pay for its compile (`PAYS_FROM` flops): the kernel takes ~4.4 s to compile
+  on the H200's host, the block-language kernel's configs ~1 s each in parallel, and below a
+  few GFLOP (a Llama layer at batch 2 x 512) the two kernels' times differ by microseconds.
+
+MINICOMP_HOPPER_ATTENTION=0 turns the kernel off (benchmarks compare the two that way); =1
+takes it wherever it fits, however small (the test suite runs so: its shapes are small).
 
 Generated modules carry the kernel's file verbatim (`Kernel.shared`, once per module) and
 bind one `gluon.jit(attn_fwd_hopper)` per group.
@@ -115,6 +120,12 @@ def tma_view(op: Operand, zs: tuple[str, str], row: str, col: str, groups: int, 
     return {"C": coef["C"], "SB": coef["SB"], "SH": coef["SH"], "SS": ss, "ROWS": rows}, ""
 
 
+# attention flops (4 * batch*heads * Sq * Sk * D, halved when causal) from which the kernel pays
+# for its compile: ~7 us of the H200's dense bf16 rate; a Llama layer (16 heads of 128) at
+# batch 2 reaches it at about 720 tokens, gpt_block's suite size (8 x 1024, 16 heads) has 8x it
+PAYS_FROM = 2 ** 32
+
+
 def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> str | None:
     """None when the group runs on the Hopper kernel, else why it does not. `capability`
     defaults to the target's."""
@@ -153,6 +164,10 @@ def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> 
         return "a fused epilogue or another output"
     if ctx.strides(spec.node.id)[-1] != 1:
         return "the output's last stride is not 1"
+    flops = 4 * math.prod(spec.batch) * spec.sq * spec.sk * spec.d // (2 if spec.causal else 1)
+    if ctx.target.hopper_attention != "1" and flops < PAYS_FROM:
+        return (f"{flops / 1e9:.2g} GFLOP does not pay for its compile (from {PAYS_FROM / 1e9:.2g}; "
+                f"{ENV_VAR}=1 takes it anyway)")
     return None
 
 
