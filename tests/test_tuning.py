@@ -124,3 +124,35 @@ def test_a_big_bucket_times_only_the_tables_first_configs():
     assert len(prune(table, {"m_bucket": 4096})) == 3
     assert len(prune(table, {"m_bucket": 1024})) == 5
     assert [c.kwargs["BLOCK_M"] for c in prune(table, {"m_bucket": 64})] == [64, 32]
+
+
+def _gemm_configs(sizes: dict) -> list[int]:
+    """How many configs each GEMM kernel of samples/mlp.mc at these sizes carries, generated
+    for sm_90 on this machine (1 where its launch passes the config)."""
+    from pathlib import Path
+
+    from minicomp.api import plan_only
+    from minicomp.codegen.module import generate
+    from minicomp.frontend.dsl import load_dsl
+    from minicomp.target import Target
+
+    text = (Path(__file__).resolve().parent.parent / "samples" / "mlp.mc").read_text()
+    graph, plan = plan_only(load_dsl(text.replace("f32", "bf16"), "mlp.mc", dims=sizes))
+    gen = generate(graph, plan, Target.for_device("cpu", verify_target="off").for_check(90))
+    counts = []
+    for k in gen.kernels:
+        if "_gemm_" in k.name:
+            counts.append(k.source.count("triton.Config(") or 1)
+    return counts
+
+
+def test_a_launch_bound_gemm_tunes_two_configs_and_a_big_one_its_table():
+    from minicomp.codegen import common
+
+    # 64 tokens of a 256-wide MLP: a ledger bound far under LAUNCH_BOUND_US
+    small = _gemm_configs({"B": 2, "S": 32, "C": 256, "H": 1024})
+    assert small and all(n <= 2 for n in small), small
+    # 2048 tokens of a 1024-wide one: ~17 us a GEMM, under the big-problem cut: the fitting table
+    big = _gemm_configs({"B": 2, "S": 1024, "C": 1024, "H": 4096})
+    assert big and all(n >= 3 for n in big), big
+    assert common.LAUNCH_BOUND_US > 0

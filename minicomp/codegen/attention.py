@@ -68,8 +68,8 @@ from minicomp.codegen import attention_hopper
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.attention_body import Writer
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, group_spec, kernel_name,
-                                     next_pow2)
+from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, few_configs, group_spec,
+                                     kernel_name, next_pow2)
 from minicomp.codegen.epilogue import Operand, fold_operand
 from minicomp.codegen.gemm_form import DOT_DTYPES, needs_int64
 from minicomp.codegen.names import comment_text
@@ -189,7 +189,7 @@ def emit(ctx: KernelCtx) -> Kernel:
         if kernel is not None:
             return kernel
     name = kernel_name(ctx, "attn")
-    cfgs = configs(spec, ctx.device_type)
+    cfgs = few_configs(ctx, configs(spec, ctx.device_type), lambda c: -(-spec.sq // c[0]) * math.prod(spec.batch))
     body = CodeBuilder()
     writer = Writer(ctx, spec, body)
     writer.write(needs_int64(ctx))

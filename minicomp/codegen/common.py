@@ -173,5 +173,24 @@ def kernel_name(ctx: KernelCtx, tag: str) -> str:
     return f"mc_{tag}_{what}_{ctx.index}"
 
 
+# A group of concrete sizes whose ledger lower bound is under this many microseconds is
+# launch-bound: its configs' times differ by less than a launch costs, while each config
+# autotuned is a compile of 0.3-1 s on the first call. It tries the two that fill the GPU best.
+LAUNCH_BOUND_US = 5.0
+WAVE = 132      # programs one wave of the H200 holds (one per SM): the ledger's machine
+
+
+def few_configs(ctx: KernelCtx, cfgs: list, programs) -> list:
+    """`cfgs`, or for a launch-bound group (`LAUNCH_BOUND_US`) two of them: those launching
+    the fewest programs that still fill a wave, then those launching the most. `programs(c)`
+    counts a config's programs. Over symbolic sizes the table stays (its sweeps are per bucket)."""
+    if (ctx.device_type != "cuda" or ctx.graph.symbolic or len(cfgs) <= 2
+            or not 0 < ctx.group.lower_bound_us < LAUNCH_BOUND_US):
+        return cfgs
+    filling = sorted((c for c in cfgs if programs(c) >= WAVE), key=programs)
+    short = sorted((c for c in cfgs if programs(c) < WAVE), key=programs, reverse=True)
+    return (filling + short)[:2]
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()

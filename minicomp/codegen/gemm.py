@@ -58,7 +58,7 @@ import torch
 
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, few_configs, kernel_name
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, big_from, configs, needs_int64,
                                         tma_form)
@@ -224,7 +224,8 @@ def emit(ctx: KernelCtx) -> Kernel:
     spec = analyse(ctx)
     name = kernel_name(ctx, "gemm")
     tma = tma_form(ctx, spec)
-    cfgs = configs(spec, ctx.device_type, tma is not None)
+    cfgs = few_configs(ctx, configs(spec, ctx.device_type, tma is not None),
+                       lambda c: -(-spec.m // c[0]) * -(-spec.n // c[1]) * math.prod(spec.batch))
     body = CodeBuilder()
     masks = {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}
     low = TileLowering(ctx, body, masks, reserved=LOCALS + tuple(f"z{i}" for i in range(len(spec.batch))))
