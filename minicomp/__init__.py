@@ -40,6 +40,14 @@ def backend_report(compiled=None):
     return report(compiled)
 
 
+def wait_compiled(timeout: float | None = None) -> bool:
+    """Wait for the kernels compiling in the background (on Hopper the Gluon attention kernel
+    compiles while a block-language one serves a module's first calls); True when none is left.
+    Call it before timing a compiled function or capturing it in a CUDA graph."""
+    from minicomp.runtime.launcher import wait_compiled as wait
+    return wait(timeout)
+
+
 __version__ = "0.1.0"
 __all__ = ["compile", "compile_dsl", "CompiledFunction", "DslFunction", "MinicompError", "backend", "mark_dynamic",
-           "backend_report"]
+           "backend_report", "wait_compiled"]

@@ -30,6 +30,7 @@ VERIFY_DEPTH_ENV = "MINICOMP_VERIFY_DEPTH"          # "full" (default) or "sampl
 VERIFY_DEPTHS = ("full", "sampled")
 CAPTURE_ENV = "MINICOMP_CAPTURE"                     # "fake": capture with make_fx only
 PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (runtime/prime.py)
+TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile kernel compiles before its first launch
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 
@@ -57,6 +58,8 @@ class Target:
     row_form: RowForm = RowForm()                  # row-kernel form knobs (tests force the looped form)
     capture: str = "eager"                         # MINICOMP_CAPTURE: "eager" tracer first, or "fake" (make_fx only)
     prime_triton: bool = True                      # MINICOMP_PRIME_TRITON != "0": prime Triton while capture runs
+    tiered: bool = True                            # MINICOMP_TIERED != "0": the Gluon attention kernel compiles in
+                                                   # the background while a block-language one serves the first calls
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -98,7 +101,7 @@ class Target:
         return Target(device_type, capability, hopper_attention=env.get(HOPPER_ATTENTION_ENV, ""),
                       verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full",
                       row_form=row_form or RowForm(), capture=capture_mode(env),
-                      prime_triton=env.get(PRIME_TRITON_ENV) != "0")
+                      prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0")
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

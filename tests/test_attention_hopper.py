@@ -7,6 +7,7 @@ tests compare with eager PyTorch.
 """
 
 import ast
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import torch
 from conftest import tol
 from test_codegen_attention import attention_graph, inputs_for, one_group, sdpa
 
+import minicomp
 from minicomp.codegen import attention_hopper
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.attention import Spec
@@ -59,7 +61,7 @@ def reason(g: Graph, capability=(9, 0)) -> str | None:
 def test_contiguous_and_transposed_layouts_get_the_kernel(on_hopper):
     gen, _ = one_group(attention_graph(4, 32, 32, 1024, 1024, 128, dtype=torch.bfloat16, causal=True), SM90)
     assert gen.kernel_names == ["mc_attn_hopper_attention_0"]
-    assert gen.source.count("def attn_fwd_hopper(") == 1 and "@triton.autotune" not in gen.source
+    assert gen.source.count("def attn_fwd_hopper(") == 1
     kw = launch_kwargs(gen.source, "mc_attn_hopper_attention_0")
     assert kw["CAUSAL"] is True and kw["G"] == 1 and kw["H"] == 32
     assert (kw["Q_SB"], kw["Q_SH"], kw["Q_SS"], kw["Q_ROWS"]) == (32 * 1024 * 128, 1024 * 128, 128, 4 * 32 * 1024)
@@ -101,6 +103,27 @@ def test_an_epilogue_or_a_cast_keeps_the_block_language_kernel(on_hopper):
     q, k, v = (g.add("cast", t, dtype=torch.bfloat16) for t in (q, k, v))
     g.set_outputs([C.attention(g, q, k, v)])
     assert "cast inside the group" in reason(g)
+
+
+def test_the_block_language_kernel_serves_while_the_gluon_kernel_compiles(on_hopper):
+    """Tiered: the Gluon kernel compiles in the background (`_LATER`, not `_WARM`) and call()
+    launches the block-language kernel until it has; MINICOMP_TIERED=0 writes the Gluon kernel alone."""
+    g = attention_graph(2, 4, 4, 256, 256, 64, dtype=torch.bfloat16, causal=True)
+    gen, _ = one_group(g, SM90)
+    src = gen.source
+    lines = [line.strip() for line in src.splitlines()]
+    first = lines.index("if not _rt.compiled(mc_attn_hopper_attention_0):")
+    assert lines[first + 1].startswith("_launch(mc_attn_attention_0,")
+    later = lines.index("if _rt.compiled(mc_attn_hopper_attention_0):")
+    assert later > first and lines[later + 1:later + 3] == ["_tma_ready()", lines[later + 2]]
+    assert lines[later + 2].startswith("_launch(mc_attn_hopper_attention_0,")
+    warm, rest = src.split("_WARM = [", 1)[1].split("_LATER = [", 1)
+    assert "(mc_attn_attention_0," in warm and "mc_attn_hopper_attention_0" not in warm
+    assert "(mc_attn_hopper_attention_0," in rest.split("]\n", 1)[0]
+    assert "with _rt.CompilingAtOnce(_WARM, later=_LATER):" in src
+    alone, _ = one_group(g, dataclasses.replace(SM90, tiered=False))
+    assert "_LATER" not in alone.source and "_rt.compiled" not in alone.source
+    assert "@triton.autotune" not in alone.source and alone.kernel_names == ["mc_attn_hopper_attention_0"]
 
 
 def test_by_default_the_kernel_takes_attention_that_pays_for_its_compile():
@@ -202,11 +225,18 @@ def test_the_module_kernel_compiles_for_sm90_with_its_mmas_in_flight(on_hopper, 
 ])
 def test_gpu_hopper_kernel_matches_sdpa(b, hq, hkv, sq, sk, d, dtype, causal, bshd):
     g = attention_graph(b, hq, hkv, sq, sk, d, dtype=dtype, causal=causal, bshd=bshd)
-    gen, _ = one_group(g, Target.for_device("cuda", {}))
+    gen, _ = one_group(g, Target.for_device("cuda", {attention_hopper.ENV_VAR: "1"}))
     assert gen.kernel_names == ["mc_attn_hopper_attention_0"], gen.source[:2000]
     q, k, v = inputs_for(g, "cuda")
-    (out,) = load(gen, "cuda")(q, k, v)
-    torch.testing.assert_close(out, sdpa(q, k, v, causal=causal, bshd=bshd, gqa=hq != hkv), **tol(dtype))
+    fn = load(gen, "cuda")
+    want = sdpa(q, k, v, causal=causal, bshd=bshd, gqa=hq != hkv)
+    (out,) = fn(q, k, v)           # the block-language kernel, while the Gluon one compiles (tiered)
+    torch.testing.assert_close(out, want, **tol(dtype))
+    assert minicomp.wait_compiled(600)
+    assert fn.module._rt.compiled(fn.module.mc_attn_hopper_attention_0)
+    (out,) = fn(q, k, v)           # the Gluon kernel
+    torch.testing.assert_close(out, want, **tol(dtype))
+    assert any(k is fn.module.mc_attn_hopper_attention_0 for k in fn.module._launch.fast)
 
 
 @pytest.mark.gpu
@@ -215,8 +245,8 @@ def test_gpu_hopper_kernel_one_batch_dim_and_a_second_call():
     g = Graph("attn3d")
     q, k, v = (g.add_input(n, (6, 256, 64), torch.bfloat16) for n in "qkv")
     g.set_outputs([C.attention(g, q, k, v, is_causal=True)])
-    gen, _ = one_group(g, Target.for_device("cuda", {}))
-    assert gen.kernel_names == ["mc_attn_hopper_attention_0"]
+    gen, _ = one_group(g, Target.for_device("cuda", {attention_hopper.ENV_VAR: "1", "MINICOMP_TIERED": "0"}))
+    assert gen.kernel_names == ["mc_attn_hopper_attention_0"] and "_LATER" not in gen.source
     fn = load(gen, "cuda")
     for seed in (1, 2):   # the second call goes through the compiled launcher
         q, k, v = (torch.randn(6, 256, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(seed + i))
@@ -236,7 +266,12 @@ def test_the_gluon_kernel_is_first_in_the_warm_up_pool(on_hopper):
     from minicomp.plan import plan_graph
     plan = plan_graph(g)
     from minicomp.codegen import generate
-    gen = generate(g, plan, SM90)
+    # compiled before the first launch (MINICOMP_TIERED=0): first into the pool
+    gen = generate(g, plan, dataclasses.replace(SM90, tiered=False))
     assert len(gen.kernel_names) >= 2 and any("attn_hopper" in n for n in gen.kernel_names)
     warm = gen.source.split("_WARM = [", 1)[1].split("\n]", 1)[0].strip().splitlines()
     assert len(warm) >= 2 and warm[0].startswith("(mc_attn_hopper")
+    # tiered (the default): not in the pool at all, but compiled in the background
+    tiered = generate(g, plan, SM90).source
+    assert "(mc_attn_hopper" not in tiered.split("_WARM = [", 1)[1].split("\n]", 1)[0]
+    assert tiered.split("_LATER = [", 1)[1].split("\n]", 1)[0].strip().startswith("(mc_attn_hopper")

@@ -187,7 +187,16 @@ def emit(ctx: KernelCtx) -> Kernel:
     if hopper_reason is None:
         kernel, hopper_reason = attention_hopper.emit(ctx, spec)
         if kernel is not None:
-            return kernel
+            if not ctx.target.tiered:
+                return kernel
+            first = _block_language(ctx, spec, "it serves the calls before the Gluon kernel has compiled "
+                                               "(attention_hopper.tiered)")
+            return attention_hopper.tiered(kernel, first)
+    return _block_language(ctx, spec, hopper_reason)
+
+
+def _block_language(ctx: KernelCtx, spec: Spec, hopper_reason: str) -> Kernel:
+    """The group's block-language kernel (`hopper_reason`: why the Gluon one is not the one launched)."""
     name = kernel_name(ctx, "attn")
     cfgs = few_configs(ctx, configs(spec, ctx.device_type), lambda c: -(-spec.sq // c[0]) * math.prod(spec.batch))
     body = CodeBuilder()

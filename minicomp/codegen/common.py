@@ -90,6 +90,16 @@ class When:
     at_most: bool = True
 
 
+@dataclass(frozen=True)
+class Ready:
+    """A launch's condition on a background compile (`runtime.launcher.compiled`): launched
+    when kernel `fn` has compiled (`ready`), or while it has not. The state turns from not
+    compiled to compiled once and never back, and call() tests the not-yet launch first: a
+    call between the two tests runs both (the same result twice), never neither."""
+    fn: str
+    ready: bool = True
+
+
 Arg = Union[Buf, int, float, bool, Runtime]
 
 
@@ -101,7 +111,7 @@ class Launch:
     kwargs: tuple[tuple[str, Union[int, float, bool, Runtime]], ...] = ()
     tma: bool = False        # builds TMA descriptors: Triton's allocator must be installed first
     fn: str = ""             # the @triton.jit function it launches, when not the kernel's own name
-    when: When | None = None  # launched only when the call's sizes meet this
+    when: When | Ready | None = None  # launched only when the call's sizes (or a compile) meet this
 
 
 @dataclass

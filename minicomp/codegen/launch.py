@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from minicomp.codegen.common import Blocks, Buf, Grid, Launch, Runtime
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, Launch, Ready, Runtime
 from minicomp.codegen.sizes import OWN_NAMES
 from minicomp.ir import dims
 
@@ -91,7 +91,10 @@ def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cu
         lines.append(f"_launch({kernel}, {grid}, {args})")
     else:
         lines.append(f"{kernel}[{grid}]({args})")
-    if launch.when is not None:
+    if isinstance(launch.when, Ready):
+        test = f"{'' if launch.when.ready else 'not '}_rt.compiled({launch.when.fn})"
+        lines = [f"if {test}:"] + ["    " + line for line in lines]
+    elif launch.when is not None:
         w = launch.when
         test = f"{dims.py(w.size, OWN_NAMES)} {'<=' if w.at_most else '>'} {w.limit}"
         lines = [f"if {test}:"] + ["    " + line for line in lines]
@@ -104,6 +107,15 @@ def _at_hints(v):
     if isinstance(v, Runtime):
         return v.hint
     return dims.hint(v) if dims.is_symbolic(v) else v
+
+
+def warm_entries(kernel: Kernel, dtype_of: Callable[[int], str]) -> tuple[list[str], list[str]]:
+    """The `_WARM` entries of `kernel`'s launches, and apart the `_LATER` ones: a launch made
+    once its kernel has compiled (`Ready`) compiles in the background instead."""
+    def later(launch: Launch) -> bool:
+        return isinstance(launch.when, Ready) and launch.when.ready
+    return ([warm_entry(kernel.name, launch, dtype_of) for launch in kernel.launches if not later(launch)],
+            [warm_entry(kernel.name, launch, dtype_of) for launch in kernel.launches if later(launch)])
 
 
 def warm_entry(kernel: str, launch: Launch, dtype_of: Callable[[int], str]) -> str:

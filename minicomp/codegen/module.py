@@ -40,7 +40,7 @@ import torch
 from minicomp.codegen import attention, fallback, gemm, index_check, pointwise, reduction, sizes, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
-from minicomp.codegen.launch import launch_lines, warm_entry
+from minicomp.codegen.launch import launch_lines, warm_entries
 from minicomp.codegen.lowering import ident, user_label
 from minicomp.codegen.names import comment_text
 from minicomp.codegen.script import DIGEST_CHARS, script_block
@@ -57,7 +57,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_rt", "_as_layout", "_launch", "_align16", "_tma_ready", "_sm_count",
-                "_WARM", "_tune_bench", "_tune_options", "_round_bf16", "_max_nan", "_min_nan")
+                "_WARM", "_LATER", "_tune_bench", "_tune_options", "_round_bf16", "_max_nan", "_min_nan")
 
 
 @dataclass
@@ -145,6 +145,7 @@ class ModuleWriter:
         self.summary: list[str] = []
         self.fallbacks: dict[int, str] = {}
         self.warm: list[str] = []          # `_WARM` entries (CUDA): what the first call compiles at once
+        self.later: list[str] = []         # `_LATER` entries: what compiles in the background meanwhile
 
     def opaque_slot(self, node: Node) -> int:
         if node.id not in self.opaque_slot_of:
@@ -182,7 +183,7 @@ class ModuleWriter:
             self._bind_constants(ctx0)
             if self.device_type == "cuda" and self.kernels:
                 with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
-                    with b.block("with _rt.CompilingAtOnce(_WARM):"):
+                    with b.block("with _rt.CompilingAtOnce(_WARM, later=_LATER):" if self.later else "with _rt.CompilingAtOnce(_WARM):"):
                         b.writeline("return call(*inputs)")
             b.splice(self.body.getvalue().rstrip("\n"))
             b.writeline(f"return [{', '.join(ctx0.buf(o) for o in g.outputs)}]")
@@ -265,9 +266,9 @@ class ModuleWriter:
         for launch in kernel.launches:
             b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda))
         if cuda:
-            entries = [warm_entry(kernel.name, launch, lambda nid: str(g.node(nid).dtype))   # sizes at their hints
-                       for launch in kernel.launches]
-            if kernel.shared:
+            entries, later = warm_entries(kernel, lambda nid: str(g.node(nid).dtype))   # sizes at their hints
+            self.later += later
+            if kernel.shared and not later:
                 # a library kernel (the Gluon attention kernel) compiles longest (4.3 s on the H200's
                 # host, against 2-3 s for a block-language kernel): first into the warm-up pool, so
                 # it is not queued behind the others (benchmarks/ablations/first_call.py)
@@ -331,6 +332,11 @@ class ModuleWriter:
             with out.block("_WARM = ["):
                 out.writelines(self.warm)
             out.writeline("]")
+            if self.later:
+                out.writeline("# compiled in the background, while the kernels launched before it is ready serve")
+                with out.block("_LATER = ["):
+                    out.writelines(self.later)
+                out.writeline("]")
         out.writeline("")
         out.writeline("")
         out.splice(self.call.getvalue().rstrip("\n"))

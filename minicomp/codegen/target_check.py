@@ -142,7 +142,7 @@ def verdict_of(kernel: str, entries: list[dict]) -> KernelVerdict:
     """The verdict on one kernel from the worker's entries for its configs: it fails when a
     config fails for a reason other than a resource limit, or when every config does."""
     if not entries:
-        return KernelVerdict(kernel, 0, "no launch of it could be compiled ahead (not in _WARM)")
+        return KernelVerdict(kernel, 0, "no launch of it could be compiled ahead (not in _WARM or _LATER)")
     bad = next((e for e in entries if e["error"] and not e["resources"]), None)
     if bad is None and all(e["error"] for e in entries):
         bad = entries[0]

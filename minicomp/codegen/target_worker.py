@@ -134,7 +134,7 @@ def check_module(source: str, arch: int, counter: list[int], depth: str = "full"
     if depth != "full" and not _cut_is_keyed():
         depth = "full"
     work = []
-    for kernel, args, kwargs in getattr(module, "_WARM", []):
+    for kernel, args, kwargs in getattr(module, "_WARM", []) + getattr(module, "_LATER", []):
         configs = getattr(kernel, "configs", None)
         fn = kernel.fn if configs else kernel
         name = names.get(id(kernel), fn.__name__)

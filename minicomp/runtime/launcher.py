@@ -136,25 +136,84 @@ class Launcher:
             return False
 
 
+# ----------------------------------------------------------------------------- background compiles
+# A kernel of a module's `_LATER` list compiles on a background thread while call() launches
+# another form of its group (codegen `Ready`: `if not _rt.compiled(k): ... if _rt.compiled(k):`).
+# Its state turns from "pending" to "done" (or "failed": the other form serves for good) once.
+_BACKGROUND: dict[Any, str] = {}
+_BACKGROUND_FUTURES: list = []
+_BACKGROUND_LOCK = threading.Lock()
+_background_pool = None
+
+
+def compiled(kernel: Any) -> bool:
+    """Whether call() may launch `kernel`: its background compile has finished, or it never had
+    one (no background pool: it compiles at its first launch, as any kernel)."""
+    return _BACKGROUND.get(kernel, "done") == "done"
+
+
+def wait_compiled(timeout: float | None = None) -> bool:
+    """Wait for every background compile this process started; True when none is left."""
+    from concurrent.futures import wait
+    with _BACKGROUND_LOCK:
+        futures = list(_BACKGROUND_FUTURES)
+    done, pending = wait(futures, timeout=timeout)
+    return not pending
+
+
+def compile_later(later: list, stubs: Callable | None = None) -> None:
+    """Start the background compile of every (kernel, arguments, keywords) of `later`, one
+    thread for all of them (they are the slow ones: a second thread would take CPU from the
+    first call's own compiles)."""
+    global _background_pool
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    def build(kernel: Any, args: tuple, kwargs: dict) -> None:
+        try:
+            kernel_obj = kernel.warmup(*args, grid=(1,), **kwargs)   # no AsyncCompileMode on this thread
+            if stubs is not None:
+                done: Future = Future()
+                done.set_result(kernel_obj)
+                stubs(done)
+            _BACKGROUND[kernel] = "done"
+        except Exception:  # the other form serves; the kernel is never launched
+            _BACKGROUND[kernel] = "failed"
+
+    with _BACKGROUND_LOCK:
+        if _background_pool is None:
+            _background_pool = ThreadPoolExecutor(1, thread_name_prefix="minicomp-later")
+        for kernel, args, kwargs in later:
+            if kernel in _BACKGROUND:
+                continue
+            _BACKGROUND[kernel] = "pending"
+            _BACKGROUND_FUTURES.append(_background_pool.submit(build, kernel, args, kwargs))
+
+
 class CompilingAtOnce:
     """While open, every (kernel, config) of `warm` compiles on a pool of threads, and a launch
     waits for its own kernel's compile only (Triton's AsyncCompileMode hands a launch of a kernel
-    still compiling that compile's result). Closing waits for any compile left. `warm` is
-    emptied on entry, so a module starts it once; it never raises on its own."""
+    still compiling that compile's result). Closing waits for any compile left. The kernels of
+    `later` compile on a background thread instead (`compile_later`), and closing does not wait
+    for them. `warm` and `later` are emptied on entry, so a module starts them once; it never
+    raises on its own."""
 
-    def __init__(self, warm: list, threads: int | None = None, environ: dict | None = None):
-        self.warm, self.threads = warm, threads
+    def __init__(self, warm: list, threads: int | None = None, environ: dict | None = None,
+                 later: list | None = None):
+        self.warm, self.threads, self.later = warm, threads, later if later is not None else []
         self.environ = os.environ if environ is None else environ
 
     def __enter__(self) -> "CompilingAtOnce":
         self.pool = self.mode = None
         jobs, self.warm[:] = list(self.warm), []
+        later, self.later[:] = list(self.later), []
         try:
             from concurrent.futures import ThreadPoolExecutor
 
             from triton.runtime._async_compile import AsyncCompileMode
         except ImportError:  # a Triton without asynchronous compilation: each kernel compiles on its first launch
             return self
+        if later and compile_threads(self.environ) >= 2:
+            compile_later(later, launcher_stubs(self.environ))
         work = []
         for kernel, args, kwargs in jobs:
             configs = getattr(kernel, "configs", None)  # an autotuned kernel: warm its JIT function per config

@@ -1,0 +1,61 @@
+"""Background compiles (runtime/launcher.py `compile_later`, `compiled`, `wait_compiled`): a
+kernel of a module's `_LATER` list compiles on a thread of its own while call() launches the
+other form of its group; codegen's side is in tests/test_attention_hopper.py."""
+
+from __future__ import annotations
+
+import threading
+
+import minicomp
+from minicomp.runtime import launcher
+
+
+class SlowKernel:
+    """Stands for a JIT function: `warmup` compiles (here: waits for a go) or fails."""
+
+    def __init__(self, fail: bool = False):
+        self.go, self.fail, self.calls = threading.Event(), fail, []
+
+    def warmup(self, *args, grid, **kwargs):
+        self.calls.append((args, grid, kwargs))
+        assert self.go.wait(30)
+        if self.fail:
+            raise RuntimeError("ptxas said no")
+        return object()
+
+
+def test_a_kernel_is_launched_only_once_its_background_compile_is_done():
+    k = SlowKernel()
+    assert launcher.compiled(k)          # never in the background: it compiles at its launch
+    launcher.compile_later([(k, ("torch.bfloat16", 64), {"num_warps": 4})])
+    assert not launcher.compiled(k)
+    assert launcher.wait_compiled(timeout=0.05) is False
+    k.go.set()
+    assert minicomp.wait_compiled(30)
+    assert launcher.compiled(k)
+    assert k.calls == [(("torch.bfloat16", 64), (1,), {"num_warps": 4})]
+    launcher.compile_later([(k, (), {})])      # once per kernel: a second module start changes nothing
+    assert len(k.calls) == 1 and launcher.compiled(k)
+
+
+def test_a_failed_background_compile_leaves_the_other_form_for_good():
+    k = SlowKernel(fail=True)
+    launcher.compile_later([(k, (), {})])
+    k.go.set()
+    assert launcher.wait_compiled(30)
+    assert not launcher.compiled(k)
+
+
+def test_compiling_at_once_hands_later_to_the_background_and_does_not_wait(monkeypatch):
+    k = SlowKernel()
+    started = []
+    monkeypatch.setattr(launcher, "compile_later", lambda later, stubs=None: started.extend(later))
+    later = [(k, (), {})]
+    with launcher.CompilingAtOnce([], threads=4, environ={"MINICOMP_COMPILE_THREADS": "4"}, later=later):
+        pass
+    assert started == [(k, (), {})] and later == []
+    # one compile thread: nothing in the background, the kernel compiles at its first launch
+    started.clear()
+    with launcher.CompilingAtOnce([], environ={"MINICOMP_COMPILE_THREADS": "1"}, later=[(k, (), {})]):
+        pass
+    assert started == [] and launcher.compiled(k)
