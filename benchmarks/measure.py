@@ -101,6 +101,8 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], args, rounds: int) -> di
         sync(args.device)
         estimate_ms = (time.perf_counter() - t0) * 1e3
         rep[n] = min(max(args.rep_ms, args.reps * estimate_ms), 3000.0) / rounds if args.device == "cuda" else None
+    import minicomp
+    minicomp.wait_compiled()              # kernels compiling in the background (tiered attention): time the settled ones
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
             times = _one_round(fns[n], args, rep[n], rounds)
