@@ -70,6 +70,7 @@ class GraphRecord:
     symbolic: bool = False
     per_shape: str = ""            # why a graph of symbolic sizes is compiled per concrete shape ("": it is not)
     error: str | None = None           # set when minicomp could not compile it: it ran eagerly
+    graphs: list = field(default_factory=list)   # mode="reduce-overhead": each compiled shape's GraphStatus
 
     def update(self, compiled: Compiled, aten_calls: tuple[int, int]) -> None:
         from minicomp.frontend.fx import opaque_nodes
@@ -139,6 +140,8 @@ class BackendReport:
                 lines.append(f"graph {g.index} ran eagerly: {g.error}")
             for op in g.pytorch_ops:
                 lines.append(f"graph {g.index}: through PyTorch: {op}")
+            for status in g.graphs:
+                lines.append(f"graph {g.index} {status.describe()}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -174,10 +177,12 @@ class Backend:
         self._lock = threading.Lock()
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
-                 **kwargs: Any) -> Callable:
+                 mode: str | None = None, **kwargs: Any) -> Callable:
         from torch._dynamo.backends.common import aot_autograd
 
-        opts = _options(options, self.options)
+        # torch.compile(m, backend="minicomp", mode="reduce-overhead") hands a mode other than
+        # "default" to the backend as `mode`; options={"mode": ...} says the same
+        opts = _options({**(options or {}), **({"mode": mode} if mode else {})}, self.options)
         origin = _origin(gm)
 
         def compiler(mode: str) -> Callable:
@@ -187,7 +192,7 @@ class Backend:
                     self._records.append(record)
                 from torch._subclasses.fake_tensor import unset_fake_temporarily
                 with unset_fake_temporarily():   # AOTAutograd calls us under its fake mode
-                    return _compile(aot_gm, inputs, opts, record)
+                    return _compile(aot_gm, inputs, opts, record, _static_inputs())
             return compile_fn
 
         return aot_autograd(fw_compiler=compiler("forward"), inference_compiler=compiler("inference"),
@@ -219,21 +224,33 @@ def _eager(gm: fx.GraphModule, record: GraphRecord, exc: BaseException) -> Calla
     return make_boxed_func(gm)
 
 
-def _compile(gm: fx.GraphModule, inputs: Sequence[Any], opts: Options, record: GraphRecord) -> Callable:
+def _static_inputs() -> frozenset[int]:
+    """Positions of the graph's parameters and buffers (AOTAutograd's `static_input_indices`):
+    under mode="reduce-overhead" they are read in place by a CUDA graph, not copied."""
+    try:
+        from torch._guards import TracingContext
+        return frozenset(TracingContext.try_get().fw_metadata.static_input_indices or ())
+    except Exception:  # noqa: BLE001 -- no such record in this torch: Parameters are found at the first call
+        return frozenset()
+
+
+def _compile(gm: fx.GraphModule, inputs: Sequence[Any], opts: Options, record: GraphRecord,
+             static: frozenset[int] = frozenset()) -> Callable:
     if aot.is_symbolic(inputs):
         record.symbolic = True
         try:
-            return _over_symbols(gm, list(inputs), opts, record)
+            return _over_symbols(gm, list(inputs), opts, record, static)
         except Exception as exc:   # noqa: BLE001 -- not over symbols: one compile per concrete signature
             record.per_shape = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-            return _PerShape(gm, opts, record)
+            return _PerShape(gm, opts, record, static)
     try:
-        return _concrete(gm, list(inputs), opts, record)
+        return _concrete(gm, list(inputs), opts, record, static)
     except Exception as exc:   # noqa: BLE001 -- any failure to compile one graph: it runs eagerly
         return _eager(gm, record, exc)
 
 
-def _concrete(gm: fx.GraphModule, inputs: list[torch.Tensor], opts: Options, record: GraphRecord) -> "_Run":
+def _concrete(gm: fx.GraphModule, inputs: list[torch.Tensor], opts: Options, record: GraphRecord,
+              static: frozenset[int] = frozenset()) -> "_Run":
     """Compile a graph of concrete shapes whose placeholders are all tensors."""
     from minicomp.frontend.fx import lower
     bad = [type(a).__name__ for a in inputs if not isinstance(a, torch.Tensor)]
@@ -248,10 +265,11 @@ def _concrete(gm: fx.GraphModule, inputs: list[torch.Tensor], opts: Options, rec
     compiled = compile_graph(graph, inputs, opts)
     compiled.compile_seconds = time.perf_counter() - start
     record.update(compiled, calls)
-    return _Run(compiled, layout, _expected_outputs(work), record)
+    return _Run(compiled, layout, _expected_outputs(work), record, opts.graphs, static)
 
 
-def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: GraphRecord) -> Callable:
+def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: GraphRecord,
+                  static: frozenset[int] = frozenset()) -> Callable:
     """Compile a graph of symbolic sizes once (codegen/sizes.py): its SymInt placeholders are
     dims, the module reads the sizes from the tensors. Non-tensor outputs (sizes) and graphs
     the compile cannot take over symbols raise: the caller compiles per concrete shape."""
@@ -270,7 +288,8 @@ def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: 
     compiled = compile_graph(graph, [inputs[i] for i in tensor_pos], opts)
     compiled.compile_seconds = time.perf_counter() - start
     record.update(compiled, calls)
-    run = _Run(compiled, layout, _expected_outputs(work), record)
+    run = _Run(compiled, layout, _expected_outputs(work), record, opts.graphs,
+               frozenset(k for k, i in enumerate(tensor_pos) if i in static))
     return _Boxed(lambda args: run([args[i] for i in tensor_pos]))
 
 
@@ -288,8 +307,8 @@ class _PerShape:
     """A graph of symbolic sizes, compiled for each concrete signature it is called with."""
     _boxed_call = True
 
-    def __init__(self, gm: fx.GraphModule, opts: Options, record: GraphRecord):
-        self.gm, self.opts, self.record = gm, opts, record
+    def __init__(self, gm: fx.GraphModule, opts: Options, record: GraphRecord, static: frozenset[int] = frozenset()):
+        self.gm, self.opts, self.record, self.static = gm, opts, record, static
         self.cache: dict[tuple, Callable[[list], list]] = {}
 
     def __call__(self, args: list) -> list:
@@ -303,7 +322,8 @@ class _PerShape:
     def _specialise(self, args: list) -> Callable[[list], list]:
         try:
             concrete, tensor_pos = aot.specialise(self.gm, args)
-            inner = _concrete(concrete, [args[i] for i in tensor_pos], self.opts, self.record)
+            inner = _concrete(concrete, [args[i] for i in tensor_pos], self.opts, self.record,
+                              frozenset(k for k, i in enumerate(tensor_pos) if i in self.static))
         except Exception as exc:  # noqa: BLE001 -- this shape runs eagerly
             eager = _eager(self.gm, self.record, exc)
             return eager

@@ -37,20 +37,42 @@ class _Run:
     _boxed_call = True
 
     def __init__(self, compiled: Compiled, layout: aot.OutputLayout, expected: list[tuple[fx.Node, bool]],
-                 record: Any):       # dynamo.GraphRecord
+                 record: Any, graphs: bool = False, static: frozenset[int] = frozenset()):   # dynamo.GraphRecord
         self.compiled, self.layout, self.expected, self.record = compiled, layout, expected, record
         self.fixes: list[str] | None = None      # per output: "", "copy" or "restride"
+        self.graphs, self.static = graphs, static   # mode="reduce-overhead"; the parameters' and buffers' positions
+        self.graphed: Callable[..., list[torch.Tensor]] | None = None
 
     def __call__(self, args: list) -> list:
-        ran, outs = run_compiled(self.compiled, args)
-        if ran is not self.compiled:             # a kernel Triton rejected now runs through PyTorch
-            self.compiled = ran
-            self.record.pytorch_ops += [f"group {g} runs through PyTorch: {why}" for g, why in ran.forced.items()]
+        if self.graphed is not None:
+            outs = self.graphed(*args)
+        else:
+            ran, outs = run_compiled(self.compiled, args)
+            if ran is not self.compiled:             # a kernel Triton rejected now runs through PyTorch
+                self.compiled = ran
+                self.record.pytorch_ops += [f"group {g} runs through PyTorch: {why}" for g, why in ran.forced.items()]
         if self.fixes is None:
             self.fixes = self._plan_fixes(args, outs)
+            if self.graphs:
+                self.graphed = self._graphed(args)
         if any(self.fixes):
             outs = [_fix(o, how, self.expected[i][0]) for i, (o, how) in enumerate(zip(outs, self.fixes))]
         return self.layout.merge(outs)
+
+    def _graphed(self, args: Sequence[Any]) -> Callable[..., list[torch.Tensor]]:
+        """This graph's call replayed as CUDA graphs from its next call (runtime/cuda_graphs.py):
+        parameters and buffers read in place, the other inputs copied in."""
+        from minicomp.runtime.cuda_graphs import GraphedCall, hazards
+        found = hazards(self.compiled)
+        if any(alias for _, alias in self.expected):
+            # AOTAutograd rebuilds such an output on the caller's input from the one returned
+            found.append("an output of the graph is a view of one of its inputs")
+        live = set(self.static) | {i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
+        graphed = GraphedCall(self.compiled.call, len(args), sorted(live), by_layout=self.compiled.graph.symbolic,
+                              found=found, name=f"graph {self.record.index}")
+        graphed.warmed(args)
+        self.record.graphs.append(graphed.status)
+        return graphed
 
     def _plan_fixes(self, args: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> list[str]:
         in_storage = {_storage(a) for a in args if isinstance(a, torch.Tensor)}

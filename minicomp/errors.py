@@ -76,3 +76,7 @@ class CaptureRefused(MinicompError):
     an output shape decided by values, a construct make_fx cannot trace (an `autograd.Function`
     without `setup_context`). `minicomp.compile` then goes through Dynamo (minicomp/entry.py);
     a user's own error (a shape mismatch, a bad index) is never one of these."""
+
+
+class ModeError(UsageError, ValueError):
+    """An unknown `mode=` (minicomp.compile, the torch.compile backend): a ValueError too."""

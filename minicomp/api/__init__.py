@@ -129,6 +129,8 @@ class CompiledFunction(LastCompiled):
                     out = s.run(inputs, originals, grad)
                 finally:
                     s.launch = _module_call(s.compiled)
+                if self.options.graphs:
+                    s.launch = self._graphed(s, inputs)
                 s.warm = True
         else:
             out = s.run(inputs, originals, grad)
@@ -154,6 +156,37 @@ class CompiledFunction(LastCompiled):
                 s.compiled = self._last = ran
             return outs
         return launch
+
+    def _graphed(self, s: Specialisation, inputs: list[torch.Tensor]) -> Callable[..., list[torch.Tensor]]:
+        """mode="reduce-overhead": the specialisation's launch, replayed as CUDA graphs after this
+        first call (runtime/cuda_graphs.py): the arguments are copied in, the weights read in place."""
+        from minicomp.runtime.cuda_graphs import GraphedCall, hazards
+        found = hazards(s.compiled)
+        graphed = GraphedCall(s.launch, len(inputs), range(s.rerun.n_args, len(inputs)),
+                              by_layout=s.compiled.graph.symbolic, found=found, name=self._name)
+        graphed.warmed(inputs)
+        if found:
+            _log.info("%s: mode='reduce-overhead' runs without CUDA graphs: %s", self._name, "; ".join(found))
+        return graphed
+
+    @property
+    def cuda_graphs(self):
+        """The last compiled signature's `GraphStatus` (runtime/cuda_graphs.py) under
+        mode="reduce-overhead"; None in the default mode or before its first call ends."""
+        s = self._last_specialisation()
+        return getattr(s.launch, "status", None) if s is not None and self.options.graphs else None
+
+    def _last_specialisation(self) -> Specialisation | None:
+        found = [s for entries in self._cache.values() for s in entries] + [s for _, s in self._symbolic]
+        return next((s for s in found if s.compiled is self._last), None)
+
+    def explain(self) -> str:
+        text = super().explain()
+        if not self.options.graphs:
+            return text
+        status = self.cuda_graphs
+        line = status.describe() if status is not None else "runs as a CUDA graph after its first call"
+        return f"mode='reduce-overhead': {line}\n\n{text}"
 
     def _find(self, args: tuple, kwargs: dict | None = None
               ) -> tuple[Specialisation, list[torch.Tensor], list[torch.Tensor]]:

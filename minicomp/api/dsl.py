@@ -56,6 +56,8 @@ class DslFunction(LastCompiled):
         self._cache: dict[Any, Compiled] = {}
         self._last: Compiled | None = None
         self._lock = threading.Lock()
+        self._graphs: dict[Any, Any] = {}      # mode="reduce-overhead": signature -> its GraphedCall
+        self._last_graphed: Any = None         # the last call's
 
     def compile_for(self, *args: Any) -> Compiled:
         """The compiled specialisation for these inputs (compiling it if new), without running it."""
@@ -105,11 +107,32 @@ class DslFunction(LastCompiled):
             raise GuardError(f"{self.__name__} was called with keyword argument(s) {', '.join(sorted(kwargs))}; "
                              "compiled functions take their tensors positionally")
         key, compiled, tensors = self._compiled(list(args))
-        ran, outs = run_compiled(compiled, tensors)
-        if ran is not compiled:  # Triton rejected a kernel, which now runs through PyTorch: keep what ran
-            with self._lock:
-                self._cache[key] = self._last = ran
+        graphed = self._graphs.get(key)
+        if graphed is not None:
+            outs = graphed(*tensors)
+        else:
+            ran, outs = run_compiled(compiled, tensors)
+            if ran is not compiled:  # Triton rejected a kernel, which now runs through PyTorch: keep what ran
+                with self._lock:
+                    self._cache[key] = self._last = ran
+            if self.options.graphs:  # replayed as a CUDA graph from the next call (runtime/cuda_graphs.py)
+                from minicomp.runtime.cuda_graphs import GraphedCall, hazards
+                graphed = GraphedCall(ran.call, len(tensors), (), found=hazards(ran), name=self.__name__)
+                graphed.warmed(tensors)
+                self._graphs[key] = graphed
+        self._last_graphed = graphed
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @property
+    def cuda_graphs(self):
+        """mode="reduce-overhead": the `GraphStatus` of the last call's signature (else None)."""
+        graphed = self._last_graphed
+        return graphed.status if graphed is not None else None
+
+    def explain(self) -> str:
+        text = super().explain()
+        status = self.cuda_graphs
+        return f"mode='reduce-overhead': {status.describe()}\n\n{text}" if status is not None else text
 
     def _label(self) -> str:
         return self.__name__

@@ -14,11 +14,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from minicomp.errors import MinicompError
+from minicomp.errors import MinicompError, ModeError
 from minicomp.ir import dims
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
 from minicomp.target import RowForm, Target
+
+
+MODES = ("default", "reduce-overhead")
 
 
 @dataclass
@@ -32,6 +35,17 @@ class Options:
     freeze: bool = False                     # fold weights into the kernels (guarded: a changed weight recompiles)
     row_form: RowForm | None = None          # row-kernel form knobs (None: RowForm(); tests force the looped form)
     dynamic: bool | None = None              # symbolic sizes: None after a size changes, True always, False never (api/dynamic.py)
+    mode: str = "default"                    # "reduce-overhead": replay each call as a CUDA graph (runtime/cuda_graphs.py)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ModeError(f"unknown mode {self.mode!r}; minicomp's modes are {', '.join(map(repr, MODES))} "
+                            "('reduce-overhead' replays each call on CUDA as a CUDA graph)")
+
+    @property
+    def graphs(self) -> bool:
+        """Whether calls should run as CUDA graphs (where the device and the graph allow)."""
+        return self.mode == "reduce-overhead"
 
 
 @dataclass

@@ -1,0 +1,289 @@
+"""CUDA graphs for compiled calls: `minicomp.compile(fn, mode="reduce-overhead")`.
+
+A small model at batch 1 launches tens of kernels per call, each a few microseconds of GPU
+work after tens of microseconds of Python. A CUDA graph records the whole call once and
+replays it with one launch. `GraphedCall` wraps a generated module's `call(*inputs)` (the
+api's `Specialisation.launch`, or the Dynamo backend's compiled graph) and keeps one graph per
+input layout:
+
+- **Warm first.** The first call of each layout runs as usual (Triton compiles and autotunes,
+  cuBLAS makes its workspace, the Launcher keeps its fast launchers); the next one captures:
+  nothing that compiles or times may run inside a capture.
+- **Copied inputs** (the call's arguments) are copied into static buffers the graph reads; the
+  caller passes new tensors each call. A buffer has the argument's shape and strides, so the
+  module reads it as it read the argument; an argument whose elements overlap (an `expand`)
+  gets a buffer over the same span of memory, copied as one span. Arguments that alias one
+  another (one tensor passed twice, views of one tensor) are copied apart: a compiled graph is
+  pure (it writes no input; frontend/fx.py, AOTAutograd's functionalisation), so what it
+  computes does not depend on their sharing memory.
+- **Live inputs** (weights: parameters and buffers, read again at every call) are not copied:
+  the graph reads them where they were at capture. Each replay first compares their
+  `data_ptr()`s with the captured ones; a weight replaced (`p.data = new`, a new Parameter)
+  captures again. An in-place update (`p.add_(1)`, `p.copy_(...)`) keeps the pointer and the
+  graph reads the new values. After `MAX_RECAPTURES` captures for replaced weights the call
+  stops capturing (a weight that moves at every call gains nothing from a graph).
+- **Outputs** are cloned out of the graph's memory after each replay, so a caller may keep a
+  result across calls (the next replay overwrites the graph's own outputs). Cost: one copy
+  kernel per output, a few microseconds at batch 1 (a 16 x 32000 fp32 logits tensor is 2 MiB:
+  under 1 us of an H200's bandwidth plus one launch), against tens of kernels' launches saved.
+- **Capture safety.** Before capturing, `hazards()` reads the compiled graph for what cannot
+  run inside a capture (a host sync such as `.item()`, an op whose output shape depends on
+  values, an op torch tags `cudagraph_unsafe`, a tensor on the CPU, a scalar constant the
+  PyTorch lines make with `torch.tensor(..., device=device)`, which copies from the host);
+  where it finds one, the call runs uncaptured and `status.reason` says why. A capture that
+  fails anyway (an opaque Python callable that syncs) is caught: the call runs uncaptured
+  from then on, with the error as its reason. A capture never changes a result.
+
+Invariants: a replay reads only the static buffers, the live weights it was captured with
+(held here, so their memory cannot be reused while the graph exists) and the graph's private
+memory pool; calls of one GraphedCall are serialised by its lock, and a replay on another
+stream than the last waits for the last; `status` always says whether calls run as a graph.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+WARMUP_CALLS = 1        # uncaptured calls of a layout before it is captured
+MAX_GRAPHS = 32         # layouts captured per call (each graph holds a memory pool)
+MAX_RECAPTURES = 8      # captures for replaced weights before the call stops capturing
+
+
+@dataclass
+class GraphStatus:
+    """Whether a compiled call runs as a CUDA graph, and why not (for explain())."""
+    reason: str | None = None       # None: it captures (or will, after its warm-up); else why it does not
+    captures: int = 0               # graphs captured (layouts, and again for replaced weights)
+    replays: int = 0
+    notes: list[str] = field(default_factory=list)   # what happened on the way (a capture retried, ...)
+
+    def describe(self) -> str:
+        if self.reason is not None:
+            return f"runs without CUDA graphs: {self.reason}"
+        if not self.captures:
+            return "runs as a CUDA graph from its next call with the same layout (the first call warms up)"
+        text = f"runs as a CUDA graph: {self.captures} capture(s), {self.replays} replay(s)"
+        return text + "".join(f"; {n}" for n in self.notes)
+
+
+# ------------------------------------------------------------------ what cannot run in a capture
+
+# aten ops that read a value back to the host or size their output by values: a capture
+# cannot hold them (torch's tags catch most; this list names the ones it may not tag)
+_HOST_OPS = ("_local_scalar_dense", "item", "nonzero", "masked_select", "unique", "_unique", "_unique2",
+             "unique_consecutive", "unique_dim", "bincount", "histc", "repeat_interleave", "cpu", "tolist")
+_UNSAFE_TAGS = tuple(getattr(torch.Tag, t) for t in ("cudagraph_unsafe", "dynamic_output_shape", "data_dependent_output")
+                     if hasattr(torch.Tag, t))
+
+
+def _op_hazard(fn: Any, target: str) -> str | None:
+    """Why the PyTorch call `fn` (an opaque node's `AtenCall`, or another callable) cannot be
+    captured, or None (a Python callable minicomp cannot see into is left to the capture)."""
+    op = getattr(fn, "target", fn)
+    tags = getattr(op, "tags", ()) or ()
+    found = [t.name for t in _UNSAFE_TAGS if t in tags]
+    if found:
+        return f"{target} is tagged {', '.join(found)} by PyTorch"
+    name = getattr(getattr(op, "_schema", None), "name", "") or target
+    base = name.split("::")[-1].split(".")[0]
+    if base in _HOST_OPS:
+        return f"{target} reads values back to the host or sizes its output by them"
+    captured = [*getattr(fn, "args", ()), *(getattr(fn, "kwargs", None) or {}).values()]
+    if any(isinstance(a, torch.device) and a.type == "cpu" for a in captured):
+        return f"{target} moves a tensor to the CPU"
+    return None
+
+
+def hazards(compiled: Any) -> list[str]:
+    """What in `compiled` (an api.Compiled) cannot run inside a CUDA graph capture: one line
+    each, naming the node or group; empty when the compiled call may be captured."""
+    found: list[str] = []
+    gen = compiled.generated
+    if gen.device_type != "cuda":
+        return [f"its kernels run on {gen.device_type} (CUDA graphs need CUDA tensors)"]
+    for c in gen.constants:
+        if isinstance(c, torch.Tensor) and c.device.type == "cpu":
+            found.append(f"a constant tensor {list(c.shape)} lives on the CPU")
+            break
+    graph = compiled.graph
+    through_pytorch = _pytorch_nodes(compiled)
+    for n in graph.nodes():
+        if n.op == "opaque":
+            why = _op_hazard(n.attrs.get("fn"), str(n.attrs.get("target", "?")))
+            if why:
+                found.append(f"%{n.id} ({n.origin or '?'}): {why}")
+        elif n.op == "constant" and not isinstance(n.attrs.get("value"), torch.Tensor):
+            users = [u for u in graph.nodes() if n.id in u.args and u.id in through_pytorch]
+            if users:
+                found.append(f"%{n.id}: a scalar constant that PyTorch lines make as a tensor from the host "
+                             f"(read by %{users[0].id} {users[0].op})")
+    return found
+
+
+def _pytorch_nodes(compiled: Any) -> set[int]:
+    """Ids of the nodes that run as PyTorch lines of the module (opaque groups, fallbacks)."""
+    forced = set(compiled.generated.fallbacks) | set(getattr(compiled, "forced", {}) or {})
+    ids: set[int] = set()
+    for g in compiled.plan.groups:
+        if g.kind == "opaque" or g.id in forced:
+            ids |= set(g.nodes)
+    return ids
+
+
+# ------------------------------------------------------------------ static buffers
+
+def _overlaps(t: torch.Tensor) -> bool:
+    """Whether two elements of `t` share memory (a stride-0 `expand`), or torch cannot tell."""
+    return torch._C._debug_has_internal_overlap(t) != 0
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from `t`'s first to its last addressed element."""
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+
+
+@dataclass
+class _Static:
+    """One copied input's buffer: `tensor` is what the graph reads; `copy_from` fills it."""
+    tensor: torch.Tensor
+    flat: torch.Tensor | None        # an overlapping input's whole span, copied as one
+
+    @classmethod
+    def like(cls, t: torch.Tensor) -> "_Static":
+        if t.numel() and _overlaps(t):
+            n = _span(t)
+            flat = torch.empty(n, dtype=t.dtype, device=t.device)
+            return cls(flat.as_strided(tuple(t.shape), t.stride()), flat)
+        return cls(torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device), None)
+
+    def copy_from(self, t: torch.Tensor) -> None:
+        if self.flat is not None:
+            self.flat.copy_(t.as_strided((self.flat.numel(),), (1,)))
+        elif t.numel():
+            self.tensor.copy_(t)
+
+
+@dataclass
+class _Graph:
+    graph: Any                       # torch.cuda.CUDAGraph
+    static: list[_Static]
+    live: list[torch.Tensor]         # the weights it reads in place (held: their memory stays theirs)
+    ptrs: list[int]
+    outputs: list[torch.Tensor]
+    device: int
+
+
+def layout_key(tensors: Sequence[torch.Tensor]) -> tuple:
+    """Shapes and strides of the copied inputs: a module over symbolic sizes serves several."""
+    return tuple((t.shape, t.stride()) for t in tensors)
+
+
+class GraphedCall:
+    """`call(*inputs) -> list[Tensor]` replayed as CUDA graphs (see the module docstring).
+
+    `launch` is the module's call; inputs at positions in `live` are weights read in place,
+    every other input is copied; `by_layout` keys graphs by the copied inputs' shapes and
+    strides (a module over symbolic sizes), else one graph serves every call (the caller's
+    guards fixed the layout). `hazards` are `hazards(compiled)`'s findings."""
+
+    def __init__(self, launch: Callable[..., list[torch.Tensor]], n_inputs: int, live: Sequence[int], *,
+                 by_layout: bool = False, found: Sequence[str] = (), name: str = "function"):
+        self.launch, self.name, self.by_layout = launch, name, by_layout
+        live_set = set(live)
+        self.copied = [i for i in range(n_inputs) if i not in live_set]
+        self.live = sorted(live_set)
+        self.graphs: dict[tuple, _Graph] = {}
+        self.seen: dict[tuple, int] = {}          # layout -> uncaptured calls so far
+        self.recaptures = 0
+        self.status = GraphStatus(reason="; ".join(found) if found else None)
+        self._lock = threading.Lock()
+        self._stream: Any = None
+
+    def warmed(self, inputs: Sequence[torch.Tensor]) -> None:
+        """Count a call made before this wrapper existed (the specialisation's first call)."""
+        key = self._key(inputs)
+        self.seen[key] = self.seen.get(key, 0) + 1
+
+    def _key(self, inputs: Sequence[torch.Tensor]) -> tuple:
+        return layout_key([inputs[i] for i in self.copied]) if self.by_layout else ()
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        if self.status.reason is not None:
+            return self.launch(*inputs)
+        with self._lock:
+            key = self._key(inputs)
+            g = self.graphs.get(key)
+            if g is not None and [inputs[i].data_ptr() for i in self.live] != g.ptrs:
+                g = self._replaced(key)
+            if g is None:
+                if self.seen.get(key, 0) < WARMUP_CALLS or len(self.graphs) >= MAX_GRAPHS:
+                    self.seen[key] = self.seen.get(key, 0) + 1
+                    return self.launch(*inputs)
+                g = self._capture(key, inputs)
+                if g is None:
+                    return self.launch(*inputs)
+            if torch.cuda.current_device() != g.device:    # replays go where the graph was captured
+                return self.launch(*inputs)
+            return self._replay(g, inputs)
+
+    def _replay(self, g: _Graph, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        stream = torch.cuda.current_stream()
+        if self._stream is not None and stream != self._stream:
+            stream.wait_stream(self._stream)     # the last replay's reads of the buffers come first
+        self._stream = stream
+        for s, i in zip(g.static, self.copied):
+            s.copy_from(inputs[i])
+        g.graph.replay()
+        self.status.replays += 1
+        return [o.clone() for o in g.outputs]
+
+    def _replaced(self, key: tuple) -> _Graph | None:
+        """A weight of graph `key` was replaced: forget the graph (the next call captures again)."""
+        del self.graphs[key]
+        self.recaptures += 1
+        if self.recaptures > MAX_RECAPTURES:
+            self.status.reason = (f"its weights were replaced (not updated in place) {self.recaptures} times, "
+                                  "each a new capture: it stopped capturing")
+            self.graphs.clear()
+        elif "captured again after a weight was replaced" not in self.status.notes:
+            self.status.notes.append("captured again after a weight was replaced")
+        return None
+
+    def _capture(self, key: tuple, inputs: Sequence[torch.Tensor]) -> _Graph | None:
+        static = [_Static.like(inputs[i]) for i in self.copied]
+        for s, i in zip(static, self.copied):
+            s.copy_from(inputs[i])
+        args = list(inputs)
+        for s, i in zip(static, self.copied):
+            args[i] = s.tensor
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                outs = list(self.launch(*args))
+        except Exception as exc:  # noqa: BLE001 -- what cannot be captured runs uncaptured, said once
+            cause = _root(exc)
+            text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+            self.status.reason = f"its capture failed ({type(cause).__name__}: {text})"
+            self.graphs.clear()
+            torch.cuda.synchronize()
+            warnings.warn(f"minicomp: {self.name}: mode='reduce-overhead' runs it without CUDA graphs: "
+                          f"{self.status.reason}", stacklevel=4)
+            return None
+        g = _Graph(graph, static, [inputs[i] for i in self.live], [inputs[i].data_ptr() for i in self.live],
+                   outs, torch.cuda.current_device())
+        self.graphs[key] = g
+        self.status.captures += 1
+        return g
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The first error of a failed capture: ending the capture raises again, with the
+    body's error as its context."""
+    while exc.__context__ is not None and "capture" in str(exc).lower() and exc.__context__ is not exc:
+        exc = exc.__context__
+    return exc
