@@ -139,7 +139,7 @@ def _pytorch_nodes(compiled: Any) -> set[int]:
 
 def _overlaps(t: torch.Tensor) -> bool:
     """Whether two elements of `t` share memory (a stride-0 `expand`), or torch cannot tell."""
-    return torch._C._debug_has_internal_overlap(t) != 0
+    return torch._debug_has_internal_overlap(t) != 0
 
 
 def _span(t: torch.Tensor) -> int:
@@ -178,6 +178,31 @@ class _Graph:
     device: int
 
 
+class CudaApi:
+    """The torch.cuda calls a GraphedCall makes, in one place (CPU tests hand it a fake that
+    "captures" by keeping the call and "replays" by running it into the captured outputs)."""
+
+    def new_graph(self) -> Any:
+        return torch.cuda.CUDAGraph()
+
+    def capture(self, graph: Any, thunk: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
+        # thread_local: another thread's unsafe call (a sync) does not break this capture
+        with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            return list(thunk())
+
+    def replay(self, graph: Any) -> None:
+        graph.replay()
+
+    def device(self) -> int:
+        return torch.cuda.current_device()
+
+    def stream(self) -> Any:
+        return torch.cuda.current_stream()
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+
 def layout_key(tensors: Sequence[torch.Tensor]) -> tuple:
     """Shapes and strides of the copied inputs: a module over symbolic sizes serves several."""
     return tuple((t.shape, t.stride()) for t in tensors)
@@ -192,8 +217,10 @@ class GraphedCall:
     guards fixed the layout). `hazards` are `hazards(compiled)`'s findings."""
 
     def __init__(self, launch: Callable[..., list[torch.Tensor]], n_inputs: int, live: Sequence[int], *,
-                 by_layout: bool = False, found: Sequence[str] = (), name: str = "function"):
+                 by_layout: bool = False, found: Sequence[str] = (), name: str = "function",
+                 cuda: CudaApi | None = None):
         self.launch, self.name, self.by_layout = launch, name, by_layout
+        self.cuda = cuda or CudaApi()
         live_set = set(live)
         self.copied = [i for i in range(n_inputs) if i not in live_set]
         self.live = sorted(live_set)
@@ -220,6 +247,8 @@ class GraphedCall:
             g = self.graphs.get(key)
             if g is not None and [inputs[i].data_ptr() for i in self.live] != g.ptrs:
                 g = self._replaced(key)
+                if self.status.reason is not None:
+                    return self.launch(*inputs)
             if g is None:
                 if self.seen.get(key, 0) < WARMUP_CALLS or len(self.graphs) >= MAX_GRAPHS:
                     self.seen[key] = self.seen.get(key, 0) + 1
@@ -227,18 +256,18 @@ class GraphedCall:
                 g = self._capture(key, inputs)
                 if g is None:
                     return self.launch(*inputs)
-            if torch.cuda.current_device() != g.device:    # replays go where the graph was captured
+            if self.cuda.device() != g.device:    # replays go where the graph was captured
                 return self.launch(*inputs)
             return self._replay(g, inputs)
 
     def _replay(self, g: _Graph, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        stream = torch.cuda.current_stream()
+        stream = self.cuda.stream()
         if self._stream is not None and stream != self._stream:
             stream.wait_stream(self._stream)     # the last replay's reads of the buffers come first
         self._stream = stream
         for s, i in zip(g.static, self.copied):
             s.copy_from(inputs[i])
-        g.graph.replay()
+        self.cuda.replay(g.graph)
         self.status.replays += 1
         return [o.clone() for o in g.outputs]
 
@@ -261,21 +290,20 @@ class GraphedCall:
         args = list(inputs)
         for s, i in zip(static, self.copied):
             args[i] = s.tensor
-        graph = torch.cuda.CUDAGraph()
+        graph = self.cuda.new_graph()
         try:
-            with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                outs = list(self.launch(*args))
+            outs = self.cuda.capture(graph, lambda: self.launch(*args))
         except Exception as exc:  # noqa: BLE001 -- what cannot be captured runs uncaptured, said once
             cause = _root(exc)
             text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
             self.status.reason = f"its capture failed ({type(cause).__name__}: {text})"
             self.graphs.clear()
-            torch.cuda.synchronize()
+            self.cuda.synchronize()
             warnings.warn(f"minicomp: {self.name}: mode='reduce-overhead' runs it without CUDA graphs: "
                           f"{self.status.reason}", stacklevel=4)
             return None
         g = _Graph(graph, static, [inputs[i] for i in self.live], [inputs[i].data_ptr() for i in self.live],
-                   outs, torch.cuda.current_device())
+                   outs, self.cuda.device())
         self.graphs[key] = g
         self.status.captures += 1
         return g
