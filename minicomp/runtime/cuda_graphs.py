@@ -28,15 +28,17 @@ input layout:
   under 1 us of an H200's bandwidth plus one launch), against tens of kernels' launches saved.
 - **Capture safety.** Before capturing, `hazards()` reads the compiled graph for what cannot
   run inside a capture (a host sync such as `.item()`, an op whose output shape depends on
-  values, an op torch tags `cudagraph_unsafe`, a tensor on the CPU, a scalar constant the
-  PyTorch lines make with `torch.tensor(..., device=device)`, which copies from the host);
+  values, an op torch tags `cudagraph_unsafe`, a call that moves a tensor to the CPU, a
+  scalar constant the PyTorch lines make with `torch.tensor(..., device=device)`, which
+  copies from the host; the loader puts tensor constants on the device, and the api refuses
+  arguments and weights on two devices);
   where it finds one, the call runs uncaptured and `status.reason` says why. A capture that
   fails anyway (an opaque Python callable that syncs) is caught: the call runs uncaptured
   from then on, with the error as its reason. A capture never changes a result.
 
-Invariants: a replay reads only the static buffers, the live weights it was captured with
-(held here, so their memory cannot be reused while the graph exists) and the graph's private
-memory pool; calls of one GraphedCall are serialised by its lock, and a replay on another
+Invariants: a replay reads only the static buffers, the memory of the live weights at the
+capture (a replay whose weights' pointers differ captures again instead) and the graph's
+private memory pool; calls of one GraphedCall are serialised by its lock, and a replay on another
 stream than the last waits for the last; `status` always says whether calls run as a graph.
 """
 
@@ -106,10 +108,6 @@ def hazards(compiled: Any) -> list[str]:
     gen = compiled.generated
     if gen.device_type != "cuda":
         return [f"its kernels run on {gen.device_type} (CUDA graphs need CUDA tensors)"]
-    for c in gen.constants:
-        if isinstance(c, torch.Tensor) and c.device.type == "cpu":
-            found.append(f"a constant tensor {list(c.shape)} lives on the CPU")
-            break
     graph = compiled.graph
     through_pytorch = _pytorch_nodes(compiled)
     for n in graph.nodes():
@@ -185,10 +183,24 @@ class CudaApi:
     def new_graph(self) -> Any:
         return torch.cuda.CUDAGraph()
 
+    def __init__(self) -> None:
+        self._side: Any = None
+
     def capture(self, graph: Any, thunk: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
+        # PyTorch's recipe: run once on the side stream that captures, so state made lazily per
+        # stream (cuBLAS's workspace of a PyTorch line) exists before the capture
+        if self._side is None:
+            self._side = torch.cuda.Stream()
+        side, current = self._side, torch.cuda.current_stream()
+        side.wait_stream(current)
+        with torch.no_grad(), torch.cuda.stream(side):
+            thunk()
+        current.wait_stream(side)
         # thread_local: another thread's unsafe call (a sync) does not break this capture
-        with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            return list(thunk())
+        with torch.no_grad(), torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+            outs = list(thunk())
+        current.wait_stream(side)
+        return outs
 
     def replay(self, graph: Any) -> None:
         graph.replay()
