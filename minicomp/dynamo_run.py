@@ -44,13 +44,7 @@ class _Run:
         self.graphed: Callable[..., list[torch.Tensor]] | None = None
 
     def __call__(self, args: list) -> list:
-        if self.graphed is not None:
-            outs = self.graphed(*args)
-        else:
-            ran, outs = run_compiled(self.compiled, args)
-            if ran is not self.compiled:             # a kernel Triton rejected now runs through PyTorch
-                self.compiled = ran
-                self.record.pytorch_ops += [f"group {g} runs through PyTorch: {why}" for g, why in ran.forced.items()]
+        outs = self.graphed(*args) if self.graphed is not None else self._launch(*args)
         if self.fixes is None:
             self.fixes = self._plan_fixes(args, outs)
             if self.graphs:
@@ -58,6 +52,13 @@ class _Run:
         if any(self.fixes):
             outs = [_fix(o, how, self.expected[i][0]) for i, (o, how) in enumerate(zip(outs, self.fixes))]
         return self.layout.merge(outs)
+
+    def _launch(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        ran, outs = run_compiled(self.compiled, args)
+        if ran is not self.compiled:             # a kernel Triton rejected now runs through PyTorch
+            self.compiled = ran
+            self.record.pytorch_ops += [f"group {g} runs through PyTorch: {why}" for g, why in ran.forced.items()]
+        return outs
 
     def _graphed(self, args: Sequence[Any]) -> Callable[..., list[torch.Tensor]]:
         """This graph's call replayed as CUDA graphs from its next call (runtime/cuda_graphs.py):
@@ -68,7 +69,7 @@ class _Run:
             # AOTAutograd rebuilds such an output on the caller's input from the one returned
             found.append("an output of the graph is a view of one of its inputs")
         live = set(self.static) | {i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
-        graphed = GraphedCall(self.compiled.call, len(args), sorted(live), by_layout=self.compiled.graph.symbolic,
+        graphed = GraphedCall(self._launch, len(args), sorted(live), by_layout=self.compiled.graph.symbolic,
                               found=found, name=f"graph {self.record.index}")
         graphed.warmed(args)
         self.record.graphs.append(graphed.status)

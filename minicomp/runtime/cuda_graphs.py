@@ -23,9 +23,10 @@ input layout:
   graph reads the new values. After `MAX_RECAPTURES` captures for replaced weights the call
   stops capturing (a weight that moves at every call gains nothing from a graph).
 - **Outputs** are cloned out of the graph's memory after each replay, so a caller may keep a
-  result across calls (the next replay overwrites the graph's own outputs). Cost: one copy
-  kernel per output, a few microseconds at batch 1 (a 16 x 32000 fp32 logits tensor is 2 MiB:
-  under 1 us of an H200's bandwidth plus one launch), against tens of kernels' launches saved.
+  result across calls (the next replay overwrites the graph's own outputs). Cost, estimated
+  from the H200's figures (not measured yet; the lead's GPU run times the whole call): one
+  allocation and one copy kernel per output, ~5 us of launch at batch 1 (a 16 x 32000 fp32
+  logits tensor is 2 MiB, under 1 us at 4.8 TB/s), against tens of launches the replay saves.
 - **Capture safety.** Before capturing, `hazards()` reads the compiled graph for what cannot
   run inside a capture (a host sync such as `.item()`, an op whose output shape depends on
   values, an op torch tags `cudagraph_unsafe`, a call that moves a tensor to the CPU, a
