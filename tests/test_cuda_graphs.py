@@ -269,6 +269,42 @@ def test_a_call_on_another_device_than_the_capture_runs_uncaptured():
     assert cuda.replays == 1 and len(calls) == 4    # warm-up, capture, the replay's thunk, the uncaptured call
 
 
+def test_the_real_capture_warms_on_its_side_stream_then_captures_there(monkeypatch):
+    """CudaApi.capture follows PyTorch's recipe (torch.cuda replaced by recorders here)."""
+    events = []
+
+    class Stream:
+        def __init__(self, name="side"):
+            self.name = name
+
+        def wait_stream(self, other):
+            events.append(f"{self.name} waits for {other.name}")
+
+    @__import__("contextlib").contextmanager
+    def stream(s):
+        events.append(f"on {s.name}")
+        yield
+        events.append(f"off {s.name}")
+
+    @__import__("contextlib").contextmanager
+    def graph(g, stream=None, capture_error_mode="global"):
+        events.append(f"capture on {stream.name} ({capture_error_mode})")
+        yield
+        events.append("capture ends")
+
+    current = Stream("current")
+    for name, value in {"current_device": lambda: 0, "Stream": lambda device: Stream(), "current_stream": lambda: current,
+                        "stream": stream, "graph": graph}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    api = cg.CudaApi()
+    out = api.capture(object(), lambda: events.append("call") or [torch.ones(1)])
+    assert len(out) == 1
+    assert events == ["side waits for current", "on side", "call", "off side", "current waits for side",
+                      "capture on side (thread_local)", "call", "capture ends", "current waits for side"]
+    api.capture(object(), lambda: [])
+    assert len(api._sides) == 1                  # one side stream per device, kept
+
+
 # ------------------------------------------------------------------ end to end on the CPU, with the fake
 
 @pytest.fixture
@@ -414,3 +450,31 @@ def test_gpu_tiny_llama_batch_1_by_16_replays_and_matches_eager():
     statuses = _cuda_status(f)
     assert statuses and all(s.reason is None and s.replays >= 3 for s in statuses), \
         [s.describe() for s in statuses]
+
+
+@pytest.mark.gpu
+def test_gpu_the_backend_replays_a_module_with_its_parameters_in_place():
+    m = _Block().cuda().eval()
+    backend = minicomp.backend()
+    cm = torch.compile(m, backend=backend, mode="reduce-overhead")
+    with torch.no_grad():
+        outs = [(x, cm(x)) for x in (torch.randn(6, 8, device="cuda") for _ in range(4))]
+        for x, got in outs:
+            torch.testing.assert_close(got, m(x), **tol(torch.float32))
+    statuses = [st for g in backend.report().graphs for st in g.graphs]
+    assert statuses and all(st.reason is None and st.replays == 3 for st in statuses), backend.report().table()
+
+
+@pytest.mark.gpu
+def test_gpu_a_call_that_syncs_fails_its_capture_cleanly_and_runs_uncaptured():
+    def launch(x):
+        return [x * x.sum().item()]          # a host sync: cannot be captured
+    g = cg.GraphedCall(launch, 1, ())
+    x = torch.randn(33, device="cuda")
+    torch.testing.assert_close(g(x)[0], x * x.sum().item())
+    with pytest.warns(UserWarning, match="its capture failed"):
+        torch.testing.assert_close(g(x + 1)[0], (x + 1) * (x + 1).sum().item())
+    torch.testing.assert_close(g(x - 1)[0], (x - 1) * (x - 1).sum().item())
+    assert g.status.reason.startswith("its capture failed") and g.status.replays == 0
+    torch.cuda.synchronize()                 # the device is fine afterwards
+    assert (torch.ones(4, device="cuda") * 2).sum().item() == 8.0

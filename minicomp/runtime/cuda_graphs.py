@@ -185,14 +185,17 @@ class CudaApi:
         return torch.cuda.CUDAGraph()
 
     def __init__(self) -> None:
-        self._side: Any = None
+        self._sides: dict[int, Any] = {}     # device -> the side stream that warms and captures there
 
     def capture(self, graph: Any, thunk: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
-        # PyTorch's recipe: run once on the side stream that captures, so state made lazily per
-        # stream (cuBLAS's workspace of a PyTorch line) exists before the capture
-        if self._side is None:
-            self._side = torch.cuda.Stream()
-        side, current = self._side, torch.cuda.current_stream()
+        # PyTorch's recipe: run once on the side stream that captures (one per device, kept),
+        # so state made lazily per stream (cuBLAS's or cuDNN's workspace of a PyTorch line)
+        # exists before the capture
+        device = torch.cuda.current_device()
+        side = self._sides.get(device)
+        if side is None:
+            side = self._sides[device] = torch.cuda.Stream(device)
+        current = torch.cuda.current_stream()
         side.wait_stream(current)
         with torch.no_grad(), torch.cuda.stream(side):
             thunk()
