@@ -157,6 +157,19 @@ def test_hazards_read_the_compiled_graph_an_opaque_sync_is_named_with_its_node()
     assert len(found) == 1 and found[0].startswith(f"%{node.id} (") and "data_dependent_output" in found[0]
 
 
+def test_a_scalar_constant_a_pytorch_line_reads_is_a_hazard_where_the_module_builds_it_from_the_host():
+    f = minicomp.compile(lambda a, b: (a @ b) * 3 + 1)      # an int64 matmul runs through PyTorch
+    a, b = torch.randint(-3, 3, (4, 5)), torch.randint(-3, 3, (5, 2))
+    torch.testing.assert_close(f(a, b), (a @ b) * 3 + 1)
+    found = _as_if_cuda(f._need())
+    host_made = [line for line in f.source.splitlines() if "torch.tensor(" in line]
+    assert len(found) == len(host_made) == 2, (found, host_made)
+    assert all("a scalar constant that the module makes a tensor from the host (read by %" in h for h in found)
+    g = minicomp.compile(lambda a, b: (a @ b) * 3 + 1)      # float: one kernel, the scalars inlined
+    g(torch.randn(4, 5), torch.randn(5, 2))
+    assert _as_if_cuda(g._need()) == [] and "torch.tensor(" not in g.source
+
+
 def test_a_graph_with_hazards_never_captures_and_says_why():
     g, cuda, calls = _graphed(lambda x: x + 1, 1, found=["%3 (m.py:4): aten.nonzero is tagged dynamic_output_shape"])
     x = torch.arange(4.0)
@@ -384,10 +397,12 @@ def test_the_backend_takes_the_mode_as_an_option_too(fake_cuda):
 # ------------------------------------------------------------------ real CUDA graphs (the H200)
 
 def _cuda_status(f):
-    """The GraphStatus of a compiled function, whichever path (own capture or Dynamo) it took."""
+    """The GraphStatus of each specialisation of a compiled function (or of each graph, where it
+    went through Dynamo)."""
     if getattr(f, "_recording", None) is not None:
         return [s for g in f.backend_report().graphs for s in g.graphs]
-    return [f.cuda_graphs]
+    found = {id(s): s for entries in f._cache.values() for s in entries}
+    return [s.launch.status for s in found.values()]
 
 
 @pytest.mark.gpu
@@ -411,7 +426,9 @@ def test_gpu_aliased_inputs_views_and_an_expanded_input(dtype):
         base = torch.randn(65, 33, device="cuda", dtype=dtype)
         for a, b in ((base, base), (base[1:], base[:-1]), (base[:, :1].expand(65, 33), base[0])):
             torch.testing.assert_close(f(a, b), torch.nn.functional.gelu(a) + b * 2, **tol(dtype))
-    assert all(s.replays >= 3 for s in [f.cuda_graphs]), f.explain().splitlines()[0]
+    statuses = _cuda_status(f)
+    assert len(statuses) >= 2 and all(s.reason is None and s.replays >= 3 for s in statuses), \
+        [s.describe() for s in statuses]
 
 
 @pytest.mark.gpu

@@ -117,10 +117,12 @@ def hazards(compiled: Any) -> list[str]:
             if why:
                 found.append(f"%{n.id} ({n.origin or '?'}): {why}")
         elif n.op == "constant" and not isinstance(n.attrs.get("value"), torch.Tensor):
+            # the module makes such a scalar a tensor (`torch.tensor(v, device=device)`: a copy
+            # from the host) where a PyTorch line reads it or the graph returns it
             users = [u for u in graph.nodes() if n.id in u.args and u.id in through_pytorch]
-            if users:
-                found.append(f"%{n.id}: a scalar constant that PyTorch lines make as a tensor from the host "
-                             f"(read by %{users[0].id} {users[0].op})")
+            if users or n.id in graph.outputs:
+                read = f"read by %{users[0].id} {users[0].op}" if users else "an output"
+                found.append(f"%{n.id}: a scalar constant that the module makes a tensor from the host ({read})")
     return found
 
 
