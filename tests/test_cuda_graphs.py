@@ -200,7 +200,7 @@ def test_the_first_call_warms_up_the_second_captures_and_later_calls_replay():
         x, y = torch.randn(3, 4), torch.randn(3, 4)    # new tensors each call
         torch.testing.assert_close(g(x, y)[0], x * y)
         assert (cuda.captures, cuda.replays) == ((0, 0), (1, 1), (1, 2), (1, 3))[i]
-    assert g.status.describe() == "runs as a CUDA graph: 1 capture(s), 3 replay(s)"
+    assert g.status.describe() == "runs as a CUDA graph: 1 capture(s), 3 replay(s); 2 input(s) copied in, 0 read in place"
 
 
 def test_outputs_are_the_callers_to_keep_a_later_replay_does_not_overwrite_them():
@@ -366,7 +366,8 @@ def test_minicomp_compile_replays_a_module_reads_its_weights_live_and_explains(f
             torch.testing.assert_close(got, m(x), **tol(torch.float32))
     status = f.cuda_graphs
     assert status.reason is None and status.captures == 2 and status.replays == 5
-    assert f.explain().startswith("mode='reduce-overhead': runs as a CUDA graph: 2 capture(s), 5 replay(s)")
+    assert f.explain().startswith("mode='reduce-overhead': runs as a CUDA graph: 2 capture(s), 5 replay(s); "
+                                  "1 input(s) copied in, 3 read in place; captured again after a weight was replaced")
     graphed = f._last_specialisation().launch
     assert graphed.copied == [0] and len(graphed.live) == 3   # x copied; weight, bias, buffer in place
 
@@ -382,7 +383,8 @@ def test_the_torch_compile_backend_replays_with_parameters_and_buffers_in_place(
     report = backend.report()
     (status,) = report.graphs[0].graphs
     assert status.reason is None and status.replays == 3
-    assert "graph 0 runs as a CUDA graph: 1 capture(s), 3 replay(s)" in report.table()
+    assert "graph 0 runs as a CUDA graph: 1 capture(s), 3 replay(s); 1 input(s) copied in, 3 read in place" \
+        in report.table()
 
 
 def test_the_backend_takes_the_mode_as_an_option_too(fake_cuda):
@@ -392,6 +394,48 @@ def test_the_backend_takes_the_mode_as_an_option_too(fake_cuda):
         x, y = torch.randn(4, 5), torch.randn(5, 2)
         torch.testing.assert_close(cm(x, y), torch.tanh(x) @ y, **tol(torch.float32))
     assert backend.report().graphs[0].graphs[0].replays == 2
+
+
+def test_a_function_that_goes_through_dynamo_keeps_the_mode_and_explains_its_graphs(fake_cuda):
+    def f(x, y):
+        if x.sum() > 0:                              # a value read: minicomp's own capture refuses it
+            return torch.sigmoid(x) * y
+        return x - y
+    g = minicomp.compile(f, mode="reduce-overhead")
+    with pytest.warns(UserWarning, match="compiling it through Dynamo"):
+        g(torch.ones(4, 6), torch.randn(6))
+    for _ in range(3):
+        x, y = torch.rand(4, 6) + 0.1, torch.randn(6)
+        torch.testing.assert_close(g(x, y), torch.sigmoid(x) * y, **tol(torch.float32))
+    text = g.explain()
+    assert "went through Dynamo" in text and "runs as a CUDA graph: 1 capture(s), 3 replay(s)" in text, text
+
+
+def test_tiny_llama_at_batch_1_by_16_through_the_fake_capture_matches_eager(fake_cuda):
+    """The whole path a transformers model takes (the own capture refuses it, Dynamo's graph,
+    AOTAutograd's static inputs) with every replay recomputing from the static buffers."""
+    from zoo_models import ZOO
+    model = ZOO["llama"].model("sdpa")
+    model.config.use_cache = False
+
+    def logits(ids):
+        return model(input_ids=ids).logits
+
+    f = minicomp.compile(logits, mode="reduce-overhead")
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")              # the fallback to Dynamo says so once
+        calls = [torch.randint(4, 128, (1, 16), generator=gen) for _ in range(4)]
+        outs = [f(ids) for ids in calls]
+        for ids, got in zip(calls, outs):
+            torch.testing.assert_close(got, logits(ids), **tol(torch.float32))
+    statuses = _cuda_status(f)
+    assert statuses and all(s.reason is None and s.replays == 3 for s in statuses), [s.describe() for s in statuses]
+    # input_ids copied; every weight and buffer (the rotary inv_freq too) read in place
+    n_weights = len(list(model.parameters())) + 1    # + inv_freq (its buffer original_inv_freq is not read)
+    assert [(s.copied, s.in_place) for s in statuses] == [(1, n_weights)], [s.describe() for s in statuses]
+    run_graphs = [m for m in fake_cuda if m.captures]
+    assert len(run_graphs) == len(statuses)
 
 
 # ------------------------------------------------------------------ real CUDA graphs (the H200)

@@ -63,6 +63,8 @@ class GraphStatus:
     reason: str | None = None       # None: it captures (or will, after its warm-up); else why it does not
     captures: int = 0               # graphs captured (layouts, and again for replaced weights)
     replays: int = 0
+    copied: int = 0                 # inputs copied into static buffers at each replay (the arguments)
+    in_place: int = 0               # inputs the graph reads where they are (the weights)
     notes: list[str] = field(default_factory=list)   # what happened on the way (a capture retried, ...)
 
     def describe(self) -> str:
@@ -70,7 +72,8 @@ class GraphStatus:
             return f"runs without CUDA graphs: {self.reason}"
         if not self.captures:
             return "runs as a CUDA graph from its next call with the same layout (the first call warms up)"
-        text = f"runs as a CUDA graph: {self.captures} capture(s), {self.replays} replay(s)"
+        text = (f"runs as a CUDA graph: {self.captures} capture(s), {self.replays} replay(s); "
+                f"{self.copied} input(s) copied in, {self.in_place} read in place")
         return text + "".join(f"; {n}" for n in self.notes)
 
 
@@ -245,7 +248,8 @@ class GraphedCall:
         self.graphs: dict[tuple, _Graph] = {}
         self.seen: dict[tuple, int] = {}          # layout -> uncaptured calls so far
         self.recaptures = 0
-        self.status = GraphStatus(reason="; ".join(found) if found else None)
+        self.status = GraphStatus(reason="; ".join(found) if found else None, copied=len(self.copied),
+                                  in_place=len(self.live))
         self._lock = threading.Lock()
         self._stream: Any = None
 
