@@ -4,8 +4,8 @@ CPU tests run `GraphedCall` with `FakeCuda`, which behaves like a capture where 
 capturing runs nothing the caller sees (the captured outputs hold garbage until a replay),
 and a replay recomputes from the static buffers and live weights *into the same output
 tensors*, so a result handed out without a copy would change under the caller. The api and
-the Dynamo backend are run end to end on the CPU with it in place of torch.cuda. The tests
-marked `gpu` capture real CUDA graphs (they run on the H200 only).
+the Dynamo backend are run end to end on the CPU with it in place of torch.cuda. Real CUDA
+graphs are captured by tests/test_cuda_graphs_gpu.py (the H200 only).
 """
 
 from __future__ import annotations
@@ -302,20 +302,44 @@ def test_the_real_capture_warms_on_its_side_stream_then_captures_there(monkeypat
     @__import__("contextlib").contextmanager
     def graph(g, stream=None, capture_error_mode="global"):
         events.append(f"capture on {stream.name} ({capture_error_mode})")
-        yield
-        events.append("capture ends")
+        try:
+            yield
+        finally:                                     # torch's exit ends the capture (and raises if it failed)
+            events.append("capture ends")
 
     current = Stream("current")
     for name, value in {"current_device": lambda: 0, "Stream": lambda device: Stream(), "current_stream": lambda: current,
-                        "stream": stream, "graph": graph}.items():
+                        "stream": stream, "graph": graph,
+                        "set_stream": lambda s: events.append(f"stream set to {s.name}")}.items():
         monkeypatch.setattr(torch.cuda, name, value)
     api = cg.CudaApi()
     out = api.capture(object(), lambda: events.append("call") or [torch.ones(1)])
     assert len(out) == 1
     assert events == ["side waits for current", "on side", "call", "off side", "current waits for side",
-                      "capture on side (thread_local)", "call", "capture ends", "current waits for side"]
+                      "capture on side (thread_local)", "call", "capture ends", "stream set to current",
+                      "current waits for side"]
     api.capture(object(), lambda: [])
     assert len(api._sides) == 1                  # one side stream per device, kept
+    events.clear()
+    runs = []
+
+    def fails_when_captured():
+        runs.append(1)
+        if len(runs) == 2:                           # the warm-up runs, the capture fails
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return []
+    with pytest.raises(RuntimeError, match="not permitted"):
+        api.capture(object(), fails_when_captured)
+    assert events[-2:] == ["capture ends", "stream set to current"]   # the caller gets its stream back
+
+
+def _cuda_status(f):
+    """The GraphStatus of each specialisation of a compiled function (or of each graph, where it
+    went through Dynamo)."""
+    if getattr(f, "_recording", None) is not None:
+        return [s for g in f.backend_report().graphs for s in g.graphs]
+    found = {id(s): s for entries in f._cache.values() for s in entries}
+    return [s.launch.status for s in found.values()]
 
 
 # ------------------------------------------------------------------ end to end on the CPU, with the fake
@@ -436,106 +460,3 @@ def test_tiny_llama_at_batch_1_by_16_through_the_fake_capture_matches_eager(fake
     assert [(s.copied, s.in_place) for s in statuses] == [(1, n_weights)], [s.describe() for s in statuses]
     run_graphs = [m for m in fake_cuda if m.captures]
     assert len(run_graphs) == len(statuses)
-
-
-# ------------------------------------------------------------------ real CUDA graphs (the H200)
-
-def _cuda_status(f):
-    """The GraphStatus of each specialisation of a compiled function (or of each graph, where it
-    went through Dynamo)."""
-    if getattr(f, "_recording", None) is not None:
-        return [s for g in f.backend_report().graphs for s in g.graphs]
-    found = {id(s): s for entries in f._cache.values() for s in entries}
-    return [s.launch.status for s in found.values()]
-
-
-@pytest.mark.gpu
-def test_gpu_new_tensors_each_call_and_outputs_kept_across_calls():
-    f = minicomp.compile(lambda x, y: (torch.softmax(x, -1) * y, (x * y).sum(-1)), mode="reduce-overhead")
-    calls = [(torch.randn(37, 129, device="cuda"), torch.randn(129, device="cuda")) for _ in range(5)]
-    outs = [f(x, y) for x, y in calls]
-    for (x, y), (a, b) in zip(calls, outs):
-        torch.testing.assert_close(a, torch.softmax(x, -1) * y, **tol(torch.float32))
-        torch.testing.assert_close(b, (x * y).sum(-1), **tol(torch.float32))
-    status = f.cuda_graphs
-    assert status.reason is None, status.describe()
-    assert status.captures == 1 and status.replays == 4
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_aliased_inputs_views_and_an_expanded_input(dtype):
-    f = minicomp.compile(lambda a, b: torch.nn.functional.gelu(a) + b * 2, mode="reduce-overhead")
-    for i in range(4):
-        base = torch.randn(65, 33, device="cuda", dtype=dtype)
-        for a, b in ((base, base), (base[1:], base[:-1]), (base[:, :1].expand(65, 33), base[0])):
-            torch.testing.assert_close(f(a, b), torch.nn.functional.gelu(a) + b * 2, **tol(dtype))
-    statuses = _cuda_status(f)
-    assert len(statuses) >= 2 and all(s.reason is None and s.replays >= 3 for s in statuses), \
-        [s.describe() for s in statuses]
-
-
-@pytest.mark.gpu
-def test_gpu_a_parameter_updated_in_place_and_replaced_between_calls():
-    m = _Block().cuda().eval()
-    f = minicomp.compile(m, mode="reduce-overhead")
-    x = torch.randn(5, 8, device="cuda")
-    with torch.no_grad():
-        for _ in range(3):
-            torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
-        m.lin.weight.add_(0.25)
-        torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
-        m.lin.weight.data = torch.randn(8, 8, device="cuda")
-        for _ in range(2):
-            torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
-    (status,) = _cuda_status(f)
-    assert status.reason is None and status.captures == 2, status.describe()
-
-
-@pytest.mark.gpu
-def test_gpu_tiny_llama_batch_1_by_16_replays_and_matches_eager():
-    from zoo_models import ZOO
-    model = ZOO["llama_4layer"].model("sdpa").cuda()
-    model.config.use_cache = False
-
-    def logits(ids):
-        return model(input_ids=ids).logits
-
-    f = minicomp.compile(logits, mode="reduce-overhead")
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        calls = [torch.randint(4, 128, (1, 16), generator=gen).cuda() for _ in range(5)]
-        outs = [f(ids) for ids in calls]
-        for ids, got in zip(calls, outs):
-            torch.testing.assert_close(got, logits(ids), **tol(torch.float32))
-    statuses = _cuda_status(f)
-    assert statuses and all(s.reason is None and s.replays >= 3 for s in statuses), \
-        [s.describe() for s in statuses]
-
-
-@pytest.mark.gpu
-def test_gpu_the_backend_replays_a_module_with_its_parameters_in_place():
-    m = _Block().cuda().eval()
-    backend = minicomp.backend()
-    cm = torch.compile(m, backend=backend, mode="reduce-overhead")
-    with torch.no_grad():
-        outs = [(x, cm(x)) for x in (torch.randn(6, 8, device="cuda") for _ in range(4))]
-        for x, got in outs:
-            torch.testing.assert_close(got, m(x), **tol(torch.float32))
-    statuses = [st for g in backend.report().graphs for st in g.graphs]
-    assert statuses and all(st.reason is None and st.replays == 3 for st in statuses), backend.report().table()
-
-
-@pytest.mark.gpu
-def test_gpu_a_call_that_syncs_fails_its_capture_cleanly_and_runs_uncaptured():
-    def launch(x):
-        return [x * x.sum().item()]          # a host sync: cannot be captured
-    g = cg.GraphedCall(launch, 1, ())
-    x = torch.randn(33, device="cuda")
-    torch.testing.assert_close(g(x)[0], x * x.sum().item())
-    with pytest.warns(UserWarning, match="its capture failed"):
-        torch.testing.assert_close(g(x + 1)[0], (x + 1) * (x + 1).sum().item())
-    torch.testing.assert_close(g(x - 1)[0], (x - 1) * (x - 1).sum().item())
-    assert g.status.reason.startswith("its capture failed") and g.status.replays == 0
-    torch.cuda.synchronize()                 # the device is fine afterwards
-    assert (torch.ones(4, device="cuda") * 2).sum().item() == 8.0

@@ -206,8 +206,13 @@ class CudaApi:
             thunk()
         current.wait_stream(side)
         # thread_local: another thread's unsafe call (a sync) does not break this capture
-        with torch.no_grad(), torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-            outs = list(thunk())
+        try:
+            with torch.no_grad(), torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+                outs = list(thunk())
+        finally:
+            # where the capture fails, torch.cuda.graph's exit raises before it restores the
+            # caller's stream: the caller's later work must not run on the side stream
+            torch.cuda.set_stream(current)
         current.wait_stream(side)
         return outs
 
