@@ -396,6 +396,26 @@ def test_minicomp_compile_replays_a_module_reads_its_weights_live_and_explains(f
     assert graphed.copied == [0] and len(graphed.live) == 3   # x copied; weight, bias, buffer in place
 
 
+def test_with_grad_the_forward_replays_and_backward_is_eagers(fake_cuda):
+    f = minicomp.compile(lambda x, w: torch.tanh(x * w).sum(-1), mode="reduce-overhead")
+    w = torch.randn(7)
+    for _ in range(3):
+        x = torch.randn(4, 7, requires_grad=True)
+        f(x, w).pow(2).sum().backward()
+        x2 = x.detach().clone().requires_grad_()
+        torch.tanh(x2 * w).sum(-1).pow(2).sum().backward()
+        torch.testing.assert_close(x.grad, x2.grad, **tol(torch.float32))
+    assert f.cuda_graphs.replays == 2
+
+
+def test_compile_dsl_replays_with_new_tensors_each_call(fake_cuda):
+    f = minicomp.compile_dsl("func f(x: f32[N], y: f32[N]) -> f32[N] { return x * y + 1.0 }", mode="reduce-overhead")
+    kept = [(x, y, f(x, y)) for x, y in ((torch.randn(9), torch.randn(9)) for _ in range(4))]
+    for x, y, got in kept:
+        torch.testing.assert_close(got, x * y + 1.0, **tol(torch.float32))
+    assert f.cuda_graphs.replays == 3 and "runs as a CUDA graph: 1 capture(s), 3 replay(s)" in f.explain()
+
+
 def test_the_torch_compile_backend_replays_with_parameters_and_buffers_in_place(fake_cuda):
     m = _Block().eval()
     backend = minicomp.backend()
