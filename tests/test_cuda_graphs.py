@@ -215,6 +215,18 @@ def test_outputs_are_the_callers_to_keep_a_later_replay_does_not_overwrite_them(
     assert cuda.replays == 3
 
 
+def test_outputs_keep_their_strides_a_transposed_or_expanded_result_stays_so():
+    g, cuda, _ = _graphed(lambda x: (x.t(), x[:, :1].expand(4, 3), x * 2), 1)
+    for i in range(3):
+        x = torch.randn(4, 3) + i
+        t, e, d = g(x)
+        assert t.stride() == (1, 3) and e.stride() == (3, 0) and d.is_contiguous()
+        torch.testing.assert_close(t, x.t())
+        torch.testing.assert_close(e, x[:, :1].expand(4, 3))
+        torch.testing.assert_close(d, x * 2)
+    assert cuda.replays == 2
+
+
 @pytest.mark.parametrize("make", [
     lambda base: (base, base),                              # one tensor twice
     lambda base: (base[1:], base[:-1]),                     # overlapping views of one tensor
@@ -271,6 +283,16 @@ def test_by_layout_each_shape_warms_up_then_has_its_own_graph():
         x = torch.randn(n)
         torch.testing.assert_close(g(x)[0], x.cumsum(0))
     assert (cuda.captures, cuda.replays) == (2, 4) and len(g.graphs) == 2
+
+
+def test_past_the_graph_limit_new_layouts_run_uncaptured_and_the_status_says_so(monkeypatch):
+    monkeypatch.setattr(cg, "MAX_GRAPHS", 2)
+    g, cuda, _ = _graphed(lambda x: x * 2, 1, by_layout=True)
+    for n in (3, 3, 4, 4, 5, 5, 5):
+        x = torch.randn(n)
+        torch.testing.assert_close(g(x)[0], x * 2)
+    assert cuda.captures == 2 and len(g.graphs) == 2
+    assert g.status.describe().endswith("; layouts past the first 2 run uncaptured")
 
 
 def test_a_call_on_another_device_than_the_capture_runs_uncaptured():

@@ -22,11 +22,12 @@ input layout:
   captures again. An in-place update (`p.add_(1)`, `p.copy_(...)`) keeps the pointer and the
   graph reads the new values. After `MAX_RECAPTURES` captures for replaced weights the call
   stops capturing (a weight that moves at every call gains nothing from a graph).
-- **Outputs** are cloned out of the graph's memory after each replay, so a caller may keep a
-  result across calls (the next replay overwrites the graph's own outputs). Cost, estimated
-  from the H200's figures (not measured yet; the lead's GPU run times the whole call): one
-  allocation and one copy kernel per output, ~5 us of launch at batch 1 (a 16 x 32000 fp32
-  logits tensor is 2 MiB, under 1 us at 4.8 TB/s), against tens of launches the replay saves.
+- **Outputs** are copied out of the graph's memory after each replay (same shapes and
+  strides), so a caller may keep a result across calls (the next replay overwrites the
+  graph's own outputs). Cost, estimated from the H200's figures (not measured yet; the
+  lead's GPU run times the whole call): one allocation and one copy kernel per output, ~5 us
+  of launch at batch 1 (a 16 x 32000 fp32 logits tensor is 2 MiB, under 1 us at 4.8 TB/s),
+  against the tens of launches a replay saves.
 - **Capture safety.** Before capturing, `hazards()` reads the compiled graph for what cannot
   run inside a capture (a host sync such as `.item()`, an op whose output shape depends on
   values, an op torch tags `cudagraph_unsafe`, a call that moves a tensor to the CPU, a
@@ -35,7 +36,10 @@ input layout:
   arguments and weights on two devices);
   where it finds one, the call runs uncaptured and `status.reason` says why. A capture that
   fails anyway (an opaque Python callable that syncs) is caught: the call runs uncaptured
-  from then on, with the error as its reason. A capture never changes a result.
+  from then on, with the error as its reason, and the caller's stream is restored. A capture
+  never changes a result. (What else PyTorch leaves behind a failed capture is PyTorch's: its
+  capture end raises before it finishes the random generators' bookkeeping, so the check
+  beforehand is what keeps captures from failing.)
 
 Invariants: a replay reads only the static buffers, the memory of the live weights at the
 capture (a replay whose weights' pointers differ captures again instead) and the graph's
@@ -149,6 +153,17 @@ def _overlaps(t: torch.Tensor) -> bool:
 def _span(t: torch.Tensor) -> int:
     """Elements from `t`'s first to its last addressed element."""
     return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+
+
+def _copy_out(t: torch.Tensor) -> torch.Tensor:
+    """A copy of a graph output with its very shape and strides (a transposed or expanded output
+    stays so: the Dynamo backend planned its stride fixes on the first, uncaptured call)."""
+    if t.is_contiguous() or not t.numel():
+        return t.clone()
+    n = _span(t)
+    flat = torch.empty(n, dtype=t.dtype, device=t.device)
+    flat.copy_(t.as_strided((n,), (1,)))
+    return flat.as_strided(tuple(t.shape), t.stride())
 
 
 @dataclass
@@ -279,6 +294,9 @@ class GraphedCall:
             if g is None:
                 if self.seen.get(key, 0) < WARMUP_CALLS or len(self.graphs) >= MAX_GRAPHS:
                     self.seen[key] = self.seen.get(key, 0) + 1
+                    full = f"layouts past the first {MAX_GRAPHS} run uncaptured"
+                    if len(self.graphs) >= MAX_GRAPHS and full not in self.status.notes:
+                        self.status.notes.append(full)
                     return self.launch(*inputs)
                 g = self._capture(key, inputs)
                 if g is None:
@@ -296,7 +314,7 @@ class GraphedCall:
             s.copy_from(inputs[i])
         self.cuda.replay(g.graph)
         self.status.replays += 1
-        return [o.clone() for o in g.outputs]
+        return [_copy_out(o) for o in g.outputs]
 
     def _replaced(self, key: tuple) -> _Graph | None:
         """A weight of graph `key` was replaced: forget the graph (the next call captures again)."""
