@@ -191,8 +191,7 @@ class _Static:
 class _Graph:
     graph: Any                       # torch.cuda.CUDAGraph
     static: list[_Static]
-    live: list[torch.Tensor]         # the weights it reads in place (held: their memory stays theirs)
-    ptrs: list[int]
+    ptrs: list[int]                  # where the live weights were at capture: the memory it reads
     outputs: list[torch.Tensor]
     device: int
 
@@ -201,11 +200,11 @@ class CudaApi:
     """The torch.cuda calls a GraphedCall makes, in one place (CPU tests hand it a fake that
     "captures" by keeping the call and "replays" by running it into the captured outputs)."""
 
-    def new_graph(self) -> Any:
-        return torch.cuda.CUDAGraph()
-
     def __init__(self) -> None:
         self._sides: dict[int, Any] = {}     # device -> the side stream that warms and captures there
+
+    def new_graph(self) -> Any:
+        return torch.cuda.CUDAGraph()
 
     def capture(self, graph: Any, thunk: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
         # PyTorch's recipe: run once on the side stream that captures (one per device, kept),
@@ -347,8 +346,7 @@ class GraphedCall:
             warnings.warn(f"minicomp: {self.name}: mode='reduce-overhead' runs it without CUDA graphs: "
                           f"{self.status.reason}", stacklevel=4)
             return None
-        g = _Graph(graph, static, [inputs[i] for i in self.live], [inputs[i].data_ptr() for i in self.live],
-                   outs, self.cuda.device())
+        g = _Graph(graph, static, [inputs[i].data_ptr() for i in self.live], outs, self.cuda.device())
         self.graphs[key] = g
         self.status.captures += 1
         return g
