@@ -17,7 +17,10 @@ graph, read again at every call, and their signatures are part of the specialisa
 Python state the function can see is guarded (frontend/params.py, frontend/binding.py).
 `compile(fn, freeze=True)` folds the weights in instead, guarded too. What happens around
 the generated module at each call (output aliasing, autograd, neg/conj bits, the
-interpreter's lock) is runtime/boundary.py.
+interpreter's lock) is runtime/boundary.py. `compile(fn, mode="reduce-overhead")` replays each
+specialisation's module as CUDA graphs from its second call (runtime/cuda_graphs.py: the
+arguments copied in, the weights read in place, the outputs copied out); `explain()` and
+`f.cuda_graphs` say whether it does, and why not.
 """
 
 from __future__ import annotations
