@@ -170,6 +170,12 @@ def test_a_scalar_constant_a_pytorch_line_reads_is_a_hazard_where_the_module_bui
     assert _as_if_cuda(g._need()) == [] and "torch.tensor(" not in g.source
 
 
+def test_a_graph_the_check_cannot_read_is_not_captured_rather_than_a_crash():
+    broken = types.SimpleNamespace(generated=types.SimpleNamespace(device_type="cuda", fallbacks={}), graph=None)
+    (why,) = cg.hazards(broken)
+    assert why.startswith("its graph could not be checked for capture safety (AttributeError")
+
+
 def test_a_graph_with_hazards_never_captures_and_says_why():
     g, cuda, calls = _graphed(lambda x: x + 1, 1, found=["%3 (m.py:4): aten.nonzero is tagged dynamic_output_shape"])
     x = torch.arange(4.0)

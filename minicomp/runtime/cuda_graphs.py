@@ -112,6 +112,13 @@ def _op_hazard(fn: Any, target: str) -> str | None:
 def hazards(compiled: Any) -> list[str]:
     """What in `compiled` (an api.Compiled) cannot run inside a CUDA graph capture: one line
     each, naming the node or group; empty when the compiled call may be captured."""
+    try:
+        return _hazards(compiled)
+    except Exception as exc:  # noqa: BLE001 -- a graph this check cannot read is not captured, never a crash
+        return [f"its graph could not be checked for capture safety ({type(exc).__name__}: {exc})"]
+
+
+def _hazards(compiled: Any) -> list[str]:
     found: list[str] = []
     gen = compiled.generated
     if gen.device_type != "cuda":
