@@ -283,6 +283,22 @@ def test_a_weight_replaced_at_every_call_stops_the_capturing():
     assert not g.graphs
 
 
+def test_a_graph_captured_while_a_kernel_compiles_in_the_background_is_captured_again_once_it_is_ready(monkeypatch):
+    from minicomp.runtime import launcher
+    pending = object()
+    monkeypatch.setitem(launcher._BACKGROUND, pending, "pending")
+    g, cuda, _ = _graphed(lambda x: x + 2, 1)
+    x = torch.randn(5)
+    for _ in range(3):
+        torch.testing.assert_close(g(x)[0], x + 2)
+    assert cuda.captures == 1
+    launcher._BACKGROUND[pending] = "done"
+    for _ in range(2):
+        torch.testing.assert_close(g(x)[0], x + 2)
+    assert cuda.captures == 2 and cuda.replays == 4
+    assert "captured again once the kernels compiling in the background were ready" in g.status.describe()
+
+
 def test_by_layout_each_shape_warms_up_then_has_its_own_graph():
     g, cuda, _ = _graphed(lambda x: x.cumsum(0), 1, by_layout=True)
     for n in (3, 5, 3, 5, 3, 5):

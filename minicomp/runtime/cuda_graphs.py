@@ -28,6 +28,10 @@ input layout:
   lead's GPU run times the whole call): one allocation and one copy kernel per output, ~5 us
   of launch at batch 1 (a 16 x 32000 fp32 logits tensor is 2 MiB, under 1 us at 4.8 TB/s),
   against the tens of launches a replay saves.
+- **Tiered kernels.** A graph captured while a kernel still compiles in the background (the
+  Gluon attention kernel, runtime/launcher.py's `_LATER`: call() runs the group's other form
+  meanwhile) is captured once more when no compile is pending, so replays run the kernel
+  call() would run.
 - **Capture safety.** Before capturing, `hazards()` reads the compiled graph for what cannot
   run inside a capture (a host sync such as `.item()`, an op whose output shape depends on
   values, an op torch tags `cudagraph_unsafe`, a call that moves a tensor to the CPU, a
@@ -201,6 +205,14 @@ class _Graph:
     ptrs: list[int]                  # where the live weights were at capture: the memory it reads
     outputs: list[torch.Tensor]
     device: int
+    tiered: bool = False             # captured while a kernel compiled in the background (the other form ran)
+
+
+def background_pending() -> bool:
+    """Whether a kernel of a tiered group still compiles in the background (runtime/launcher.py:
+    until it is done, call() launches the group's other form, and a capture would keep that)."""
+    from minicomp.runtime import launcher
+    return any(state == "pending" for state in list(launcher._BACKGROUND.values()))
 
 
 class CudaApi:
@@ -293,6 +305,12 @@ class GraphedCall:
         with self._lock:
             key = self._key(inputs)
             g = self.graphs.get(key)
+            if g is not None and g.tiered and not background_pending():
+                del self.graphs[key]                 # capture again, with the kernels now compiled
+                g = None
+                note = "captured again once the kernels compiling in the background were ready"
+                if note not in self.status.notes:
+                    self.status.notes.append(note)
             if g is not None and [inputs[i].data_ptr() for i in self.live] != g.ptrs:
                 g = self._replaced(key)
                 if self.status.reason is not None:
@@ -353,7 +371,8 @@ class GraphedCall:
             warnings.warn(f"minicomp: {self.name}: mode='reduce-overhead' runs it without CUDA graphs: "
                           f"{self.status.reason}", stacklevel=4)
             return None
-        g = _Graph(graph, static, [inputs[i].data_ptr() for i in self.live], outs, self.cuda.device())
+        g = _Graph(graph, static, [inputs[i].data_ptr() for i in self.live], outs, self.cuda.device(),
+                   tiered=background_pending())
         self.graphs[key] = g
         self.status.captures += 1
         return g
