@@ -62,8 +62,8 @@ def test_gpu_a_parameter_updated_in_place_and_replaced_between_calls():
 
 @pytest.mark.gpu
 def test_gpu_tiny_llama_batch_1_by_16_replays_and_matches_eager():
-    from zoo_models import ZOO
-    model = ZOO["llama_4layer"].model("sdpa").cuda()
+    from zoo_models import ZOO_EXTRA
+    model = ZOO_EXTRA["llama_4layer"].model("sdpa").cuda()   # 4 layers, width 64
     model.config.use_cache = False
 
     def logits(ids):
