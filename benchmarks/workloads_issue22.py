@@ -11,9 +11,10 @@ Invariants (with those of `workloads.py`):
 - `gemm_fp32_2048_ieee` runs in fp32 whatever `--dtype` says, with
   `torch.backends.cuda.matmul.allow_tf32 = False` for every backend (`Workload.context`
   sets it and puts the old value back around the whole workload).
-- Decode attention is written as transformers writes it (repeat_kv by expand + reshape,
-  then SDPA with no mask); SDPA with `enable_gqa=True` under each of flash and cuDNN is
-  timed beside it (on the CPU: flash and math, cuDNN being CUDA only), and the target's
+- Decode attention is written as transformers' eager path writes it (repeat_kv by expand +
+  reshape, then SDPA with no mask; `decode_attn_kv*`) and as its SDPA path does on CUDA with
+  no mask (SDPA with enable_gqa=True; `decode_attn_gqa_kv*`); SDPA with `enable_gqa=True`
+  under each of flash and cuDNN is timed beside both (on the CPU: flash and math, cuDNN being CUDA only), and the target's
   baseline is the fastest of those that passed their check (`report.best_sdpa`).
 """
 
@@ -68,6 +69,17 @@ def make_decode_attention(n_rep: int, head_dim: int) -> Callable:
                                               dropout_p=0.0, scale=scale, is_causal=False)
 
     return decode_attention
+
+
+def make_decode_attention_gqa(head_dim: int) -> Callable:
+    """The same, as transformers >= 4.5x writes it on CUDA when there is no mask
+    (`use_gqa_in_sdpa`): SDPA takes the KV heads as they are, with enable_gqa=True."""
+    scale = 1.0 / math.sqrt(head_dim)
+
+    def decode_attention_gqa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+
+    return decode_attention_gqa
 
 
 def sdpa_under(backend_name: str, scale: float | None = None, gqa: bool = False, causal: bool = False) -> Callable:
@@ -143,15 +155,18 @@ def _sdpa_causal(device, dtype, s, gen):
                   references=sdpa_baselines(device, causal=True))
 
 
-def _decode(device, dtype, s, gen):
-    b, hq, hkv, kv, d = s["B"], s["Hq"], s["Hkv"], s["KV"], s["d"]
-    q = _rand((b, hq, 1, d), dtype, device, gen)
-    k, v = (_rand((b, hkv, kv, d), dtype, device, gen) for _ in range(2))
-    fn = make_decode_attention(hq // hkv, d)
-    return _built(fn, [q, k, v], f"B{b} Hq{hq} Hkv{hkv} 1 query, KV {kv}, d{d}", s,
-                  references=sdpa_baselines(device, scale=1.0 / math.sqrt(d), gqa=True),
-                  notes=["SDPA baselines take enable_gqa=True; the timed function repeats the KV heads "
-                         "(expand + reshape) as transformers does"])
+def _decode(gqa: bool):
+    def make(device, dtype, s, gen):
+        b, hq, hkv, kv, d = s["B"], s["Hq"], s["Hkv"], s["KV"], s["d"]
+        q = _rand((b, hq, 1, d), dtype, device, gen)
+        k, v = (_rand((b, hkv, kv, d), dtype, device, gen) for _ in range(2))
+        fn = make_decode_attention_gqa(d) if gqa else make_decode_attention(hq // hkv, d)
+        how = ("SDPA(enable_gqa=True), as transformers' use_gqa_in_sdpa does with no mask" if gqa else
+               "repeat_kv (expand + reshape) then SDPA, as transformers' eager attention does")
+        return _built(fn, [q, k, v], f"B{b} Hq{hq} Hkv{hkv} 1 query, KV {kv}, d{d}", s,
+                      references=sdpa_baselines(device, scale=1.0 / math.sqrt(d), gqa=True),
+                      notes=[f"the timed function: {how}; the SDPA baselines take enable_gqa=True"])
+    return make
 
 
 def _sample_at(name: str):
@@ -197,10 +212,11 @@ def issue22_workloads(workload_cls, target_cls) -> list:
         W("softmax_50257", "memory", "torch.softmax(x, -1) over 50257 columns", dict(M=2048, N=50257),
           dict(M=7, N=503), _rows(softmax_rows, 2.0), group="weak", target=vs_tc, **quick),
     ]
-    for kv in (4096, 32768):
-        out.append(W(f"decode_attn_kv{kv}", "attention", "decode attention, GQA 32/8, transformers' repeat_kv + SDPA",
+    for gqa, kv in ((False, 4096), (False, 32768), (True, 4096), (True, 32768)):
+        out.append(W(f"decode_attn_{'gqa_' if gqa else ''}kv{kv}", "attention",
+                     "decode attention, GQA 32/8, " + ("SDPA(enable_gqa=True)" if gqa else "repeat_kv + SDPA"),
                      dict(B=8, Hq=32, Hkv=8, KV=kv, d=128), dict(B=2, Hq=4, Hkv=2, KV=67 if kv == 4096 else 130, d=32),
-                     _decode, lambda s: 2 * 2 * s["B"] * s["Hq"] * s["KV"] * s["d"], group="decode",
+                     _decode(gqa), lambda s: 2 * 2 * s["B"] * s["Hq"] * s["KV"] * s["d"], group="decode",
                      target=decode, extra_backends=ro, **quick))
     sweep = [
         ("gpt_block", "small", dict(batch=1, seq=256, width=768, heads=12), dict(batch=1, seq=8, width=32, heads=2)),

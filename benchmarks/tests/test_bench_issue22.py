@@ -65,11 +65,12 @@ def test_only_takes_group_names_and_comma_lists():
     def names(only):
         return run.select(argparse.Namespace(only=only, quick=False, device="cpu"))
     assert names("weak") == GROUPS["weak"] and len(GROUPS["weak"]) == 7
-    assert names("decode") == ["decode_attn_kv4096", "decode_attn_kv32768"]
+    assert names("decode") == ["decode_attn_kv4096", "decode_attn_kv32768", "decode_attn_gqa_kv4096",
+                               "decode_attn_gqa_kv32768"]
     assert names("small_batch") == ["llama_b1x16", "qwen2_b1x16", "gpt2_b1x16", "bert_b1x16"]
     assert names("blocks_sweep") == ["gpt_block_small", "gpt_block_medium", "gpt_block",
                                      "llama_block_small", "llama_block_medium", "llama_block"]
-    assert names("softmax, decode,softmax") == ["softmax", "decode_attn_kv4096", "decode_attn_kv32768"]
+    assert names("softmax, decode_attn_kv4096,softmax,weak")[:3] == ["softmax", "decode_attn_kv4096", "sum0_65536x4096"]
     assert "bert_model" in names("models") and "pointwise" in names("suite") and "sum0_65536x4096" not in names("suite")
     with pytest.raises(SystemExit, match="unknown workload.*nope.*groups: "):
         names("weak,nope")
@@ -82,6 +83,9 @@ def test_decode_attention_as_transformers_writes_it_is_sdpa_with_gqa():
     q, k, v = built.inputs
     assert q.shape[2] == 1 and q.shape[1] == 2 * k.shape[1]
     out = built.fn(*built.inputs)
+    gqa = WORKLOADS["decode_attn_gqa_kv32768"].build("cpu", torch.float32, tiny=True)
+    assert all(torch.equal(a, b) for a, b in zip(gqa.inputs, built.inputs))
+    torch.testing.assert_close(gqa.fn(*gqa.inputs), out, **TOLERANCES["float32"])
     for name, fn in built.baselines():
         torch.testing.assert_close(fn(*built.inputs), out, **TOLERANCES["float32"], msg=name)
     # An independent computation: each query head against its KV group, by hand.
