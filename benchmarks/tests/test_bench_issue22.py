@@ -229,3 +229,44 @@ def test_report_targets_baselines_ceilings_and_geomean():
     row = next(line for line in md.splitlines() if line.startswith("| sb | small_batch |"))
     assert "| 0.500 |" in row and "| n/a |" in row and "**no**" in row
     assert "1.200 (SDPA cuDNN)" in md and "| suite_one |" in md.split("## Issue 22")[0]
+
+
+def _cuda_args():
+    return _args(device="cuda", dtype="bf16", backends=["eager", "inductor", "minicomp"], reps=5,
+                 warmup_ms=5.0, rep_ms=10.0, rounds=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_decode_on_cuda_times_cuda_graphs_and_the_sdpa_backends():
+    """What only the GPU has: torch.compile's CUDA graphs and SDPA's cuDNN backend, each
+    checked against eager; the faster checked SDPA backend is the target's baseline."""
+    rec = run.run_workload(WORKLOADS["decode_attn_kv4096"], _cuda_args(), time.perf_counter() + 300)
+    for b in ("eager", "inductor", "inductor_ro", "minicomp"):
+        assert rec["backends"][b]["check"]["ok"] and rec["backends"][b]["ms"] > 0, (b, rec["errors"].get(b))
+    assert ("minicomp_ro" in rec["backends"]) != ("minicomp_ro" in rec["not_applicable"])
+    passed = [n for n in ("sdpa_flash", "sdpa_cudnn") if rec["backends"].get(n, {}).get("check", {}).get("ok")]
+    assert passed, rec["errors"]
+    record = {"ceilings": {"copy": {"gbps": 4000.0}, "matmul": {"tflops": 700.0}}, "workloads": [rec]}
+    report.summarize(record)
+    assert rec["derived"]["sdpa_best"]["backend"] in passed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fp32_gemm_on_cuda_runs_without_tf32():
+    """Inside the workload's context cuBLAS's fp32 GEMM (the eager reference every backend is
+    held to) is IEEE fp32: within fp32's tolerance of an fp64 product at the full 2048^3."""
+    w = WORKLOADS["gemm_fp32_2048_ieee"]
+    a, b = w.build("cuda", torch.bfloat16, tiny=False).inputs
+    assert a.dtype == torch.float32 and a.shape == (2048, 2048)
+    exact = (a.double() @ b.double()).float()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        with w.context():
+            assert torch.backends.cuda.matmul.allow_tf32 is False
+            got = a @ b
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    torch.testing.assert_close(got, exact, **TOLERANCES["float32"])
