@@ -13,6 +13,9 @@ Invariants:
 - A workload or backend that fails (build, capture, compile, run, timeout) is recorded with
   its error string and the run continues. bench.json/bench.md are rewritten after every
   workload, so a run cut short still leaves its results.
+- A backend that does not apply (minicomp's reduce-overhead mode while its API refuses the
+  option) is recorded under `not_applicable` and shown as "n/a", not as an error.
+- `--only` takes workload names and group names (workloads.GROUPS), comma-separated.
 - Compile time is measured in fresh child processes (`--compile-time-child`) with empty
   temporary cache directories for Inductor, Triton and minicomp.
 - On CUDA, times are `triton.testing.do_bench` medians (CUDA events, L2 flushed between
@@ -54,7 +57,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="directory for bench.json and bench.md")
     p.add_argument("--only", help="comma-separated workload or group names (groups: suite, models, "
-                   "weak, decode, small_batch, blocks_sweep)")
+                   "weak, decode, small_batch, blocks_sweep, issue22: all four)")
     p.add_argument("--quick", action="store_true", help="a smaller subset, shorter timing")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
@@ -119,9 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_workload(w, args, ends_at: float) -> dict:
     """All backends of one workload. No step runs past `ends_at` (perf_counter seconds) by
-    more than a few seconds of cleanup, nor longer than --step-timeout-s."""
-    import torch
-
+    more than a few seconds of cleanup, nor longer than --step-timeout-s; the workload's
+    `context` (fp32 IEEE: TF32 off) holds for all of it."""
     with (w.context() if w.context else contextlib.nullcontext()):
         return _run_workload(w, _timing_args(w, args), ends_at)
 

@@ -313,3 +313,4 @@ for _w in WORKLOADS.values():
 # The sweep's third size is the suite's own block workload.
 GROUPS["blocks_sweep"] = ["gpt_block_small", "gpt_block_medium", "gpt_block",
                           "llama_block_small", "llama_block_medium", "llama_block"]
+GROUPS["issue22"] = GROUPS["weak"] + GROUPS["decode"] + GROUPS["blocks_sweep"] + GROUPS["small_batch"]

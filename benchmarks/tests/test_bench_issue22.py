@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import backends, report, run  # noqa: E402
 from benchmarks.measure import TOLERANCES  # noqa: E402
-from benchmarks.workloads import GROUPS, WORKLOADS, Built, Target, Workload  # noqa: E402
+from benchmarks.workloads import GROUPS, WORKLOADS, Built  # noqa: E402
 
 ISSUE22 = [n for n, w in WORKLOADS.items() if w.group]
 
@@ -28,7 +28,7 @@ ISSUE22 = [n for n, w in WORKLOADS.items() if w.group]
 def test_every_issue22_workload_builds_checks_and_reports_on_the_cpu(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1", MINICOMP_CACHE_DIR=str(tmp_path / "cache"))
     cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--device", "cpu", "--reps", "1",
-           "--only", "weak,decode,small_batch,blocks_sweep", "--compile-time", "none", "--out", str(tmp_path)]
+           "--only", "issue22", "--compile-time", "none", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rec = json.loads((tmp_path / "bench.json").read_text())
@@ -71,6 +71,7 @@ def test_only_takes_group_names_and_comma_lists():
     assert names("blocks_sweep") == ["gpt_block_small", "gpt_block_medium", "gpt_block",
                                      "llama_block_small", "llama_block_medium", "llama_block"]
     assert names("softmax, decode_attn_kv4096,softmax,weak")[:3] == ["softmax", "decode_attn_kv4096", "sum0_65536x4096"]
+    assert set(names("issue22")) == set(ISSUE22) | {"gpt_block", "llama_block"} and len(ISSUE22) == 7 + 4 + 4 + 4
     assert "bert_model" in names("models") and "pointwise" in names("suite") and "sum0_65536x4096" not in names("suite")
     with pytest.raises(SystemExit, match="unknown workload.*nope.*groups: "):
         names("weak,nope")
