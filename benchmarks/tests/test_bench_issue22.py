@@ -36,6 +36,8 @@ def test_every_issue22_workload_builds_checks_and_reports_on_the_cpu(tmp_path):
     assert set(ISSUE22) <= set(got) and {"gpt_block", "llama_block"} <= set(got)   # the sweep's third size
     md = (tmp_path / "bench.md").read_text()
     assert "## Issue 22's workloads" in md
+    sweep_row = next(line for line in md.splitlines() if line.startswith("| gpt_block_small |"))
+    assert "not in the geometric mean" in sweep_row
     for w in rec["workloads"]:
         assert not w["errors"], (w["name"], w["errors"])
         for name, b in w["backends"].items():
