@@ -4,7 +4,8 @@ process with empty temporary cache directories for Inductor, Triton and minicomp
 `compile_time_runs` starts `run.py --compile-time-child NAME --backend B` per (workload,
 backend), `--compile-jobs` at a time, within what is left of the run's budget; the child
 (`child_main`) builds the workload, times its first call and prints one `CHILD_MARKER` line
-of JSON, which becomes the workload's `compile_time` record (or an error record).
+of JSON, which becomes the workload's `compile_time` record (or an error record). Issue 22's
+workloads (those with a `group`) get none, to keep the whole run inside one device call.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def compile_time_runs(names: list[str], args, record: dict, started: float, save
     for name in names:
         wrec = next(r for r in record["workloads"] if r["name"] == name)
         ct = wrec.setdefault("compile_time", {})
+        if WORKLOADS[name].group:            # issue 22's: the whole run must fit one 10-minute call
+            ct.update({b: {"skipped": "no fresh-process run for issue 22's workloads"} for b in backends})
+            continue
         for backend in backends + [b for b in WORKLOADS[name].extra_backends if b not in backends]:
             if backend in wrec["backends"]:
                 jobs.append((name, backend, ct))

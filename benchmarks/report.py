@@ -9,6 +9,11 @@ Invariants:
   passed their correctness check.
 - Ratios are time ratios taken in the same run: `minicomp/eager` < 1 means minicomp is faster;
   `speedup` is torch.compile's time over minicomp's.
+- Issue 22's workloads (a record with a `group`) carry their own target (a baseline backend and
+  the least speed against it), are left out of the geometric mean (which stays the suite's),
+  and have their own table, with the reduce-overhead columns, the fastest checked SDPA backend
+  and the ceiling: the input+output bytes over the same run's copy bandwidth or the hand-counted
+  flops over its cuBLAS bf16 rate (or the workload's own `peak_tflops`), whichever is longer.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import sys
 from typing import Any
 
 BACKEND_TITLES = {"eager": "eager", "inductor": "torch.compile", "minicomp": "minicomp", "sdpa": "SDPA",
-                  "minicomp_dynamo": "minicomp backend"}
+                  "minicomp_dynamo": "minicomp backend", "inductor_ro": "torch.compile reduce-overhead",
+                  "minicomp_ro": "minicomp reduce-overhead", "sdpa_flash": "SDPA flash",
+                  "sdpa_cudnn": "SDPA cuDNN", "sdpa_math": "SDPA math", "sdpa_best": "SDPA (faster backend)"}
 TARGETS = {
     "memory": "≥ 90% of copy bandwidth and no slower than torch.compile",
     "gemm": "≥ 0.97× torch.compile's speed",
@@ -61,6 +68,10 @@ def derive(w: dict, ceilings: dict | None) -> dict:
         gbps, tflops = nbytes / sec / 1e9, flops / sec / 1e12
         pct = (tflops / mm if mm else None) if bound == "compute" else (gbps / copy if copy else None)
         d["per_backend"][name] = {"gbps": gbps, "tflops": tflops, "pct_of_ceiling": pct, "ok": _ok(w, name)}
+    best = best_sdpa(w)
+    if best:
+        d["sdpa_best"] = {"backend": best, "ms": _ms(w, best)}
+    d["ceiling"] = ceiling(w, copy, mm)
     mc, ind, eager, sdpa = (_ms(w, b) for b in ("minicomp", "inductor", "eager", "sdpa"))
     if mc and _ok(w, "minicomp"):
         d["minicomp_over_eager"] = mc / eager if eager else None
@@ -71,8 +82,38 @@ def derive(w: dict, ceilings: dict | None) -> dict:
     return d
 
 
+def best_sdpa(w: dict) -> str | None:
+    """The fastest SDPA baseline (sdpa_flash, sdpa_cudnn, ...) that passed its check."""
+    ok = [(b["ms"], name) for name, b in w.get("backends", {}).items()
+          if name.startswith("sdpa_") and _ok(w, name) and b.get("ms")]
+    return min(ok)[1] if ok else None
+
+
+def ceiling(w: dict, copy_gbps: float | None, mm_tflops: float | None) -> dict | None:
+    """The floor time: input+output bytes at copy bandwidth or the counted flops at the compute
+    ceiling (the workload's `peak_tflops`, else the run's cuBLAS bf16 rate), the longer."""
+    nbytes = w.get("io_bytes")
+    flops = w.get("analytic_flops") or ((w.get("backends", {}).get("minicomp") or {}).get("ledger") or {}).get("flops")
+    peak = w.get("peak_tflops") or mm_tflops
+    if not nbytes or not copy_gbps:
+        return None
+    mem_ms = nbytes / (copy_gbps * 1e9) * 1e3
+    flop_ms = flops / (peak * 1e12) * 1e3 if flops and peak else 0.0
+    return {"ms": max(mem_ms, flop_ms), "bound": "compute" if flop_ms > mem_ms else "memory",
+            "bytes": nbytes, "flops": flops or 0, "peak_tflops": peak, "copy_gbps": copy_gbps}
+
+
+def baseline_ms(w: dict, name: str) -> float | None:
+    """The time of a target's baseline, when it passed its check."""
+    if name == "sdpa_best":
+        name = best_sdpa(w) or ""
+    return _ms(w, name) if _ok(w, name) else None
+
+
 def verdict(w: dict, d: dict) -> dict:
     kind = w.get("kind", "block")
+    if w.get("target"):
+        return target_verdict(w)
     out = {"what": TARGETS.get(kind, "—"), "met": None}
     if kind == "block":
         return out
@@ -95,13 +136,28 @@ def verdict(w: dict, d: dict) -> dict:
     return out
 
 
+def target_verdict(w: dict) -> dict:
+    """An issue-22 target: minicomp's speed over the baseline's (baseline ms / minicomp ms)."""
+    t = w["target"]
+    out = {"what": t["what"], "met": None, "baseline": t["baseline"]}
+    if "minicomp" not in w.get("backends", {}):
+        return {**out, "why": "minicomp did not run"}
+    if not _ok(w, "minicomp"):
+        return {**out, "met": False, "why": "minicomp failed its correctness check"}
+    base = baseline_ms(w, t["baseline"])
+    if base is None:
+        return {**out, "why": f"no checked {BACKEND_TITLES.get(t['baseline'], t['baseline'])} time"}
+    speed = base / _ms(w, "minicomp")
+    return {**out, "speed": speed, "met": speed >= t["min_speed"]}
+
+
 def summarize(record: dict) -> dict:
     """Derive every workload (stored on it as `derived`) and the suite's figures."""
     speedups = []
     for w in record.get("workloads", []):
         w["derived"] = derive(w, record.get("ceilings"))
         s = w["derived"].get("speedup_vs_compile")
-        if s:
+        if s and w.get("geomean", True):
             speedups.append(s)
     geo = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
     verdicts = {w["name"]: w["derived"].get("target", {}).get("met") for w in record.get("workloads", [])}
@@ -166,6 +222,8 @@ def _check_cell(w: dict) -> str:
 def _time_cell(w: dict, name: str) -> str:
     if name in w.get("errors", {}):
         return "error"
+    if name in w.get("not_applicable", {}):
+        return "n/a"
     b = w.get("backends", {}).get(name)
     if not b:
         return "—"
@@ -198,6 +256,8 @@ def markdown(record: dict) -> str:
              "| ledger MB | GFLOP | minicomp achieved | % ceiling | target met |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for w in record.get("workloads", []):
+        if w.get("group"):
+            continue                      # issue 22's: their own table, below
         d = w.get("derived", {})
         rate, pct = _achieved_cell(w)
         nbytes = d.get("bytes")
@@ -221,6 +281,8 @@ def markdown(record: dict) -> str:
                       f"over eager {_f(dyn / eager if ok and dyn and eager else None)}, over torch.compile "
                       f"{_f(dyn / ind if ok and dyn and ind and _ok(w, 'inductor') else None)}; first call, fresh "
                       f"process: {_ct_cell(w.get('compile_time', {}).get('minicomp_dynamo'))}"]
+    from benchmarks.report_issue22 import issue22_table
+    lines += issue22_table(record)
     lines += ["", f"Geometric mean of speedup over torch.compile: {_f(s.get('geomean_speedup_vs_compile'))} "
               f"over {s.get('geomean_over')} workload(s) (target ≥ {GEOMEAN_TARGET}: "
               f"{_yes(s.get('geomean_met'))}). Ledger bytes/flops: "
@@ -246,9 +308,11 @@ def markdown(record: dict) -> str:
             f"{_f(ind.get('first_call_s'), '{:.2f}')}"]) + " |")
     errors = [(w["name"], k, v) for w in record.get("workloads", []) for k, v in w.get("errors", {}).items()]
     notes = [(w["name"], n) for w in record.get("workloads", []) for n in w.get("notes", [])]
-    if errors or notes:
+    if errors or notes or any(w.get("not_applicable") for w in record.get("workloads", [])):
         lines += ["", "## Errors and notes", ""]
         lines += [f"- {name} / {BACKEND_TITLES.get(k, k)}: `{v.get('error')}`" for name, k, v in errors]
+        lines += [f"- {w['name']} / {BACKEND_TITLES.get(k, k)}: n/a ({v})"
+                  for w in record.get("workloads", []) for k, v in w.get("not_applicable", {}).items()]
         lines += [f"- {name}: {n}" for name, n in notes]
     lines.append("")
     return "\n".join(lines)

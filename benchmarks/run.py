@@ -13,6 +13,9 @@ Invariants:
 - A workload or backend that fails (build, capture, compile, run, timeout) is recorded with
   its error string and the run continues. bench.json/bench.md are rewritten after every
   workload, so a run cut short still leaves its results.
+- A backend that does not apply (minicomp's reduce-overhead mode while its API refuses the
+  option) is recorded under `not_applicable` and shown as "n/a", not as an error.
+- `--only` takes workload names and group names (workloads.GROUPS), comma-separated.
 - Compile time is measured in fresh child processes (`--compile-time-child`) with empty
   temporary cache directories for Inductor, Triton and minicomp.
 - On CUDA, times are `triton.testing.do_bench` medians (CUDA events, L2 flushed between
@@ -26,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -41,18 +45,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:            # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import (TOLERANCES, compare, deadline, error_record, io_bytes, ledger,  # noqa: E402
-                                measure_ceilings, poison_allocator, sync, time_fn,
-                                time_interleaved)
+from benchmarks.backends import (NotApplicable, backend_names, check_after_timing,  # noqa: E402
+                                 prepare_backend)
+from benchmarks.measure import (TOLERANCES, deadline, error_record, io_bytes,  # noqa: E402
+                                measure_ceilings, sync, time_fn, time_interleaved)
 from benchmarks.compile_runs import child_main, compile_time_runs  # noqa: E402
 from benchmarks.measure import DTYPES  # noqa: E402
-from benchmarks.workloads_models import minicomp_backend  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="directory for bench.json and bench.md")
-    p.add_argument("--only", help="comma-separated workload names")
+    p.add_argument("--only", help="comma-separated workload or group names (groups: suite, models, "
+                   "weak, decode, small_batch, blocks_sweep, issue22: all four)")
     p.add_argument("--quick", action="store_true", help="a smaller subset, shorter timing")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
@@ -107,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.workloads import WORKLOADS
     if args.list:
         for w in WORKLOADS.values():
-            print(f"{w.name:16s} {w.kind:10s} {w.title}  full={w.full}")
+            print(f"{w.name:20s} {w.group or 'suite':12s} {w.kind:10s} {w.title}  full={w.full}")
         return 0
     return suite_main(args)
 
@@ -115,78 +120,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ----------------------------------------------------------------------------------------
 # One workload.
 
-def make_backend(name: str, built) -> Callable:
-    import torch
-    if name == "eager":
-        return built.fn
-    if name == "inductor":
-        return torch.compile(built.fn)
-    if name == "minicomp":
-        import minicomp
-        return minicomp.compile(built.fn)
-    if name == "minicomp_dynamo":          # the torch.compile backend (entry point "minicomp")
-        return torch.compile(built.fn, backend=minicomp_backend())
-    if built.reference and name == built.reference[0]:
-        return built.reference[1]
-    raise ValueError(f"unknown backend {name!r}")
-
-
-def run_backend(name: str, built, ref, args, tol) -> dict:
-    """Compile (minicomp: with its plan), first call, check against eager, time, check again."""
-    rec, fn = prepare_backend(name, built, ref, args, tol)
-    rec.update(time_fn(lambda: fn(*built.inputs), args))
-    check_after_timing(rec, fn, built, ref, tol)
-    return rec
-
-
-def prepare_backend(name: str, built, ref, args, tol) -> tuple[dict, Callable]:
-    """Compile (minicomp: with its plan), first call and check against eager; returns the record
-    and the compiled callable, for timing."""
-    rec: dict[str, Any] = {}
-    fn = make_backend(name, built)
-    if name == "minicomp":
-        t0 = time.perf_counter()
-        compiled = fn.compile_for(*built.inputs)
-        rec["compile_for_s"] = time.perf_counter() - t0          # capture included, no Triton JIT
-        rec["compile_seconds"] = compiled.compile_seconds         # minicomp's own figure
-        rec["ledger"] = ledger(compiled.plan, compiled.generated.fallbacks)
-        rec["kernels"] = list(getattr(compiled.generated, "kernel_names", []))
-    if ref is not None:
-        poison_allocator(ref)
-    sync(args.device)
-    t0 = time.perf_counter()
-    out = fn(*built.inputs)
-    sync(args.device)
-    rec["first_call_s"] = time.perf_counter() - t0               # in this (warm) process, after compile_for
-    rec["check"] = compare(out, ref, tol, built.wide_out) if ref is not None \
-        else {"ok": True, "reference": True}
-    return rec, fn
-
-
-def check_after_timing(rec: dict, fn: Callable, built, ref, tol) -> None:
-    """The timed calls take other paths than the first (minicomp: the compiled kernels' own
-    launchers; torch.compile: its guards' fast path): check one of them too."""
-    if ref is None:
-        return
-    poison_allocator(ref)
-    after = compare(fn(*built.inputs), ref, tol, built.wide_out)
-    rec["check_after_timing"] = after
-    if not after["ok"] and rec["check"]["ok"]:
-        rec["check"] = {**after, "error": "after timing: " + after.get("error", "mismatch")}
-
-
 def run_workload(w, args, ends_at: float) -> dict:
     """All backends of one workload. No step runs past `ends_at` (perf_counter seconds) by
-    more than a few seconds of cleanup, nor longer than --step-timeout-s."""
+    more than a few seconds of cleanup, nor longer than --step-timeout-s; the workload's
+    `context` (fp32 IEEE: TF32 off) holds for all of it."""
+    with (w.context() if w.context else contextlib.nullcontext()):
+        return _run_workload(w, _timing_args(w, args), ends_at)
+
+
+def _timing_args(w, args: argparse.Namespace) -> argparse.Namespace:
+    """The run's arguments with the workload's own (smaller) rounds and repetition window."""
+    out = argparse.Namespace(**vars(args))
+    if w.rounds:
+        out.rounds = min(args.rounds, w.rounds)
+    if w.rep_ms:
+        out.rep_ms = min(args.rep_ms, w.rep_ms)
+    return out
+
+
+def _run_workload(w, args, ends_at: float) -> dict:
     import torch
 
     def limit() -> float:
         return max(5.0, min(args.step_timeout_s, ends_at - time.perf_counter()))
 
-    dtype = getattr(torch, DTYPES[args.dtype])
-    tol = TOLERANCES[DTYPES[args.dtype]]
-    rec: dict[str, Any] = {"name": w.name, "kind": w.kind, "title": w.title, "dtype": DTYPES[args.dtype],
-                           "backends": {}, "errors": {}, "notes": []}
+    dtype_name = w.dtype or DTYPES[args.dtype]
+    dtype = getattr(torch, dtype_name)
+    tol = TOLERANCES[dtype_name]
+    rec: dict[str, Any] = {"name": w.name, "kind": w.kind, "title": w.title, "dtype": dtype_name,
+                           "group": w.group, "geomean": w.group is None, "backends": {}, "errors": {},
+                           "not_applicable": {}, "notes": []}
+    if w.target:
+        rec["target"] = {"baseline": w.target.baseline, "min_speed": w.target.min_speed, "what": w.target.what}
+    if w.peak_tflops:
+        rec["peak_tflops"] = w.peak_tflops
+    if w.rounds or w.rep_ms:
+        rec["timing"] = {"rounds": args.rounds, "rep_ms": args.rep_ms}
     try:
         with deadline(limit()):
             built = w.build(args.device, dtype, args.tiny)
@@ -198,16 +167,15 @@ def run_workload(w, args, ends_at: float) -> dict:
         return rec
     rec.update(shapes=built.shapes, sizes=built.sizes, notes=built.notes, io_bytes=io_bytes(built, ref),
                analytic_flops=w.flops(built.sizes) if w.flops else None)
-    names = [b for b in args.backends if b in ("eager", "inductor", "minicomp")]
-    names += [b for b in w.extra_backends if "minicomp" in args.backends and b not in names]
-    if built.reference:
-        names.append(built.reference[0])
+    names = backend_names(w, built, args.backends)
     fns: dict[str, Callable] = {}
     for name in names:                    # compile, first call and check, one backend at a time
         try:
             with deadline(limit()):
                 rec["backends"][name], fns[name] = prepare_backend(name, built, None if name == "eager" else ref,
                                                                    args, tol)
+        except NotApplicable as e:
+            rec["not_applicable"][name] = str(e)
         except Exception as e:
             rec["errors"][name] = error_record(e)
         finally:
@@ -238,8 +206,9 @@ def run_workload(w, args, ends_at: float) -> dict:
     for name in names:
         status = rec["backends"].get(name, {})
         print(f"  {w.name:14s} {name:9s} "
-              + (f"{status['ms']:.4f} ms  check={'ok' if status['check']['ok'] else 'FAIL'}"
-                 if status else f"error: {rec['errors'][name]['error']}"), flush=True)
+              + (f"{status['ms']:.4f} ms  check={'ok' if status['check']['ok'] else 'FAIL'}" if status
+                 else f"n/a: {rec['not_applicable'][name]}" if name in rec["not_applicable"]
+                 else f"error: {rec['errors'][name]['error']}"), flush=True)
     del built, ref, fns
     torch._dynamo.reset()
     return rec
@@ -301,12 +270,17 @@ def warm_minicomp(device: str) -> float | None:
 
 
 def select(args: argparse.Namespace) -> list[str]:
-    from benchmarks.workloads import CPU_QUICK, QUICK, WORKLOADS
+    from benchmarks.workloads import CPU_QUICK, GROUPS, QUICK, WORKLOADS
     if args.only:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        names: list[str] = []
+        for n in (n.strip() for n in args.only.split(",")):
+            for name in GROUPS.get(n, [n] if n else []):     # a group name stands for its workloads
+                if name not in names:
+                    names.append(name)
         unknown = [n for n in names if n not in WORKLOADS]
         if unknown:
-            raise SystemExit(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+            raise SystemExit(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}; "
+                             f"groups: {', '.join(GROUPS)}")
         return names
     if args.quick:
         return QUICK if args.device == "cuda" else CPU_QUICK

@@ -106,9 +106,23 @@ class Built:
     shapes: str                                   # human-readable, for the table
     sizes: dict[str, Any]                         # what was actually used
     reference: tuple[str, Callable] | None = None  # an extra baseline (attention: SDPA)
+    references: list[tuple[str, Callable]] = field(default_factory=list)   # more of them (issue 22's SDPA backends)
     wide: Callable | None = None                  # the same computation in fp32 (whole models: see measure.compare)
     wide_out: Any = None                          # its output, filled in by run.py once per workload
     notes: list[str] = field(default_factory=list)
+
+    def baselines(self) -> list[tuple[str, Callable]]:
+        """Every extra baseline, `reference` first."""
+        return ([self.reference] if self.reference else []) + list(self.references)
+
+
+@dataclass(frozen=True)
+class Target:
+    """An issue-22 target: minicomp's speed over `baseline`'s (a backend's name, or "sdpa_best":
+    the fastest checked SDPA baseline) must be at least `min_speed`."""
+    baseline: str
+    min_speed: float
+    what: str
 
 
 @dataclass
@@ -122,10 +136,20 @@ class Workload:
     # Matmul flops counted by hand (2 per multiply-add; causal attention: half the scores),
     # used only where minicomp's own ledger is missing because minicomp failed.
     flops: Callable[[dict[str, Any]], int] | None = None
-    extra_backends: tuple[str, ...] = ()   # timed besides the run's --backends (models: "minicomp_dynamo")
+    # Timed besides the run's --backends when their base backend runs (run.EXTRA_BASE):
+    # "minicomp_dynamo" (models), "inductor_ro" and "minicomp_ro" (reduce-overhead modes).
+    extra_backends: tuple[str, ...] = ()
+    group: str | None = None                  # issue 22's groups (`--only GROUP`); None: the suite's own
+    target: Target | None = None              # issue 22's target; None: the kind's (report.TARGETS)
+    dtype: str | None = None                  # a dtype this workload always runs in, whatever --dtype says
+    context: Callable[[], Any] | None = None  # a context manager around the whole workload (every backend)
+    peak_tflops: float | None = None          # the compute ceiling when it is not cuBLAS bf16's (fp32 IEEE)
+    rounds: int | None = None                 # at most this many timing rounds (the run's 10-minute budget)
+    rep_ms: float | None = None               # at most this repetition window (ms)
 
     def build(self, device: str, dtype: torch.dtype, tiny: bool, seed: int = 0) -> Built:
         gen = torch.Generator(device="cpu").manual_seed(seed)
+        dtype = getattr(torch, self.dtype) if self.dtype else dtype
         return self.make(device, dtype, dict(self.tiny if tiny else self.full), gen)
 
 
@@ -266,9 +290,27 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              dict(batch=1, seq=16, width=64, heads=4, kv_heads=2), _sample("llama_block")),
 ]}
 
-from benchmarks.workloads_models import model_workloads  # noqa: E402  (needs Workload, defined above)
+from benchmarks.workloads_models import PREFILL, model_workloads  # noqa: E402  (needs Workload, defined above)
+from benchmarks.workloads_issue22 import issue22_workloads, small_batch_workloads  # noqa: E402
 
+# Run order: the suite's kernels and blocks, issue 22's kernels and sweep (the quick ones
+# first), the suite's models, then issue 22's small-batch models: a run cut
+# short by its budget loses the slowest (whole-model compiles) first.
+WORKLOADS.update({w.name: w for w in issue22_workloads(Workload, Target)})
 WORKLOADS.update({w.name: w for w in model_workloads(Workload)})
+WORKLOADS.update({w.name: w for w in small_batch_workloads(Workload, Target, PREFILL)})
 
 QUICK = ["pointwise", "softmax", "gemm_bias_gelu", "attention"]
 CPU_QUICK = ["pointwise", "add_rmsnorm", "gemm_bias_gelu"]
+# `--only GROUP` names: issue 22's groups, plus the suite's own kernels and models.
+GROUPS: dict[str, list[str]] = {
+    "suite": [n for n, w in WORKLOADS.items() if w.group is None and not n.endswith("_model")],
+    "models": [n for n in WORKLOADS if n.endswith("_model")],
+}
+for _w in WORKLOADS.values():
+    if _w.group:
+        GROUPS.setdefault(_w.group, []).append(_w.name)
+# The sweep's third size is the suite's own block workload.
+GROUPS["blocks_sweep"] = ["gpt_block_small", "gpt_block_medium", "gpt_block",
+                          "llama_block_small", "llama_block_medium", "llama_block"]
+GROUPS["issue22"] = GROUPS["weak"] + GROUPS["decode"] + GROUPS["blocks_sweep"] + GROUPS["small_batch"]

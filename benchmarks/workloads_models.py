@@ -105,14 +105,17 @@ def _matmul_flops(family: str, s: dict[str, Any]) -> int:
 TINY = dict(batch=1, seq=8, width=32, layers=2, heads=4, kv_heads=2, hidden=64, vocab=128)
 
 
+PREFILL = {     # the model workloads' full sizes (issue 22's small-batch ones take batch 1 x 16)
+    "llama": dict(batch=4, seq=512, width=2048, layers=4, heads=16, kv_heads=8, hidden=5632, vocab=32000),
+    "qwen2": dict(batch=4, seq=512, width=1536, layers=4, heads=12, kv_heads=2, hidden=8960, vocab=32000),
+    "gpt2": dict(batch=4, seq=512, width=1024, layers=4, heads=16, hidden=4096, vocab=50257),
+    "bert": dict(batch=4, seq=512, width=768, layers=12, heads=12, hidden=3072, vocab=30522),
+}
+
+
 def model_workloads(workload_cls) -> list:
     """The model workloads, as `workloads.Workload` records."""
-    full = {
-        "llama": dict(batch=4, seq=512, width=2048, layers=4, heads=16, kv_heads=8, hidden=5632, vocab=32000),
-        "qwen2": dict(batch=4, seq=512, width=1536, layers=4, heads=12, kv_heads=2, hidden=8960, vocab=32000),
-        "gpt2": dict(batch=4, seq=512, width=1024, layers=4, heads=16, hidden=4096, vocab=50257),
-        "bert": dict(batch=4, seq=512, width=768, layers=12, heads=12, hidden=3072, vocab=30522),
-    }
+    full = PREFILL
     titles = {"llama": "Llama (transformers), model(input_ids) -> logits",
               "qwen2": "Qwen2 (transformers), model(input_ids) -> logits",
               "gpt2": "GPT-2 (transformers), model(input_ids) -> logits",

@@ -108,7 +108,7 @@ def test_a_wrong_answer_after_timing_fails_the_check(monkeypatch):
     launch path) is caught by the check made after timing."""
     import argparse
 
-    from benchmarks import run
+    from benchmarks import backends
     from benchmarks.workloads import Built
 
     x = torch.randn(8, 16)
@@ -118,10 +118,10 @@ def test_a_wrong_answer_after_timing_fails_the_check(monkeypatch):
         calls.append(1)
         return t * 2 if len(calls) == 1 else t * 2 + 1   # right once, wrong after
 
-    monkeypatch.setattr(run, "make_backend", lambda name, built: flaky)
+    monkeypatch.setattr(backends, "make_backend", lambda name, built: flaky)
     built = Built(fn=lambda t: t * 2, inputs=[x], shapes="8x16", sizes={})
     args = argparse.Namespace(device="cpu", reps=2, warmup_ms=1.0, rep_ms=1.0)
-    rec = run.run_backend("eager", built, x * 2, args, TOLERANCES["float32"])
+    rec = backends.run_backend("eager", built, x * 2, args, TOLERANCES["float32"])
     assert not rec["check"]["ok"] and rec["check"]["error"].startswith("after timing:")
     assert rec["check_after_timing"]["ok"] is False and len(calls) > 2
 
