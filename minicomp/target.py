@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from minicomp.errors import MinicompError
@@ -33,6 +33,26 @@ PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (r
 TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile kernel compiles before its first launch
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
+MATMUL_PRECISIONS = ("ieee", "tf32")                 # fp32 `tl.dot` input precision
+
+
+def read_matmul_precision() -> str:
+    """What PyTorch's switches say fp32 matmuls may use: "tf32" or "ieee" (full precision).
+
+    The newer per-backend switch (`torch.backends.cuda.matmul.fp32_precision`, then the global
+    `torch.backends.fp32_precision`) wins when set; "none" defers to the legacy
+    `torch.backends.cuda.matmul.allow_tf32`, which `torch.set_float32_matmul_precision` also sets.
+    PyTorch raises on reading the legacy switch once both APIs were used: full precision then,
+    the safe answer (it never loses accuracy)."""
+    import torch
+    for value in (getattr(torch.backends.cuda.matmul, "fp32_precision", "none"),
+                  getattr(torch.backends, "fp32_precision", "none")):
+        if value in MATMUL_PRECISIONS:
+            return value
+    try:
+        return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    except RuntimeError:
+        return "ieee"
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,9 @@ class Target:
     prime_triton: bool = True                      # MINICOMP_PRIME_TRITON != "0": prime Triton while capture runs
     tiered: bool = True                            # MINICOMP_TIERED != "0": the Gluon attention kernel compiles in
                                                    # the background while a block-language one serves the first calls
+    # fp32 GEMM `tl.dot(..., input_precision=...)`: PyTorch's switches when the record is made
+    # (`read_matmul_precision`); the compile cache keys on them too (api._modes), so a flip recompiles
+    matmul_precision: str = field(default_factory=read_matmul_precision)
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -70,6 +93,9 @@ class Target:
             raise MinicompError(f"row_form={self.row_form!r}: expected a minicomp.target.RowForm")
         if self.verify_depth not in VERIFY_DEPTHS:
             raise MinicompError(f"{VERIFY_DEPTH_ENV}={self.verify_depth!r}: expected one of {', '.join(VERIFY_DEPTHS)}")
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            raise MinicompError(f"matmul_precision={self.matmul_precision!r}: expected one of "
+                                f"{', '.join(MATMUL_PRECISIONS)}")
 
     @property
     def interpret(self) -> bool:

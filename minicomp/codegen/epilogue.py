@@ -33,6 +33,7 @@ from minicomp.codegen.lowering import Lowering
 from minicomp.codegen.tlexpr import Val, compute_tl, convert, storage_tl
 from minicomp.ir.dtypes import HALF_DTYPES
 from minicomp.ir.graph import Node
+from minicomp.target import read_matmul_precision
 
 LOG2E = 1.4426950408889634
 
@@ -100,12 +101,12 @@ def cast_operand(var: str, op: Operand, device_type: str) -> str | None:
     return None if text == var else text
 
 
-def dot_precision(dtype: torch.dtype) -> str:
-    """The `tl.dot` keyword for fp32 operands: full precision unless PyTorch allows TF32."""
+def dot_precision(dtype: torch.dtype, precision: str | None = None) -> str:
+    """The `tl.dot` keyword for fp32 operands: `precision` ("ieee" or "tf32", a `Target`'s
+    `matmul_precision`); None reads PyTorch's switches now (`target.read_matmul_precision`)."""
     if dtype != torch.float32:
         return ""
-    precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
-    return f", input_precision=\"{precision}\""
+    return f", input_precision=\"{precision or read_matmul_precision()}\""
 
 
 class TileLowering(Lowering):

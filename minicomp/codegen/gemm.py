@@ -19,7 +19,8 @@ Invariants and decisions:
   accumulator per matmul;
 - the epilogue is codegen's pointwise lowering with the accumulators as leaves; every
   group output has the matmul's shape and is stored once, masked;
-- fp32 operands use full-precision dot unless `torch.backends.cuda.matmul.allow_tf32`;
+- fp32 operands use the dot precision of the Target (`matmul_precision`: PyTorch's TF32
+  switches, read when the record is made; the compile cache keys on them, api._modes);
   under the CPU interpreter half operands are widened to fp32 before the dot;
 - shapes and strides are baked in; M, N, K are constexpr and the autotune key (Triton
   adds the pointer dtypes to it). Over symbolic sizes (codegen/sizes.py) a symbolic M, N or
@@ -110,8 +111,11 @@ def _operand_names(spec: GemmForm) -> tuple[list[str], list[str]]:
             [f"acc{i}" if dual else "acc" for i in range(len(spec.bs))])
 
 
-def _write_main_loop(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering) -> list[str]:
-    """The K loop; returns the accumulator names (one per matmul)."""
+def _write_main_loop(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering,
+                     k_tail: bool) -> list[str]:
+    """The K loop; returns the accumulator names (one per matmul). `k_tail`: some config's
+    BLOCK_K does not divide K (or K is symbolic): the loop runs over the full blocks unmasked
+    and a masked step follows for the tail, instead of masking every step."""
     body.writeline("# operand rows/columns past the edge wrap around instead of being masked: never stored")
     body.writeline("offs_am = offs_m")
     with body.block("if M % BLOCK_M != 0:"):
@@ -133,23 +137,49 @@ def _write_main_loop(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Til
         b_parts.append(inner)
     for acc in accs:
         body.writeline(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
-    with body.block("for k0 in range(0, K, BLOCK_K):"), low.scope():
-        body.writeline("offs_kk = k0 + offs_k")
-        body.writeline("ak = offs_kk[None, :]")
-        body.writeline("bk = offs_kk[:, None]")
-        body.writeline(f"a_ptrs = a_rows + {low.offset_text(a_in, ('ak',))}")
-        for tile, inner in zip(tiles, b_parts):
-            body.writeline(f"{tile}_ptrs = {tile}_cols + {low.offset_text(inner, ('bk',))}")
-        with body.block("if K % BLOCK_K == 0:"):
-            body.writeline("a = tl.load(a_ptrs)")
-            for tile in tiles:
-                body.writeline(f"{tile} = tl.load({tile}_ptrs)")
-        with body.block("else:"):
-            body.writeline("a = tl.load(a_ptrs, mask=ak < K, other=0.0)")
-            for tile in tiles:
-                body.writeline(f"{tile} = tl.load({tile}_ptrs, mask=bk < K, other=0.0)")
-        _write_dots(ctx, spec, body, tiles, accs)
+    if not k_tail:
+        with body.block("for k0 in range(0, K, BLOCK_K):"), low.scope():
+            _write_k_step(ctx, spec, body, low, a_in, b_parts, None)
+        return accs
+    body.writeline("# full K blocks unmasked; only the last, partial block (when K % BLOCK_K != 0) is masked")
+    with body.block("for k0 in range(0, K - K % BLOCK_K, BLOCK_K):"), low.scope():
+        _write_k_step(ctx, spec, body, low, a_in, b_parts, False)
+    with body.block("if K % BLOCK_K != 0:"), low.scope():
+        body.writeline("k0 = K - K % BLOCK_K")
+        _write_k_step(ctx, spec, body, low, a_in, b_parts, True)
     return accs
+
+
+def _write_k_step(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, a_in: ix.Expr,
+                  b_parts: list[ix.Expr], masked: bool | None) -> None:
+    """One K block: the operand tiles' loads (masked along K when `masked`; None: the loop of
+    an aligned K, which picks at compile time) and the dots."""
+    tiles, accs = _operand_names(spec)
+    body.writeline("offs_kk = k0 + offs_k")
+    body.writeline("ak = offs_kk[None, :]")
+    body.writeline("bk = offs_kk[:, None]")
+    body.writeline(f"a_ptrs = a_rows + {low.offset_text(a_in, ('ak',))}")
+    for tile, inner in zip(tiles, b_parts):
+        body.writeline(f"{tile}_ptrs = {tile}_cols + {low.offset_text(inner, ('bk',))}")
+    if masked is None:
+        with body.block("if K % BLOCK_K == 0:"):
+            _write_loads(body, tiles, False)
+        with body.block("else:"):
+            _write_loads(body, tiles, True)
+    else:
+        _write_loads(body, tiles, masked)
+    _write_dots(ctx, spec, body, tiles, accs)
+
+
+def _write_loads(body: CodeBuilder, tiles: list[str], masked: bool) -> None:
+    if masked:
+        body.writeline("a = tl.load(a_ptrs, mask=ak < K, other=0.0)")
+        for tile in tiles:
+            body.writeline(f"{tile} = tl.load({tile}_ptrs, mask=bk < K, other=0.0)")
+    else:
+        body.writeline("a = tl.load(a_ptrs)")
+        for tile in tiles:
+            body.writeline(f"{tile} = tl.load({tile}_ptrs)")
 
 
 def _write_dots(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, tiles: list[str], accs: list[str]) -> None:
@@ -158,14 +188,16 @@ def _write_dots(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, tiles: list[s
         text = cast_operand(var, op, ctx.device_type)
         if text:
             body.writeline(f"{var} = {text}")
-    precision = dot_precision(spec.a.dtype if ctx.device_type == "cuda" else torch.float32)
+    precision = dot_precision(spec.a.dtype if ctx.device_type == "cuda" else torch.float32,
+                              ctx.target.matmul_precision)
     for acc, tile in zip(accs, tiles):
         body.writeline(f"{acc} = tl.dot(a, {tile}, {acc}{precision})")
 
 
-def _write_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, wide: bool) -> None:
+def _write_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, wide: bool,
+                k_tail: bool) -> None:
     _write_program_ids(body, spec, ".to(tl.int64)" if wide else "")
-    accs = _write_main_loop(ctx, spec, body, low)
+    accs = _write_main_loop(ctx, spec, body, low, k_tail)
     _write_epilogue(ctx, spec, body, low, accs)
 
 
@@ -232,7 +264,8 @@ def emit(ctx: KernelCtx) -> Kernel:
     if tma:
         _write_tma_body(ctx, spec, body, low, *tma, wide=needs_int64(ctx))
     else:
-        _write_body(ctx, spec, body, low, needs_int64(ctx))
+        k_tail = dims.is_symbolic(spec.k) or any(spec.k % c[2] for c in cfgs)
+        _write_body(ctx, spec, body, low, needs_int64(ctx), k_tail)
 
     g = ctx.graph
     nbatch = math.prod(spec.batch)
