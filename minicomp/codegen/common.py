@@ -35,6 +35,7 @@ class Buf:
     """A tensor argument of a launch: node `nid`'s tensor in call()."""
     nid: int
     align16: bool = False   # copied to a 16-byte aligned address first if it is not (TMA descriptors)
+    wrap: str = ""          # a function of the kernel's source (codegen's name) the tensor passes through first
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, few_configs, kernel_name
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, big_from, configs, needs_int64,
-                                        tma_form)
+                                        odd_store, tma_form)
 from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
 from minicomp.codegen.tlexpr import Val
 from minicomp.ir import dims
@@ -252,11 +252,33 @@ def _write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
         low.store(out, spec.out_idx, ("rm", "rn"), "mask_m[:, None] & mask_n[None, :]")
 
 
+def _pad_functions(name: str, spec: GemmForm, tma) -> dict[int, tuple[tuple[int, int], str]]:
+    """leaf -> ((L, P), the call()-side function copying it into rows padded from L to P)."""
+    if not tma:
+        return {}
+    pads = {op.leaf: t.pad for op, t in zip([spec.a] + spec.bs, [tma[0]] + list(tma[1])) if t.pad}
+    names = {pad: f"{name}_pad{i}" for i, pad in enumerate(sorted(set(pads.values())))}
+    return {leaf: (pad, names[pad]) for leaf, pad in pads.items()}
+
+
+def _pad_text(fn: str, last: int, padded: int) -> str:
+    """A Python function of call(): the tensor's copy whose last dim's stride is padded (TMA
+    descriptors need 16-byte aligned row strides; the kernel reads only the first `last`)."""
+    out = CodeBuilder()
+    with out.block(f"def {fn}(t):"):
+        out.writeline(f"# rows of {last} elements start 16-byte aligned in a [..., {padded}] buffer; "
+                      "the padding is never read")
+        out.writeline(f"out = torch.empty(tuple(t.shape[:-1]) + ({padded},), dtype=t.dtype, device=t.device)")
+        out.writeline(f"return out[..., :{last}].copy_(t)")
+    return out.getvalue()
+
+
 def emit(ctx: KernelCtx) -> Kernel:
     spec = analyse(ctx)
     name = kernel_name(ctx, "gemm")
     tma = tma_form(ctx, spec)
-    cfgs = few_configs(ctx, configs(spec, ctx.device_type, tma is not None),
+    cfgs = few_configs(ctx, configs(spec, ctx.device_type, tma is not None, ctx.target.matmul_precision,
+                                    odd_store(ctx)),
                        lambda c: -(-spec.m // c[0]) * -(-spec.n // c[1]) * math.prod(spec.batch))
     body = CodeBuilder()
     masks = {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}
@@ -305,7 +327,13 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.splice(body.getvalue())
 
     tma_leaves = {spec.a.leaf} | {b.leaf for b in spec.bs} if tma else set()
-    args = tuple(Buf(p.nid, align16=p.nid in tma_leaves) for p in pointers) + size_args(g, touched)
+    pads = _pad_functions(name, spec, tma)
+    for (last, padded), fn in sorted(set(pads.values()), key=lambda p: p[1]):
+        src.writeline("")
+        src.writeline("")
+        src.splice(_pad_text(fn, last, padded))
+    args = tuple(Buf(p.nid, align16=p.nid in tma_leaves and p.nid not in pads,
+                     wrap=pads[p.nid][1] if p.nid in pads else "") for p in pointers) + size_args(g, touched)
     bm, bn, bk, stages, warps = cfgs[0]
     blocks = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", GROUP_M))
     if tuned:

@@ -24,6 +24,7 @@ from minicomp.codegen import indexing as ix
 from minicomp.codegen.common import KernelCtx, Unsupported, group_spec, next_pow2
 from minicomp.codegen.epilogue import Operand, fold_operand
 from minicomp.ir import dims
+from minicomp.ir.graph import contiguous_strides
 from minicomp.plan.specs import GemmSpec
 
 DOT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -34,8 +35,16 @@ HALF_CONFIGS = [
     (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4),
     (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
 ]
-FP32_CONFIGS = [
+FP32_CONFIGS = [   # TF32: tensor cores, 32 fp32 (128 bytes) along K
     (128, 128, 32, 3, 8), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 64, 32, 4, 4), (32, 32, 32, 4, 4),
+]
+# full-precision fp32 (`input_precision="ieee"`: FMA, no tensor cores): each thread's share of a
+# larger output tile reuses each operand element it reads from shared memory more often, and a
+# shorter K block leaves registers and shared memory for it. Candidates, not measured yet: the
+# 2048^3 fp32 GEMM ran at 0.89x cuBLAS with FP32_CONFIGS (ceilings.md); the autotuner picks
+IEEE_CONFIGS = [
+    (128, 128, 32, 3, 8), (128, 256, 16, 3, 8), (256, 128, 16, 3, 8), (128, 128, 16, 4, 8),
+    (64, 128, 32, 4, 4), (64, 64, 32, 4, 4), (32, 32, 32, 4, 4),
 ]
 DUAL_CONFIGS = [  # two accumulators: smaller tiles per warp
     (128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 3, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
@@ -137,10 +146,22 @@ class TmaOperand:
     """A matrix operand as a TMA descriptor sees it: `rows x cols` with unit stride along cols."""
     ld: int               # leading stride, elements
     transposed: bool      # stored the other way round: A as [K, M], B as [N, K] (nn.Linear)
+    pad: tuple[int, int] | None = None   # (L, P): read from a copy whose last dim L is padded to P
 
 
-def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str) -> TmaOperand | None:
-    """How `op` reads a plain matrix indexed (row, col), or None when a descriptor cannot say it."""
+# An operand whose leading stride is not 16-byte aligned (an odd K: rows start 2 bytes apart) is
+# copied, per call, into a buffer whose rows are (`_pad_text`), when the GEMM reuses each of its
+# elements at least this many times (the dimension it does not span): the copy then costs about
+# 2 * 160 / reuse of the GEMM's time at the H200's balance of ~160 FLOP/byte (estimated, not
+# measured), against the pointer form's unvectorised loads of misaligned rows (0.40x cuBLAS at
+# 4096 x 4095 x 4096, ceilings.md).
+PAD_MIN_REUSE = 1024
+
+
+def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str, ranges: dict[str, object],
+                 reuse: object) -> TmaOperand | None:
+    """How `op` reads a plain matrix indexed (row, col), or None when a descriptor cannot say it.
+    `ranges`: each index symbol's size; `reuse`: the GEMM dimension the operand does not span."""
     if op.casts or op.dtype not in (torch.float16, torch.bfloat16) or dims.is_symbolic(op.offset.const) \
             or op.offset.const:
         return None
@@ -158,7 +179,31 @@ def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str) -> TmaOperand 
         return TmaOperand(coeff[row], False)
     if coeff[row] == 1 and (coeff[col] * elem) % 16 == 0:
         return TmaOperand(coeff[col], True)
-    return None
+    return _padded(ctx, op, row, col, coeff, ranges, reuse)
+
+
+def _padded(ctx: KernelCtx, op: Operand, row: str, col: str, coeff: dict, ranges: dict,
+            reuse: object) -> TmaOperand | None:
+    """The operand read from a copy with 16-byte aligned rows, when that is sound and worth it.
+
+    Sound: the leaf is contiguous, the unit-stride symbol spans its whole last dim L and the
+    other symbol's coefficient is L, so element (r, c) is row r, column c of the leaf viewed as
+    [numel / L, L]; in the copy, laid out [numel / L, P] (P = L rounded up to 16 bytes), it is
+    at r * P + c. The descriptor's shape stops at L: the padding is never read."""
+    if dims.is_symbolic(reuse) or reuse < PAD_MIN_REUSE:
+        return None
+    leaf = ctx.graph.node(op.leaf)
+    strides = ctx.strides(op.leaf)
+    if dims.any_symbolic(tuple(leaf.shape)) or tuple(strides) != contiguous_strides(tuple(leaf.shape)):
+        return None
+    unit, lead = (col, row) if coeff[col] == 1 else (row, col) if coeff[row] == 1 else (None, None)
+    if unit is None:
+        return None
+    last = leaf.shape[-1]
+    if ranges[unit] != last or coeff[lead] != last:
+        return None
+    per = 16 // op.dtype.itemsize
+    return TmaOperand(-(-last // per) * per, unit == row, (last, -(-last // per) * per))
 
 
 def tma_form(ctx: KernelCtx, spec: GemmForm) -> tuple[TmaOperand, list[TmaOperand]] | None:
@@ -168,11 +213,35 @@ def tma_form(ctx: KernelCtx, spec: GemmForm) -> tuple[TmaOperand, list[TmaOperan
     wide = needs_int64(ctx) and not ctx.graph.symbolic
     if (ctx.device_type != "cuda" and not ctx.target.tma_on_cpu) or spec.batch or wide:
         return None
-    a = _tma_operand(ctx, spec.a, "am", "ak")
-    bs = [_tma_operand(ctx, b, "bk", "bn") for b in spec.bs]
+    a = _tma_operand(ctx, spec.a, "am", "ak", {"am": spec.m, "ak": spec.k}, spec.n)
+    bs = [_tma_operand(ctx, b, "bk", "bn", {"bk": spec.k, "bn": spec.n}, spec.m) for b in spec.bs]
     if a is None or any(b is None for b in bs):
         return None
+    if not _pads_agree(ctx, spec, [a] + bs):
+        return None
     return a, bs
+
+
+def _pads_agree(ctx: KernelCtx, spec: GemmForm, tmas: list[TmaOperand]) -> bool:
+    """A padded leaf's tensor is replaced by its copy for the whole kernel: every operand read of
+    it must use the same padding, and nothing else in the group (an epilogue operand) reads it."""
+    pads: dict[int, set] = {}
+    for op, t in zip([spec.a] + spec.bs, tmas):
+        pads.setdefault(op.leaf, set()).add(t.pad)
+    padded = {leaf for leaf, p in pads.items() if p != {None}}
+    if not padded:
+        return True
+    if any(len(pads[leaf]) > 1 for leaf in padded):
+        return False
+    g, group = ctx.graph, ctx.group
+    computed = set(group.nodes) - set(group.inputs)
+    allowed = set(spec.mms)
+    for pair in group_spec(ctx, GemmSpec).operands:
+        for nid in pair:
+            while nid in computed:          # the operand's view/cast chain down to its leaf
+                allowed.add(nid)
+                nid = g.node(nid).args[0]
+    return not any(set(g.node(n).args) & padded for n in computed - allowed)
 
 
 def _cap(size, least: int) -> float:
@@ -181,13 +250,22 @@ def _cap(size, least: int) -> float:
     return float("inf") if dims.is_symbolic(size) else max(least, next_pow2(size))
 
 
-def configs(spec: GemmForm, device_type: str, tma: bool = False) -> list[tuple[int, int, int, int, int]]:
+# a big TMA GEMM whose output rows are not 16-byte aligned (N = 50257: an lm_head) stores its
+# tiles element by element, and the persistent kernel does not overlap that epilogue with the
+# next tile's loads; this config's 96 KiB of shared memory lets two programs share an SM, so one
+# stores while the other computes (a candidate beside the 128x256 one; the autotuner picks)
+ODD_STORE_CONFIG = (128, 128, 64, 3, 8)
+
+
+def configs(spec: GemmForm, device_type: str, tma: bool = False, precision: str = "ieee",
+            odd_store: bool = False) -> list[tuple[int, int, int, int, int]]:
     if device_type != "cuda":
         # interpreter: few, large programs; a symbolic size gets the largest block
         clamp = lambda v: min(_cap(v, 16), 64)  # noqa: E731
         return [(clamp(spec.m), clamp(spec.n), clamp(spec.k), 1, 4)]
     table = DUAL_CONFIGS if len(spec.mms) > 1 else (
-        TMA_CONFIGS if tma else FP32_CONFIGS if spec.a.dtype == torch.float32 else HALF_CONFIGS)
+        TMA_CONFIGS if tma else HALF_CONFIGS if spec.a.dtype != torch.float32 else
+        IEEE_CONFIGS if precision == "ieee" else FP32_CONFIGS)
     fit = [c for c in table if c[0] <= _cap(spec.m, 32) and c[1] <= _cap(spec.n, 32) and c[2] <= _cap(spec.k, 32)]
     if dims.any_symbolic((spec.m, spec.n, spec.k)):
         # every size: the table's first three (what a big problem keeps, `big_from` times only
@@ -200,6 +278,8 @@ def configs(spec: GemmForm, device_type: str, tma: bool = False) -> list[tuple[i
         # form's 128x256 config won all four cases of the ablation (two shapes x two weight
         # layouts, by 5-10%), so it alone is compiled; two or three configs otherwise
         fit = fit[:1] if tma and len(spec.mms) == 1 else fit[:2] if len(spec.mms) > 1 else fit[:3]
+        if tma and len(spec.mms) == 1 and odd_store:
+            fit = fit + [ODD_STORE_CONFIG]
     return fit or [min(table, key=lambda c: c[0] * c[1])]
 
 
@@ -211,6 +291,15 @@ def big_from(spec: GemmForm) -> tuple[int, dict[str, int]] | None:
         return None
     rows = -(-BIG_TILES // -(-spec.n // 256))
     return 3, {"m_bucket": next_pow2(rows * 128)}
+
+
+def odd_store(ctx: KernelCtx) -> bool:
+    """Some output's rows are not 16-byte aligned: its stores cannot be vectorised."""
+    for out in ctx.group.outputs:
+        node, strides = ctx.graph.node(out), ctx.strides(out)
+        if len(strides) >= 2 and not dims.is_symbolic(strides[-2]) and (strides[-2] * node.dtype.itemsize) % 16:
+            return True
+    return False
 
 
 def needs_int64(ctx: KernelCtx) -> bool:

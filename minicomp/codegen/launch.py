@@ -75,7 +75,8 @@ def args_text(launch: Launch, buf_name: Callable[[int], str]) -> list[str]:
     out = []
     for a in launch.args:
         if isinstance(a, Buf):
-            out.append(f"_align16({buf_name(a.nid)})" if a.align16 else buf_name(a.nid))
+            text = f"_align16({buf_name(a.nid)})" if a.align16 else buf_name(a.nid)
+            out.append(f"{a.wrap}({text})" if a.wrap else text)
         else:
             out.append(_value_text(a))
     return out + [f"{k}={_value_text(v)}" for k, v in launch.kwargs]
