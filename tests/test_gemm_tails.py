@@ -154,6 +154,17 @@ def _kernel_text(g: Graph) -> str:
     return k.source + "\n# launches\n" + "\n".join(lines) + "\n"
 
 
+def test_symbolic_k_and_n_share_one_kernel_with_a_runtime_tail():
+    """Over symbolic sizes M, N and K are runtime arguments: one compile serves K = 95, 61, 130
+    (the tail's test runs at run time) and N = 47, 29, each with eager's answer."""
+    f = minicomp.compile(lambda a, b: F.gelu(a @ b), dynamic=True)
+    for m, k, n in [(33, 95, 47), (40, 61, 47), (17, 130, 29)]:
+        a, b = randn(m, k), randn(k, n)
+        torch.testing.assert_close(f(a, b), F.gelu(a @ b), **tol(torch.float32))
+    assert f.compiles == 1
+    assert TAIL_LOOP in f.source and ", M, N, K," in f.source
+
+
 # --------------------------------------------------------------------------- padded TMA operands
 
 
@@ -214,7 +225,8 @@ def test_padded_operand_read_by_the_epilogue_is_not_padded(tma_on_cpu):
 
 def test_lm_head_shape_tries_a_second_config_for_misaligned_stores():
     """An lm_head (2048 x 768 -> 50257, bf16): the big-problem cut keeps the 128x256 TMA config
-    and adds one for output rows that are not 16-byte aligned."""
+    (one persistent program per SM) and adds one for output rows that are not 16-byte aligned,
+    launched two programs per SM (the grid reads the config's SM_SHARE)."""
     g = Graph("lm_head")
     x = g.add_input("x", (4, 512, 768), torch.bfloat16)
     w = g.add_input("w", (50257, 768), torch.bfloat16)
@@ -222,7 +234,10 @@ def test_lm_head_shape_tries_a_second_config_for_misaligned_stores():
     gen, _ = one_group(g, "cuda")
     src = gen.source
     assert "make_tensor_descriptor" in src and "_pad" not in src
-    assert src.count("triton.Config(") == 2 and '"BLOCK_N": 256' in src and "num_stages=3, num_warps=8" in src
+    assert src.count("triton.Config(") == 2
+    assert '"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SM_SHARE": 1}' in src
+    assert '"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SM_SHARE": 2}, num_stages=3' in src
+    assert "min(_sm_count(device) * meta['SM_SHARE'], " in src and "SM_SHARE: tl.constexpr" in src
 
 
 # --------------------------------------------------------------------------- fp32 precision
@@ -291,3 +306,54 @@ def test_precision_reads_the_newer_switches():
 def test_bad_precision_is_a_clear_error():
     with pytest.raises(MinicompError, match="matmul_precision='fp16'.*ieee, tf32"):
         Target("cpu", matmul_precision="fp16")
+
+
+# --------------------------------------------------------------------------- GPU (the H200)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weight_t", [False, True])
+def test_gpu_odd_k_padded_descriptors(weight_t):
+    """4096 x 4095 x 4096 in bf16 (issue 22's shape): A's rows (and an nn.Linear weight's) are
+    8190 bytes apart, so they are read from padded copies by TMA descriptors."""
+    dtype, m, k, n = torch.bfloat16, 4096, 4095, 4096
+    g = _mm_graph(m, k, n, dtype, weight_t=weight_t)
+    x = randn(m, k, dtype=dtype, device="cuda", scale=k ** -0.5)
+    w = randn(*((n, k) if weight_t else (k, n)), dtype=dtype, device="cuda")
+    (out,), gen, _ = run_gemm(g, [x, w], device="cuda")
+    torch.testing.assert_close(out, _ref(x, w, weight_t=weight_t), **tol(dtype))
+    assert "make_tensor_descriptor" in gen.source and re.search(r"_pad\d\(a\)", gen.source)
+
+
+@pytest.mark.gpu
+def test_gpu_lm_head():
+    """GPT-2's lm_head: [4, 512, 768] -> 50257 outputs in bf16 (odd output rows), with a bias."""
+    dtype = torch.bfloat16
+    g = Graph("lm_head_gpu")
+    x = g.add_input("x", (4, 512, 768), dtype)
+    w = g.add_input("w", (50257, 768), dtype)
+    b = g.add_input("bias", (50257,), dtype)
+    g.set_outputs([C.linear(g, x, w, b)])
+    xv = randn(4, 512, 768, dtype=dtype, device="cuda")
+    wv = randn(50257, 768, dtype=dtype, device="cuda", scale=768 ** -0.5)
+    bv = randn(50257, dtype=dtype, device="cuda")
+    (out,), _, _ = run_gemm(g, [xv, wv, bv], device="cuda")
+    ref = F.linear(xv.float(), wv.float(), bv.float()).to(dtype)
+    torch.testing.assert_close(out, ref, **tol(dtype))
+
+
+@pytest.mark.gpu
+def test_gpu_fp32_follows_tf32_switch(tf32_switch):
+    """fp32 2048^3 with an odd K tail: full precision matches a float64 reference tightly; TF32
+    (10-bit mantissas) is close, and not as close."""
+    g = _mm_graph(2048, 2047, 2048, torch.float32)
+    x, y = randn(2048, 2047, device="cuda"), randn(2047, 2048, device="cuda")
+    ref = (x.double() @ y.double()).float()
+    errs = {}
+    for allow in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        (out,), gen, _ = run_gemm(g, [x, y], device="cuda")
+        assert f'input_precision="{"tf32" if allow else "ieee"}"' in gen.source
+        errs[allow] = (out - ref).abs().max().item()
+        torch.testing.assert_close(out, ref, atol=2e-3 if not allow else 0.5, rtol=1e-4 if not allow else 1e-2)
+    assert errs[False] < errs[True]

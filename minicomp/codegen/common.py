@@ -54,10 +54,11 @@ class Grid:
     dimension at the device's SM count (a program per SM walks several tiles)."""
     dims: tuple[tuple[Factor, ...], ...]
     persistent: bool = False
+    share: str = ""          # persistent: a config key multiplying the SM count (programs per SM)
 
     @staticmethod
-    def of(*dims: "Factor | tuple[Factor, ...]", persistent: bool = False) -> "Grid":
-        return Grid(tuple(d if isinstance(d, tuple) else (d,) for d in dims), persistent)
+    def of(*dims: "Factor | tuple[Factor, ...]", persistent: bool = False, share: str = "") -> "Grid":
+        return Grid(tuple(d if isinstance(d, tuple) else (d,) for d in dims), persistent, share)
 
     def needs_meta(self) -> bool:
         return any(isinstance(f, Blocks) for d in self.dims for f in d)

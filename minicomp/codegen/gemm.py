@@ -62,7 +62,7 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, few_configs, kernel_name
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, big_from, configs, needs_int64,
-                                        odd_store, tma_form)
+                                        odd_store, programs_per_sm, tma_form)
 from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
 from minicomp.codegen.tlexpr import Val
 from minicomp.ir import dims
@@ -298,12 +298,16 @@ def emit(ctx: KernelCtx) -> Kernel:
     buckets = tuple((f"{d.lower()}_bucket", bucket(v))
                     for d, v in sizes if dims.is_symbolic(v))
     tuned = cuda and len(cfgs) > 1
+    # some config launches more than one persistent program per SM: a config key says how many
+    share = cuda and tuned and any(programs_per_sm(spec, bool(tma), c) > 1 for c in cfgs)
     src = CodeBuilder()
     if tuned:       # one config is no choice: the launch passes it (`fixed` below)
         with src.block(f"{name}_configs = ["):
-            for bm, bn, bk, stages, warps in cfgs:
+            for cfg in cfgs:
+                bm, bn, bk, stages, warps = cfg
+                more = f", \"SM_SHARE\": {programs_per_sm(spec, bool(tma), cfg)}" if share else ""
                 src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}, \"BLOCK_K\": {bk}, "
-                              f"\"GROUP_M\": {GROUP_M}}}, num_stages={stages}, num_warps={warps}),")
+                              f"\"GROUP_M\": {GROUP_M}{more}}}, num_stages={stages}, num_warps={warps}),")
         src.writeline("]")
         src.writeline("")
         src.writeline("")
@@ -315,7 +319,8 @@ def emit(ctx: KernelCtx) -> Kernel:
     params = ([p.name for p in pointers] + size_params(g, touched)
               + [d if dims.is_symbolic(v) else f"{d}: tl.constexpr" for d, v in sizes]
               + ([b for b, _ in buckets] if tuned else [])
-              + [f"{d}: tl.constexpr" for d in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")])
+              + [f"{d}: tl.constexpr" for d in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+              + (["SM_SHARE: tl.constexpr"] if share else []))
     src.writeline(jit_line(g, touched, params, free=("M",)))
     with src.block(f"def {name}({', '.join(params)}):"):
         a = g.node(spec.a.leaf)
@@ -342,7 +347,8 @@ def emit(ctx: KernelCtx) -> Kernel:
         fixed = blocks + (("num_stages", stages), ("num_warps", warps)) if len(cfgs) == 1 else ()
         tiles = (Blocks(spec.m, "BLOCK_M"), Blocks(spec.n, "BLOCK_N"))
         if tma:
-            launch = Launch(Grid.of(tiles, persistent=True), args, sizes + fixed, tma=True)
+            launch = Launch(Grid.of(tiles, persistent=True, share="SM_SHARE" if share else ""), args,
+                            sizes + fixed, tma=True)
             return Kernel(name, src.getvalue(), [launch])
         grid = Grid.of(tiles + ((nbatch,) if nbatch != 1 else ()))
         return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + fixed)])

@@ -252,9 +252,15 @@ def _cap(size, least: int) -> float:
 
 # a big TMA GEMM whose output rows are not 16-byte aligned (N = 50257: an lm_head) stores its
 # tiles element by element, and the persistent kernel does not overlap that epilogue with the
-# next tile's loads; this config's 96 KiB of shared memory lets two programs share an SM, so one
-# stores while the other computes (a candidate beside the 128x256 one; the autotuner picks)
+# next tile's loads; this config's 96 KiB of shared memory lets two programs share an SM, and it
+# launches two per SM (`programs_per_sm`), so one stores while the other computes. A candidate
+# beside the 128x256 one, which keeps one program per SM; the autotuner picks (not measured yet)
 ODD_STORE_CONFIG = (128, 128, 64, 3, 8)
+
+
+def programs_per_sm(spec: "GemmForm", tma: bool, cfg: tuple) -> int:
+    """How many persistent programs of config `cfg` the TMA form launches per SM."""
+    return 2 if tma and len(spec.mms) == 1 and cfg == ODD_STORE_CONFIG else 1
 
 
 def configs(spec: GemmForm, device_type: str, tma: bool = False, precision: str = "ieee",

@@ -37,7 +37,8 @@ def grid_text(grid: Grid) -> str:
     """`(12, 8)`, or `lambda meta: (triton.cdiv(26, meta['BLOCK_R']),)` when block sizes are tuned."""
     dims = [" * ".join(_factor_text(f) for f in d) for d in grid.dims]
     if grid.persistent:
-        dims[0] = f"min(_sm_count(device), {dims[0]})"
+        share = f" * meta[{grid.share!r}]" if grid.share else ""
+        dims[0] = f"min(_sm_count(device){share}, {dims[0]})"
     body = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
     return f"lambda meta: {body}" if grid.needs_meta() or grid.persistent else body
 
@@ -57,7 +58,7 @@ def fixed_grid(grid: Grid, kwargs: tuple) -> Grid:
             else:
                 number *= f
         out.append(((number,) if number != 1 or not left else ()) + tuple(left))
-    return Grid(tuple(out), grid.persistent)
+    return Grid(tuple(out), grid.persistent, grid.share)
 
 
 def _value_text(v) -> str:
