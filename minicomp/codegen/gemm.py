@@ -29,6 +29,10 @@ Invariants and decisions:
   (`m_bucket = triton.next_power_of_2(M)`, computed in call()) instead of the size, so every
   length of a bucket shares the config tuned for the first; configs are not cut by a
   symbolic size. Offsets are int64 when the top of the symbols' ranges needs it.
+- K tails: when some config's BLOCK_K does not divide K (or K is symbolic), the pointer form's
+  loop runs over the full K blocks with unmasked loads and one masked step follows for the
+  tail (`if K % BLOCK_K != 0`, constexpr for a concrete K); an aligned K keeps the single loop
+  whose constexpr test picks the unmasked loads (the text is unchanged for it).
 
 Index symbols: `am`/`ak` (A tile rows/cols), `bk`/`bn` (B tile), `rm`/`rn` (output tile),
 `z0`, `z1`... (batch coordinates).
@@ -47,6 +51,11 @@ Two forms of the kernel:
   Over symbolic sizes the descriptors take runtime shapes (M = B*S rows); the form is kept
   only where the strides it checks for alignment are concrete (`gemm_form._tma_operand`),
   and its epilogue offsets are int64 where the symbols' ranges ask for it.
+  An operand whose rows are not 16-byte aligned (K = 4095) is read from a per-call copy with
+  padded rows (`{kernel}_pad{i}` in the kernel's source, applied in call() through
+  `Buf.wrap`), when the GEMM reuses it enough (`gemm_form.PAD_MIN_REUSE`); the descriptor's
+  shape stops at the real length, so the padding is never read. A config may launch more
+  than one persistent program per SM (`SM_SHARE`, `gemm_form.programs_per_sm`).
 
 Unsupported (the group falls back to PyTorch): see `gemm_form.py`.
 """

@@ -9,6 +9,11 @@ does not read). It raises `Unsupported` (the group then runs through PyTorch) fo
 kernel cannot do: 1-D operands (matrix-vector), dtypes other than fp32/fp16/bf16, matmuls
 of different shapes or not sharing operand A once folded, an output of another shape.
 
+The configs tried follow the problem: the table by form, dtype and fp32 precision (FMA
+candidates for "ieee", tensor-core ones for TF32), cut to the tiles that fit, and to the
+largest few for a big problem (`BIG_TILES`), plus `ODD_STORE_CONFIG` where a big TMA GEMM's
+output rows are misaligned.
+
 Index symbols: `am`/`ak` (A tile rows/cols), `bk`/`bn` (B tile), `rm`/`rn` (output tile),
 `z0`, `z1`... (batch coordinates).
 """
