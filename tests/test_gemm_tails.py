@@ -198,6 +198,28 @@ def test_misaligned_rows_read_through_padded_descriptors(m, n, k, weight_t, dtyp
     assert "torch.empty(" in src and "copy_(t)" in src
 
 
+def test_padded_folded_batch_and_transposed_activation(tma_on_cpu):
+    """A [2, 20, 95] activation folded into M = 40 rows, and an activation stored [K, M] with
+    M = 45 read through a transpose: each padded along its unit-stride dim, with eager's answer."""
+    dtype = torch.bfloat16
+    g = Graph("folded")
+    x = g.add_input("x", (2, 20, 95), dtype)
+    w = g.add_input("w", (70, 95), dtype)
+    g.set_outputs([C.linear(g, x, w, None)])
+    xs, ws = randn(2, 20, 95, dtype=dtype), randn(70, 95, dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [xs, ws], target=tma_on_cpu)
+    torch.testing.assert_close(out, (xs.float() @ ws.float().t()).to(dtype), **tol(dtype))
+    assert re.search(r"_pad\d\(x\)", gen.source) and re.search(r"_pad\d\(w\)", gen.source)
+    g = Graph("a_t")
+    a = g.add_input("a", (37, 45), dtype)
+    b = g.add_input("b", (37, 64), dtype)
+    g.set_outputs([g.add("matmul", g.add("permute", a, dims=(1, 0)), b)])
+    xs, ys = randn(37, 45, dtype=dtype), randn(37, 64, dtype=dtype)
+    (out,), gen, _ = run_gemm(g, [xs, ys], target=tma_on_cpu)
+    torch.testing.assert_close(out, (xs.float().t() @ ys.float()).to(dtype), **tol(dtype))
+    assert "shape=[K, M], strides=[48, 1]" in gen.source and re.search(r"_pad\d\(a\)", gen.source)
+
+
 def test_padding_needs_reuse(monkeypatch):
     """Below PAD_MIN_REUSE the per-call copy would cost more than it saves: the pointer form."""
     g = _mm_graph(64, 95, 64, torch.bfloat16)
