@@ -261,7 +261,8 @@ def _write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
         low.store(out, spec.out_idx, ("rm", "rn"), "mask_m[:, None] & mask_n[None, :]")
 
 
-def _pad_functions(name: str, spec: GemmForm, tma) -> dict[int, tuple[tuple[int, int], str]]:
+def _pad_functions(name: str, spec: GemmForm,
+                   tma: tuple[TmaOperand, list[TmaOperand]] | None) -> dict[int, tuple[tuple[int, int], str]]:
     """leaf -> ((L, P), the call()-side function copying it into rows padded from L to P)."""
     if not tma:
         return {}
