@@ -64,7 +64,7 @@ import math
 
 import torch
 
-from minicomp.codegen import attention_hopper
+from minicomp.codegen import attention_decode, attention_hopper
 from minicomp.codegen import indexing as ix
 from minicomp.codegen.attention_body import Writer
 from minicomp.codegen.builder import CodeBuilder
@@ -183,6 +183,9 @@ def long_from(spec: Spec, cfgs: list) -> tuple[int, dict[str, int]] | None:
 
 def emit(ctx: KernelCtx) -> Kernel:
     spec = Spec(ctx)
+    decode_reason = attention_decode.why_not(spec)
+    if decode_reason is None:
+        return attention_decode.emit(ctx, spec)
     hopper_reason = attention_hopper.why_not(ctx, spec)
     if hopper_reason is None:
         kernel, hopper_reason = attention_hopper.emit(ctx, spec)

@@ -40,7 +40,7 @@ import torch
 from minicomp.codegen import attention, fallback, gemm, index_check, pointwise, reduction, sizes, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
-from minicomp.codegen.launch import launch_lines, warm_entries
+from minicomp.codegen.launch import launch_lines, scratch_lines, warm_entries
 from minicomp.codegen.lowering import ident, user_label
 from minicomp.codegen.names import comment_text
 from minicomp.codegen.script import DIGEST_CHARS, script_block
@@ -260,6 +260,7 @@ class ModuleWriter:
                         f"dtype={n.dtype}, device=device)")
         # index tensors the kernel reads through, checked first: eager's error for a bad index
         b.writelines(index_check.lines(ctx) if kernel.launches else [])
+        b.writelines(scratch_lines(kernel.launches))
         cuda = self.device_type == "cuda"
         if not kernel.launches:
             b.writeline(f"# {kernel.name}: {kernel.note or 'nothing to launch'}")

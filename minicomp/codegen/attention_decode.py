@@ -1,0 +1,166 @@
+"""Decode attention: few queries against a long KV cache, split over the keys (flash-decoding).
+
+The prefill kernel (attention.py) runs one program per (query block, batch x head): with one
+query per head its 64-row tile holds one real row, and each query head of a grouped-KV model
+reads its KV head's cache again. Here, one program per (KV chunk, batch x KV head) holds every
+query of every query head of its group as the rows of one tile (R = G x Sq rows, G query heads
+per KV head, row r = head r // Sq, query r % Sq; padded to 16 for `tl.dot`), so K and V are
+read from memory once per group, and the key axis is split into NCH chunks so that enough
+programs stream the cache at once. Two launches:
+
+1. `<name>`: each program streams its chunk's keys in BLOCK_N blocks with the online softmax of
+   attention_body.py (same score units: base 2 without a mask tensor, natural units with one,
+   for the reason its docstring gives) and writes the chunk's partial (row max m, row sum l,
+   unnormalised accumulator acc) to fp32 scratch;
+2. `<name>_combine`: one program per batch x KV head rescales the chunks' partials to their
+   common max (M = max_c m_c; out = sum_c 2^(m_c - M) acc_c / sum_c 2^(m_c - M) l_c), applies
+   the fused epilogue and stores.
+
+Invariants and decisions:
+- the chunk count NCH is fixed when the kernel is written (the grid and the scratch sizes are
+  numbers): about two programs per SM on CUDA (`PROGRAMS`), never chunks shorter than
+  `MIN_CHUNK` keys of a concrete length; over a symbolic key length (the growing cache of a
+  decode loop) the kernel computes each chunk's bounds from SK at run time, so a short cache
+  leaves some chunks empty (m = -inf, l = 0: they weigh 0 in the combine);
+- a chunk with no visible key for a row keeps m = -inf (`m_safe` keeps 2^(-inf - -inf) out);
+  rows with no visible key at all give 0 or NaN as `empty_rows` says, as the prefill kernel;
+- causal masking is PyTorch's `is_causal` (top-left: key j visible to query i iff j <= i, even
+  when Sq < Sk), so with causal only the keys below Sq are visited;
+- the mask tensor (bool keeps True, float added) is loaded per block through its strides,
+  broadcast over batch, heads and queries, indexed by each row's (head, query);
+- taken (`why_not` is None) for a concrete Sq <= `MAX_QUERIES`, at most `MAX_ROWS` rows per
+  group, and a key length >= `MIN_KEYS` or symbolic; anything else (softcap, a window,
+  symbolic batch or head dims) is the prefill kernel's.
+
+Index symbols: `qg`/`qi` (each row's query head in the group and its query, [R, 1]), `qd`
+(query tile columns), `kd`/`kn` (K tile, transposed), `vn`/`vd` (V tile), `rn` (score tile
+columns), `od` (output columns), `z0`, ... (leading batch dims) and `zk` (the KV head).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from minicomp.codegen.attention_decode_body import PartialWriter, combine_body
+from minicomp.codegen.builder import CodeBuilder
+from minicomp.codegen.common import Buf, Grid, Kernel, KernelCtx, Launch, Scratch, kernel_name
+from minicomp.codegen.gemm_form import needs_int64
+from minicomp.codegen.sizes import bucket, size_args, size_params
+from minicomp.ir import dims
+
+MAX_QUERIES = 16      # query lengths that count as decoding (a prefill of 17+ rows has rows to fill a tile)
+MAX_ROWS = 128        # G x Sq rows in one tile
+MIN_KEYS = 128        # shorter caches: the prefill kernel's one launch beats two
+PROGRAMS = 2 * 132    # programs to fill the H200 (132 SMs), two per SM
+MIN_CHUNK = 256       # keys per chunk at least (a concrete length): each program amortises its setup
+CPU_CHUNKS = 3        # under the interpreter: a few chunks (the combine is exercised), no more work
+
+
+def why_not(spec) -> str | None:
+    """None when the decode kernel computes this attention; else why the prefill kernel does."""
+    if dims.any_symbolic((spec.sq, spec.d, spec.dv)) or dims.any_symbolic(tuple(spec.batch)):
+        return "symbolic query length, head dim or batch"
+    if spec.sq > MAX_QUERIES:
+        return f"{spec.sq} queries (decode: at most {MAX_QUERIES})"
+    if not spec.batch:
+        return "no head axis"
+    if not dims.is_symbolic(spec.sk) and spec.sk < max(MIN_KEYS, spec.sq + 1):
+        return f"{spec.sk} keys (decode: at least {MIN_KEYS})"
+    if spec.softcap or spec.window:
+        return "soft-capping or a sliding window"
+    if spec.groups * spec.sq > MAX_ROWS:
+        return f"{spec.groups} x {spec.sq} rows per KV head (at most {MAX_ROWS})"
+    if math.prod(spec.batch) // spec.groups > 65535:
+        return "more than 65535 batch x KV heads"
+    return None
+
+
+def chunks(spec, kv_programs: int, cuda: bool) -> int:
+    """NCH: how many chunks the key axis is split into."""
+    if not cuda:
+        return CPU_CHUNKS if dims.is_symbolic(spec.sk) else max(1, min(CPU_CHUNKS, -(-spec.sk // 64)))
+    want = max(1, -(-PROGRAMS // kv_programs))
+    if dims.is_symbolic(spec.sk):
+        return want
+    return max(1, min(want, spec.sk // MIN_CHUNK))
+
+
+def configs(spec, cuda: bool) -> list[tuple[int, int, int]]:
+    """(BLOCK_N, num_stages, num_warps) to try: the kernel is memory-bound, K and V blocks in flight."""
+    if not cuda:
+        return [(32, 1, 4)]
+    if max(spec.d, spec.dv) > 128:
+        return [(32, 3, 4), (64, 2, 4)]
+    return [(64, 3, 4), (128, 3, 4)]
+
+
+def emit(ctx: KernelCtx, spec) -> Kernel:
+    name = kernel_name(ctx, "attn_decode")
+    g = ctx.graph
+    cuda = ctx.device_type == "cuda"
+    kv_batch = tuple(spec.batch[:-1]) + (spec.batch[-1] // spec.groups,)
+    nkv = math.prod(kv_batch)
+    rows = spec.groups * spec.sq
+    nch = chunks(spec, nkv, cuda)
+    cfgs = configs(spec, cuda)
+    wide = needs_int64(ctx)
+
+    part_body = CodeBuilder()
+    part = PartialWriter(ctx, spec, kv_batch, nch, part_body)
+    part.write(wide)
+    comb_body = CodeBuilder()
+    comb_low = combine_body(ctx, spec, part, comb_body, wide)
+
+    acc_buf = Scratch(f"{name}_acc", nkv * nch * rows * spec.dv, torch.float32)
+    ml_buf = Scratch(f"{name}_ml", nkv * nch * rows * 2, torch.float32)
+    touched = list(ctx.group.nodes) + list(ctx.group.inputs)
+    sk_sym = dims.is_symbolic(spec.sk)
+    sk_param = "SK" if sk_sym else "SK: tl.constexpr"
+    tuned = cuda and len(cfgs) > 1
+    buckets = (("sk_bucket", bucket(spec.sk)),) if tuned and sk_sym else ()
+
+    src = CodeBuilder()
+    what = ("causal " if spec.causal else "") + ("masked " if spec.mask is not None else "")
+    head = (f"# {what}decode attention: softmax(q @ k^T * {spec.scale:.6g}) @ v, {nkv} batch x KV head(s) of "
+            f"{spec.groups} query head(s) x {spec.sq} quer{'y' if spec.sq == 1 else 'ies'} each, Sk={spec.sk}, "
+            f"D={spec.d}, Dv={spec.dv}, {nch} KV chunk(s)")
+    if tuned:
+        with src.block(f"{name}_configs = ["):
+            for bn, stages, warps in cfgs:
+                src.writeline(f"triton.Config({{\"BLOCK_N\": {bn}}}, num_stages={stages}, num_warps={warps}),")
+        src.writeline("]")
+        src.writeline("")
+        src.writeline("")
+        src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"{'sk_bucket' if sk_sym else 'SK'}\"], "
+                      "do_bench=_tune_bench)")
+    src.writeline("@triton.jit")
+    p_ptrs = list(part.low.pointers.values())
+    sizes = size_params(g, touched)
+    params = ([p.name for p in p_ptrs] + ["ACC", "ML"] + sizes + [sk_param] + [b for b, _ in buckets]
+              + ["BLOCK_N: tl.constexpr"])
+    with src.block(f"def {name}({', '.join(params)}):"):
+        src.writeline(head)
+        src.writeline("# pass 1 of 2: each program writes its chunk's (max, sum, accumulator) to scratch")
+        src.splice(part_body.getvalue())
+    src.writeline("")
+    src.writeline("")
+    src.writeline("@triton.jit")
+    c_ptrs = list(comb_low.pointers.values())
+    with src.block(f"def {name}_combine({', '.join([p.name for p in c_ptrs] + ['ACC', 'ML'] + sizes)}):"):
+        src.writeline(f"# pass 2 of 2: merge the {nch} chunk(s) of each row (log-sum-exp rescale), epilogue, store")
+        src.splice(comb_body.getvalue())
+
+    sz_args = size_args(g, touched)
+    sk_arg = (("SK", spec.sk),)
+    first_kwargs = sk_arg + buckets
+    if not tuned:
+        bn, stages, warps = cfgs[0]
+        first_kwargs += (("BLOCK_N", bn),) + ((("num_stages", stages), ("num_warps", warps)) if cuda else ())
+    first = Launch(Grid.of(nch, nkv), tuple(Buf(p.nid) for p in p_ptrs) + (acc_buf, ml_buf) + sz_args,
+                   first_kwargs)
+    second = Launch(Grid.of(nkv), tuple(Buf(p.nid) for p in c_ptrs) + (acc_buf, ml_buf) + sz_args,
+                    (("num_warps", 4),) if cuda else (), fn=f"{name}_combine")
+    return Kernel(name, src.getvalue(), [first, second])
+
