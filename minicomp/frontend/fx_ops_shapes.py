@@ -16,7 +16,7 @@ import torch
 
 from minicomp.frontend.fx_table import Ctx, Handler, T, Unmapped, lowers
 from minicomp.frontend.fx_symbolic import shape_of
-from minicomp.ir import composites
+from minicomp.ir import composites, dims
 
 # --------------------------------------------------------------------------- composites
 
@@ -134,6 +134,9 @@ def _slice(cx: Ctx, x: int, dim: int, start, end, step: int) -> int:
     shape = cx.graph.node(x).shape
     dim %= len(shape)
     size = shape[dim]
+    if dims.is_symbolic(size) and step == 1 and start in (None, 0) and (end is None or end is size
+                                                                      or (isinstance(end, int) and end >= 2 ** 62)):
+        return x   # the whole of a symbolic dim (`x[:, :, None]` traces as such a slice): nothing to bound
     start, end, _ = slice(start, end, step).indices(size)
     end = max(end, start)  # an empty slice stays empty
     if (start, end, step) == (0, size, 1):
