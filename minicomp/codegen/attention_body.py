@@ -45,13 +45,35 @@ from minicomp.codegen.tlexpr import Val, convert, py_literal, round_to, storage_
 LOCALS = ("q", "k", "v", "o", "qk", "s", "p", "acc", "m_i", "l_i", "m_new", "m_safe", "alpha", "qk_scale",
           "pid_m", "pid_bh", "start_n", "lo", "lo_full", "mid", "hi", "hi_full", "offs_m", "offs_n", "offs_nn",
           "offs_d", "offs_dv", "mask_m", "qm", "qd", "kd", "kn", "vn", "vd", "rm", "rn", "od", "k_rows", "v_cols",
-          "SQ", "SK", "BLOCK_M", "BLOCK_N", "min", "max", "range", "float", "num_pid_m")
+          "SQ", "SK", "BLOCK_M", "BLOCK_N", "min", "max", "range", "float", "num_pid_m") + tuple(
+    f"{v}{i}" for v in ("q", "k", "v", "acc", "o", "k_rows", "v_cols") for i in range(4))
+
+
+def head_pieces(d: int) -> list[tuple[int, int]]:
+    """(offset, size) pieces a head dim is computed in: one power-of-two tile, padded with masks,
+    or, for a multiple of 16 that is no power of two (80, 96, 160, 192...), its binary
+    decomposition (96 = 64 + 32), so no dot multiplies padding (96 padded to 128 wastes a
+    quarter of the QK^T work and of the accumulator's registers); a piece is at least 16 wide,
+    tl.dot's least. At most 4 pieces (any multiple of 16 up to 256 has at most 4 set bits)."""
+    if d < 16 or d % 16 or d & (d - 1) == 0:
+        return [(0, max(16, next_pow2(d)))]
+    pieces, off = [], 0
+    for bit in reversed(range(d.bit_length())):
+        if d & (1 << bit):
+            pieces.append((off, 1 << bit))
+            off += 1 << bit
+    return pieces if len(pieces) <= 4 else [(0, next_pow2(d))]
 
 
 class Writer:
     def __init__(self, ctx: KernelCtx, spec, body: CodeBuilder):
         self.ctx, self.spec, self.body = ctx, spec, body
         self.block_d, self.block_dv = max(16, next_pow2(spec.d)), max(16, next_pow2(spec.dv))
+        self.d_parts, self.dv_parts = head_pieces(spec.d), head_pieces(spec.dv)
+        if len(self.d_parts) > 1:
+            self.block_d = spec.d
+        if len(self.dv_parts) > 1:
+            self.block_dv = spec.dv
         self.d_mask = "kd < {}".format(spec.d) if self.block_d != spec.d else None
         self.dv_mask = "vd < {}".format(spec.dv) if self.block_dv != spec.dv else None
         # bounds masks of the tile symbols, each parenthesised: the lowering joins them with `&`,
@@ -96,23 +118,27 @@ class Writer:
                 b.writeline(f"z{i} = ({text}){w}")
         b.writeline(f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){w}")
         b.writeline(f"offs_n = tl.arange(0, BLOCK_N){w}")
-        b.writeline(f"offs_d = tl.arange(0, {self.block_d}){w}")
-        b.writeline(f"offs_dv = tl.arange(0, {self.block_dv}){w}")
-        b.writeline("mask_m = offs_m < SQ")
-        for line in ("qm = offs_m[:, None]", "rm = offs_m[:, None]", "qd = offs_d[None, :]", "kd = offs_d[:, None]",
-                     "vd = offs_dv[None, :]", "od = offs_dv[None, :]"):
-            b.writeline(line)
-        q_mask = "mask_m[:, None]" + (f" & (qd < {s.d})" if self.d_mask else "")
-        b.writeline(f"q = tl.load({low.pointer(s.q.leaf)} + {low.offset_text(s.q.offset, ('qm', 'qd'))}, "
-                    f"mask={q_mask}, other=0.0)")
-        self._cast("q", s.q)
         k_out, self.k_in = split_offset(s.k.offset, {"kn"})
         v_out, self.v_in = split_offset(s.v.offset, {"vn"})
-        b.writeline(f"k_rows = {low.pointer(s.k.leaf)} + {low.offset_text(k_out, ('kd',))}")
-        b.writeline(f"v_cols = {low.pointer(s.v.leaf)} + {low.offset_text(v_out, ('vd',))}")
+        if len(self.d_parts) == 1 and len(self.dv_parts) == 1:
+            b.writeline(f"offs_d = tl.arange(0, {self.block_d}){w}")
+            b.writeline(f"offs_dv = tl.arange(0, {self.block_dv}){w}")
+            b.writeline("mask_m = offs_m < SQ")
+            for line in ("qm = offs_m[:, None]", "rm = offs_m[:, None]", "qd = offs_d[None, :]", "kd = offs_d[:, None]",
+                         "vd = offs_dv[None, :]", "od = offs_dv[None, :]"):
+                b.writeline(line)
+            q_mask = "mask_m[:, None]" + (f" & (qd < {s.d})" if self.d_mask else "")
+            b.writeline(f"q = tl.load({low.pointer(s.q.leaf)} + {low.offset_text(s.q.offset, ('qm', 'qd'))}, "
+                        f"mask={q_mask}, other=0.0)")
+            self._cast("q", s.q)
+            b.writeline(f"k_rows = {low.pointer(s.k.leaf)} + {low.offset_text(k_out, ('kd',))}")
+            b.writeline(f"v_cols = {low.pointer(s.v.leaf)} + {low.offset_text(v_out, ('vd',))}")
+        else:
+            self._pieces(w, k_out, v_out)
         b.writeline("m_i = tl.full([BLOCK_M], float(\"-inf\"), tl.float32)")
         b.writeline("l_i = tl.zeros([BLOCK_M], dtype=tl.float32)")
-        b.writeline(f"acc = tl.zeros([BLOCK_M, {self.block_dv}], dtype=tl.float32)")
+        for var, (_, size) in zip(self._names("acc", self.dv_parts), self.dv_parts):
+            b.writeline(f"{var} = tl.zeros([BLOCK_M, {size}], dtype=tl.float32)")
         if self.natural:
             b.writeline(f"qk_scale = {s.scale!r}  # scores in natural units (a mask is added): exp2((t - m) * log2(e))")
         else:
@@ -122,11 +148,48 @@ class Writer:
             b.writeline("l_i = tl.where(l_i == 0.0, 1.0, l_i)  # no visible key: output 0, as SDPA")
         elif self.safe:
             b.writeline("# no visible key: 0 / 0 = NaN, as a softmax over -inf scores gives")
-        b.writeline("o = acc / l_i[:, None]")
-        low.leaves[s.node.id] = (s.out_idx, Val("o", s.node.dtype, frozenset({"rm", "od"})))
         store_mask = "mask_m[:, None]" + (f" & (od < {s.dv})" if self.dv_mask else "")
-        for out in self.ctx.group.outputs:
-            low.store(out, s.out_idx, ("rm", "od"), store_mask)
+        if len(self.dv_parts) == 1:
+            b.writeline("o = acc / l_i[:, None]")
+            low.leaves[s.node.id] = (s.out_idx, Val("o", s.node.dtype, frozenset({"rm", "od"})))
+            for out in self.ctx.group.outputs:
+                low.store(out, s.out_idx, ("rm", "od"), store_mask)
+            return
+        # a split head dim: the epilogue and the stores run once per piece of the output columns
+        for i, (off, size) in enumerate(self.dv_parts):
+            with low.scope():
+                b.writeline(f"od = {_cols(off, size)}[None, :]{w}")
+                b.writeline(f"o{i} = acc{i} / l_i[:, None]")
+                low.leaves[s.node.id] = (s.out_idx, Val(f"o{i}", s.node.dtype, frozenset({"rm", "od"})))
+                for out in self.ctx.group.outputs:
+                    low.store(out, s.out_idx, ("rm", "od"), store_mask)
+
+    @staticmethod
+    def _names(var: str, parts: list) -> list[str]:
+        return [var] if len(parts) == 1 else [f"{var}{i}" for i in range(len(parts))]
+
+    def _pieces(self, w: str, k_out: ix.Expr, v_out: ix.Expr) -> None:
+        """The prologue of a split head dim (`head_pieces`): a q tile and K/V row pointers per piece."""
+        b, s, low = self.body, self.spec, self.low
+        b.writeline("mask_m = offs_m < SQ")
+        b.writeline("qm = offs_m[:, None]")
+        b.writeline("rm = offs_m[:, None]")
+        for i, (off, size) in enumerate(self.d_parts):
+            var = self._names("q", self.d_parts)[i]
+            b.writeline(f"qd = {_cols(off, size)}[None, :]{w}")
+            q_mask = "mask_m[:, None]" + (f" & (qd < {s.d})" if self.d_mask else "")
+            b.writeline(f"{var} = tl.load({low.pointer(s.q.leaf)} + {low.offset_text(s.q.offset, ('qm', 'qd'))}, "
+                        f"mask={q_mask}, other=0.0)")
+            self._cast(var, s.q)
+            b.writeline(f"kd = {_cols(off, size)}[:, None]{w}")
+            b.writeline(f"{self._names('k_rows', self.d_parts)[i]} = {low.pointer(s.k.leaf)} + "
+                        f"{low.offset_text(k_out, ('kd',))}")
+        for i, (off, size) in enumerate(self.dv_parts):
+            b.writeline(f"vd = {_cols(off, size)}[None, :]{w}")
+            b.writeline(f"{self._names('v_cols', self.dv_parts)[i]} = {low.pointer(s.v.leaf)} + "
+                        f"{low.offset_text(v_out, ('vd',))}")
+        if len(self.dv_parts) == 1:
+            b.writeline("od = vd")
 
     def _loops(self) -> None:
         b, s = self.body, self.spec
@@ -199,9 +262,12 @@ class Writer:
             b.writeline("rn = offs_nn[None, :]")
             k_mask = [m for m in (self.d_mask, "kn < SK" if masked else None) if m]
             v_mask = [m for m in (self.dv_mask, "vn < SK" if masked else None) if m]
-            b.writeline(self._load("k", "k_rows", self.k_in, ("kn",), k_mask))
-            self._cast("k", s.k)
-            b.writeline(f"qk = tl.dot(q, k{self.precision})")
+            qs, ks, rows = (self._names(v, self.d_parts) for v in ("q", "k", "k_rows"))
+            for i, (kvar, base) in enumerate(zip(ks, rows)):
+                b.writeline(self._load(kvar, base, self.k_in, ("kn",), k_mask))
+                self._cast(kvar, s.k)
+                acc = ", qk" if i else ""    # a split head dim: the pieces' products summed in the dot
+                b.writeline(f"qk = tl.dot({qs[i]}, {kvar}{acc}{self.precision})")
             if not masked and s.mask is None and not s.softcap and s.scale > 0:
                 # the row max of the raw scores, scaled once: max commutes with a positive scale,
                 # and qk * qk_scale - m becomes one FMA per score instead of a multiply and a subtract
@@ -234,10 +300,15 @@ class Writer:
         else:
             b.writeline(f"alpha = tl.exp2(m_i - {m})")
         b.writeline("l_i = l_i * alpha + tl.sum(p, 1)")
-        b.writeline("acc = acc * alpha[:, None]")
-        b.writeline(self._load("v", "v_cols", self.v_in, ("vn",), v_mask))
-        self._cast("v", s.v)
-        b.writeline(f"acc = tl.dot(p.to({self.p_dtype}), v, acc{self.precision})")
+        names = zip(*(self._names(v, self.dv_parts) for v in ("acc", "v", "v_cols")))
+        if len(self.dv_parts) > 1:
+            b.writeline(f"p = p.to({self.p_dtype})")
+        for acc, var, base in names:
+            b.writeline(f"{acc} = {acc} * alpha[:, None]")
+            b.writeline(self._load(var, base, self.v_in, ("vn",), v_mask))
+            self._cast(var, s.v)
+            p = "p" if len(self.dv_parts) > 1 else f"p.to({self.p_dtype})"
+            b.writeline(f"{acc} = tl.dot({p}, {var}, {acc}{self.precision})")
         b.writeline("m_i = m_new")
 
     def _load(self, var: str, base: str, inner: ix.Expr, need: tuple[str, ...], masks: list[str]) -> str:
@@ -245,3 +316,8 @@ class Writer:
         if masks:
             return f"{var} = tl.load({ptrs}, mask={' & '.join(f'({m})' for m in masks)}, other=0.0)"
         return f"{var} = tl.load({ptrs})"
+
+
+def _cols(off: int, size: int) -> str:
+    """The column range [off, off + size) of one head-dim piece."""
+    return f"tl.arange(0, {size})" if off == 0 else f"({off} + tl.arange(0, {size}))"
