@@ -163,7 +163,8 @@ def test_cuda_source_of_the_benchmark_shape(sizes):
     graph, plan = plan_only(graph)
     gen = generate(graph, plan, Target.for_device("cpu", verify_target="off").for_check(90))
     assert gen.fallbacks == {} and gen.kernel_names == ["mc_attn_decode_gqa_attention_0"]
-    assert "_launch(mc_attn_decode_gqa_attention_0, (5, 64), q, k, v," in gen.source
+    assert f"_launch(mc_attn_decode_gqa_attention_0, ({33 if sizes is None else 16}, 64), q, k, v," in gen.source
     assert "_launch(mc_attn_decode_gqa_attention_0_combine, (64,), " in gen.source
-    assert "5 KV chunk(s)" in gen.source           # ceil(264 / 64) chunks of 4096 / 5 keys
+    # 4096 keys: 16 chunks of 256 (MIN_CHUNK); over a symbol: 8 waves of 2 x 132 programs, 33 per KV program
+    assert ("33 KV chunk(s)" if sizes is None else "16 KV chunk(s)") in gen.source
     assert ("key=[\"sk_bucket\"]" in gen.source) == (sizes is None)

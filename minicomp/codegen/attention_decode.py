@@ -18,10 +18,13 @@ programs stream the cache at once. Two launches:
 
 Invariants and decisions:
 - the chunk count NCH is fixed when the kernel is written (the grid and the scratch sizes are
-  numbers): about two programs per SM on CUDA (`PROGRAMS`), never chunks shorter than
-  `MIN_CHUNK` keys of a concrete length; over a symbolic key length (the growing cache of a
-  decode loop) the kernel computes each chunk's bounds from SK at run time, so a short cache
-  leaves some chunks empty (m = -inf, l = 0: they weigh 0 in the combine);
+  numbers, `chunks`): on CUDA at least two programs per SM (`PROGRAMS`) and up to `WAVES` times
+  that for a long cache (the last wave's tail is then a small part of the time), never chunks
+  shorter than `MIN_CHUNK` keys of a concrete length; over a symbolic key length (the growing
+  cache of a decode loop) the kernel computes each chunk's bounds from SK at run time, so a
+  short cache leaves some chunks empty (m = -inf, l = 0: they weigh 0 in the combine);
+- one scratch buffer holds every partial (the accumulators, then the (max, sum) pairs): one
+  allocation per call;
 - a chunk with no visible key for a row keeps m = -inf (`m_safe` keeps 2^(-inf - -inf) out);
   rows with no visible key at all give 0 or NaN as `empty_rows` says, as the prefill kernel;
 - causal masking is PyTorch's `is_causal` (top-left: key j visible to query i iff j <= i, even
@@ -54,8 +57,10 @@ MAX_QUERIES = 16      # query lengths that count as decoding (a prefill of 17+ r
 MAX_ROWS = 128        # G x Sq rows in one tile
 MIN_KEYS = 128        # shorter caches: the prefill kernel's one launch beats two
 PROGRAMS = 2 * 132    # programs to fill the H200 (132 SMs), two per SM
+WAVES = 8             # ... this many times over where the cache is long enough: the last wave's tail is short
 MIN_CHUNK = 256       # keys per chunk at least (a concrete length): each program amortises its setup
-CPU_CHUNKS = 3        # under the interpreter: a few chunks (the combine is exercised), no more work
+ALIGN = 128           # chunks are a multiple of this many keys: of every config's BLOCK_N
+CPU_CHUNKS, CPU_ALIGN = 3, 32   # under the interpreter: a few chunks (the combine is exercised), no more work
 
 
 def why_not(spec) -> str | None:
@@ -77,14 +82,22 @@ def why_not(spec) -> str | None:
     return None
 
 
-def chunks(spec, kv_programs: int, cuda: bool) -> int:
-    """NCH: how many chunks the key axis is split into."""
+def chunks(spec, kv_programs: int, cuda: bool) -> tuple[int, int | None, int]:
+    """(NCH, the chunk length or None, the alignment): how the key axis is split. A concrete
+    length gets chunks of a fixed length (a multiple of the alignment, the last one ragged) and
+    as many as cover it; a symbolic one a fixed count, whose length the kernel computes from SK
+    (`None`): WAVES x PROGRAMS programs in all, so a long cache fills the GPU and a short one
+    leaves chunks empty."""
+    align = ALIGN if cuda else CPU_ALIGN
     if not cuda:
-        return CPU_CHUNKS if dims.is_symbolic(spec.sk) else max(1, min(CPU_CHUNKS, -(-spec.sk // 64)))
-    want = max(1, -(-PROGRAMS // kv_programs))
+        want = CPU_CHUNKS
+    else:
+        want = max(1, -(-PROGRAMS * WAVES // kv_programs))
     if dims.is_symbolic(spec.sk):
-        return want
-    return max(1, min(want, spec.sk // MIN_CHUNK))
+        return want, None, align
+    nch = max(1, min(want, spec.sk // MIN_CHUNK)) if cuda else want
+    chunk = -(-(-(-spec.sk // nch)) // align) * align
+    return -(-spec.sk // chunk), chunk, align
 
 
 def configs(spec, cuda: bool) -> list[tuple[int, int, int]]:
@@ -103,18 +116,18 @@ def emit(ctx: KernelCtx, spec) -> Kernel:
     kv_batch = tuple(spec.batch[:-1]) + (spec.batch[-1] // spec.groups,)
     nkv = math.prod(kv_batch)
     rows = spec.groups * spec.sq
-    nch = chunks(spec, nkv, cuda)
+    nch, chunk, align = chunks(spec, nkv, cuda)
     cfgs = configs(spec, cuda)
+    assert all(align % bn == 0 for bn, _, _ in cfgs)
     wide = needs_int64(ctx)
 
     part_body = CodeBuilder()
-    part = PartialWriter(ctx, spec, kv_batch, nch, part_body)
+    part = PartialWriter(ctx, spec, kv_batch, (nch, chunk, align), part_body)
     part.write(wide)
     comb_body = CodeBuilder()
     comb_low = combine_body(ctx, spec, part, comb_body, wide)
 
-    acc_buf = Scratch(f"{name}_acc", nkv * nch * rows * spec.dv, torch.float32)
-    ml_buf = Scratch(f"{name}_ml", nkv * nch * rows * 2, torch.float32)
+    scratch = Scratch(f"{name}_part", nkv * nch * rows * (spec.dv + 2), torch.float32)   # part.ml_offset
     touched = list(ctx.group.nodes) + list(ctx.group.inputs)
     sk_sym = dims.is_symbolic(spec.sk)
     sk_param = "SK" if sk_sym else "SK: tl.constexpr"
@@ -138,7 +151,7 @@ def emit(ctx: KernelCtx, spec) -> Kernel:
     src.writeline("@triton.jit")
     p_ptrs = list(part.low.pointers.values())
     sizes = size_params(g, touched)
-    params = ([p.name for p in p_ptrs] + ["ACC", "ML"] + sizes + [sk_param] + [b for b, _ in buckets]
+    params = ([p.name for p in p_ptrs] + ["ACC"] + sizes + [sk_param] + [b for b, _ in buckets]
               + ["BLOCK_N: tl.constexpr"])
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writeline(head)
@@ -148,7 +161,7 @@ def emit(ctx: KernelCtx, spec) -> Kernel:
     src.writeline("")
     src.writeline("@triton.jit")
     c_ptrs = list(comb_low.pointers.values())
-    with src.block(f"def {name}_combine({', '.join([p.name for p in c_ptrs] + ['ACC', 'ML'] + sizes)}):"):
+    with src.block(f"def {name}_combine({', '.join([p.name for p in c_ptrs] + ['ACC'] + sizes)}):"):
         src.writeline(f"# pass 2 of 2: merge the {nch} chunk(s) of each row (log-sum-exp rescale), epilogue, store")
         src.splice(comb_body.getvalue())
 
@@ -158,9 +171,8 @@ def emit(ctx: KernelCtx, spec) -> Kernel:
     if not tuned:
         bn, stages, warps = cfgs[0]
         first_kwargs += (("BLOCK_N", bn),) + ((("num_stages", stages), ("num_warps", warps)) if cuda else ())
-    first = Launch(Grid.of(nch, nkv), tuple(Buf(p.nid) for p in p_ptrs) + (acc_buf, ml_buf) + sz_args,
-                   first_kwargs)
-    second = Launch(Grid.of(nkv), tuple(Buf(p.nid) for p in c_ptrs) + (acc_buf, ml_buf) + sz_args,
+    first = Launch(Grid.of(nch, nkv), tuple(Buf(p.nid) for p in p_ptrs) + (scratch,) + sz_args, first_kwargs)
+    second = Launch(Grid.of(nkv), tuple(Buf(p.nid) for p in c_ptrs) + (scratch,) + sz_args,
                     (("num_warps", 4),) if cuda else (), fn=f"{name}_combine")
     return Kernel(name, src.getvalue(), [first, second])
 

@@ -5,10 +5,10 @@ blocks, partials to scratch), `combine_body` pass 2 (merge the chunks, epilogue,
 score units and the empty-row rules are attention_body.py's; its docstring says why a kernel
 with a mask tensor keeps natural units (a `finfo.min` mask times log2(e) overflows to -inf).
 
-Scratch layout (fp32, written whole by pass 1 for the rows that exist, read by pass 2):
-`ACC[((kv * NCH + c) * R + r) * Dv + d]` the unnormalised accumulator, `ML[... * 2]` the row
-max m (the kernel's score units) and `ML[... * 2 + 1]` the row sum l, for KV program kv, chunk
-c, row r. A chunk a row sees no key of keeps m = -inf and l = 0.
+Scratch layout (one fp32 buffer, written whole by pass 1 for the rows that exist, read by pass
+2): `ACC[((kv * NCH + c) * R + r) * Dv + d]` the unnormalised accumulator, then, from
+`ML = ACC + (KV programs x NCH x R x Dv)`, `ML[((kv * NCH + c) * R + r) * 2]` the row max m (the
+kernel's score units) and `ML[... * 2 + 1]` the row sum l, for KV program kv, chunk c, row r. A chunk a row sees no key of keeps m = -inf and l = 0.
 """
 
 from __future__ import annotations
@@ -34,11 +34,15 @@ LOCALS = ("q", "k", "v", "o", "qk", "s", "p", "acc", "m_i", "l_i", "m_new", "m_s
 class PartialWriter:
     """Pass 1, and the index forms pass 2 shares (rows, output index, block sizes)."""
 
-    def __init__(self, ctx: KernelCtx, spec, kv_batch: tuple[int, ...], nch: int, body: CodeBuilder):
-        self.ctx, self.spec, self.kv_batch, self.nch = ctx, spec, kv_batch, nch
+    def __init__(self, ctx: KernelCtx, spec, kv_batch: tuple[int, ...], split: tuple[int, int | None, int],
+                 body: CodeBuilder):
+        """`split`: (NCH, the chunk length or None: computed from SK, the chunks' alignment)."""
+        self.ctx, self.spec, self.kv_batch = ctx, spec, kv_batch
+        self.nch, self.chunk, self.align = split
         g = ctx.graph
         form = group_spec(ctx, AttentionSpec)
         self.rows = spec.groups * spec.sq
+        self.ml_offset = math.prod(kv_batch) * self.nch * self.rows * spec.dv   # ML = ACC + this
         self.block_r = max(16, next_pow2(self.rows))
         self.block_d, self.block_dv = max(16, next_pow2(spec.d)), max(16, next_pow2(spec.dv))
         lead = [ix.sym(f"z{i}", b) for i, b in enumerate(kv_batch[:-1])]
@@ -115,8 +119,13 @@ class PartialWriter:
             b.writeline(f"qk_scale = {s.scale!r}  # scores in natural units (a mask is added): exp2((t - m) * log2(e))")
         else:
             b.writeline(f"qk_scale = {s.scale * LOG2E!r}  # scale * log2(e): softmax in base 2")
+        b.writeline(f"ML = ACC + {self.ml_offset}  # the (max, sum) pairs follow the accumulators")
         b.writeline(f"# this program's chunk of the keys: [lo, hi), a multiple of BLOCK_N long ({self.nch} chunks)")
-        b.writeline(f"chunk = ((SK + {self.nch - 1}) // {self.nch} + BLOCK_N - 1) // BLOCK_N * BLOCK_N")
+        if self.chunk is not None:
+            b.writeline(f"chunk = {self.chunk}")
+        else:
+            n, a = self.nch, self.align
+            b.writeline(f"chunk = ((SK + {n - 1}) // {n} + {a - 1}) // {a} * {a}")
         b.writeline("lo = pid_c * chunk")
         hi = "min(SK, lo + chunk)"
         if s.causal:
@@ -213,6 +222,7 @@ def combine_body(ctx: KernelCtx, spec, part: PartialWriter, b: CodeBuilder, wide
     rows, nch = part.rows, part.nch
     b.writeline("pid_kv = tl.program_id(0)")
     part.prelude(b, "pid_kv", wide)
+    b.writeline(f"ML = ACC + {part.ml_offset}  # the (max, sum) pairs follow the accumulators")
     b.writeline(f"base = pid_kv * {nch * rows}")
     b.writeline(f"m_c = tl.full([{part.block_r}], float(\"-inf\"), tl.float32)")
     with b.block(f"for c in range({nch}):"):
