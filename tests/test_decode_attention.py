@@ -168,3 +168,37 @@ def test_cuda_source_of_the_benchmark_shape(sizes):
     # 4096 keys: 16 chunks of 256 (MIN_CHUNK); over a symbol: 8 waves of 2 x 132 programs, 33 per KV program
     assert ("33 KV chunk(s)" if sizes is None else "16 KV chunk(s)") in gen.source
     assert ("key=[\"sk_bucket\"]" in gen.source) == (sizes is None)
+
+
+def _hand_written(name):
+    import test_attention_masks as tam
+    if name == "where":
+        return lambda q, k, v, keep: tam.where_minus_inf(q, repeat_kv(k, 2), repeat_kv(v, 2), keep)
+    return {"eager": tam.eager_attention, "gemma2": tam.gemma2_eager(3.0, 0.125)}[name]
+
+
+@pytest.mark.parametrize("name,dtype", [("eager", torch.bfloat16), ("gemma2", torch.float32), ("where", torch.float32)])
+def test_hand_written_attention_at_decode(name, dtype):
+    """transformers' eager attention at a decode step (the matcher's forms): Llama's with an
+    additive padding mask in bf16 (softmax in fp32, rounded to bf16 before P @ V); Gemma2's
+    soft-capped scores; a hand-written boolean mask whose empty row is NaN, as softmax gives."""
+    b, h, kvh, sq, sk, d = 2, 4, 2, 1, 333, 32
+    q, k, v = qkv(b, h, kvh, sq, sk, d, dtype, seed=6)
+    if name == "gemma2":
+        q = q * 4.0                            # scores large enough to saturate the tanh
+    keep = torch.ones(b, 1, sq, sk, dtype=torch.bool)
+    keep[0, ..., :120] = False
+    if name == "where":
+        keep[1] = False                        # batch row 1: no visible key, NaN as softmax
+        mask = keep
+    else:
+        mask = torch.zeros(b, 1, sq, sk, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)
+    fn = _hand_written(name)
+    f = minicomp.compile(fn)
+    got = f(q, k, v, mask)
+    gen = f._need().generated
+    assert gen.fallbacks == {} and "mc_attn_decode" in gen.source, gen.kernel_names
+    want = fn(q, k, v, mask)
+    if name == "where":
+        assert want[1].isnan().all() and got[1].isnan().all()
+    torch.testing.assert_close(got, want, equal_nan=True, **tol(dtype))

@@ -31,9 +31,10 @@ Invariants and decisions:
   when Sq < Sk), so with causal only the keys below Sq are visited;
 - the mask tensor (bool keeps True, float added) is loaded per block through its strides,
   broadcast over batch, heads and queries, indexed by each row's (head, query);
+- soft-capping (Gemma2) is applied before the mask, as in the prefill kernel;
 - taken (`why_not` is None) for a concrete Sq <= `MAX_QUERIES`, at most `MAX_ROWS` rows per
-  group, and a key length >= `MIN_KEYS` or symbolic; anything else (softcap, a window,
-  symbolic batch or head dims) is the prefill kernel's.
+  group, and a key length >= `MIN_KEYS` or symbolic; anything else (a sliding window, symbolic
+  batch or head dims) is the prefill kernel's.
 
 Index symbols: `qg`/`qi` (each row's query head in the group and its query, [R, 1]), `qd`
 (query tile columns), `kd`/`kn` (K tile, transposed), `vn`/`vd` (V tile), `rn` (score tile
@@ -73,8 +74,8 @@ def why_not(spec) -> str | None:
         return "no head axis"
     if not dims.is_symbolic(spec.sk) and spec.sk < max(MIN_KEYS, spec.sq + 1):
         return f"{spec.sk} keys (decode: at least {MIN_KEYS})"
-    if spec.softcap or spec.window:
-        return "soft-capping or a sliding window"
+    if spec.window:
+        return "a sliding window"
     if spec.groups * spec.sq > MAX_ROWS:
         return f"{spec.groups} x {spec.sq} rows per KV head (at most {MAX_ROWS})"
     if math.prod(spec.batch) // spec.groups > 65535:

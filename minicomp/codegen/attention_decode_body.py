@@ -168,13 +168,19 @@ class PartialWriter:
             b.writeline(self._load("k", "k_rows", self.k_in, ("kn",), k_mask))
             self._cast(b, "k", self.k)
             b.writeline(f"qk = tl.dot(q, k{self.precision})")
-            if not masked and s.mask is None and s.scale > 0:
+            if not masked and s.mask is None and not s.softcap and s.scale > 0:
                 # max commutes with a positive scale: one FMA per score (attention_body.py)
                 b.writeline("m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)")
                 b.writeline("p = tl.exp2(qk * qk_scale - m_new[:, None])")
                 self._update(b, v_mask, "m_new")
                 return
-            b.writeline("s = qk * qk_scale")
+            if s.softcap:
+                # cap * tanh(x / cap) as attention_body.py writes it: saturates without overflow
+                cap = s.softcap if self.natural else s.softcap * LOG2E
+                b.writeline(f"s = {cap!r} * (1.0 - 2.0 / (tl.exp2(qk * {2 * s.scale / s.softcap * LOG2E!r}) + 1.0))"
+                            f"  # softcap {s.softcap!r}")
+            else:
+                b.writeline("s = qk * qk_scale")
             if s.mask is not None:
                 self._mask(b)
             if masked:
