@@ -5,10 +5,12 @@ blocks, partials to scratch), `combine_body` pass 2 (merge the chunks, epilogue,
 score units and the empty-row rules are attention_body.py's; its docstring says why a kernel
 with a mask tensor keeps natural units (a `finfo.min` mask times log2(e) overflows to -inf).
 
-Scratch layout (one fp32 buffer, written whole by pass 1 for the rows that exist, read by pass
-2): `ACC[((kv * NCH + c) * R + r) * Dv + d]` the unnormalised accumulator, then, from
-`ML = ACC + (KV programs x NCH x R x Dv)`, `ML[((kv * NCH + c) * R + r) * 2]` the row max m (the
-kernel's score units) and `ML[... * 2 + 1]` the row sum l, for KV program kv, chunk c, row r. A chunk a row sees no key of keeps m = -inf and l = 0.
+Scratch layout (one fp32 buffer, written whole by pass 1 for the rows that exist, read by
+pass 2), for KV program kv, chunk c, row r:
+- `ACC[((kv * NCH + c) * R + r) * Dv + d]`: the unnormalised accumulator;
+- from `ML = ACC + (KV programs x NCH x R x Dv)` on, `ML[((kv * NCH + c) * R + r) * 2]`: the
+  row max m (in the kernel's score units), and `ML[... * 2 + 1]`: the row sum l.
+A chunk in which a row sees no key keeps m = -inf and l = 0.
 """
 
 from __future__ import annotations
