@@ -51,7 +51,7 @@ from minicomp.codegen.attention_decode_body import PartialWriter, combine_body
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Buf, Grid, Kernel, KernelCtx, Launch, Scratch, kernel_name
 from minicomp.codegen.gemm_form import needs_int64
-from minicomp.codegen.sizes import bucket, size_args, size_params
+from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
 from minicomp.ir import dims
 
 MAX_QUERIES = 16      # query lengths that count as decoding (a prefill of 17+ rows has rows to fill a tile)
@@ -149,22 +149,26 @@ def emit(ctx: KernelCtx, spec) -> Kernel:
         src.writeline("]")
         src.writeline("")
         src.writeline("")
+        # over a symbolic length a sweep is cut by the call's bucket, as a concrete length's table is
+        fit = {"BLOCK_N": ("sk_bucket", 64)} if sk_sym else None
         src.writeline(f"@triton.autotune(configs={name}_configs, key=[\"{'sk_bucket' if sk_sym else 'SK'}\"], "
-                      "do_bench=_tune_bench)")
-    src.writeline("@triton.jit")
+                      f"{tune_tail(fit)})")
     p_ptrs = list(part.low.pointers.values())
     sizes = size_params(g, touched)
     params = ([p.name for p in p_ptrs] + ["ACC"] + sizes + [sk_param] + [b for b, _ in buckets]
               + ["BLOCK_N: tl.constexpr"])
+    # SK bounds the chunks and masks keys across rows, never a contiguous run: not specialised
+    src.writeline(jit_line(g, touched, params, free=("SK",)))
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writeline(head)
         src.writeline("# pass 1 of 2: each program writes its chunk's (max, sum, accumulator) to scratch")
         src.splice(part_body.getvalue())
     src.writeline("")
     src.writeline("")
-    src.writeline("@triton.jit")
     c_ptrs = list(comb_low.pointers.values())
-    with src.block(f"def {name}_combine({', '.join([p.name for p in c_ptrs] + ['ACC'] + sizes)}):"):
+    c_params = [p.name for p in c_ptrs] + ["ACC"] + sizes
+    src.writeline(jit_line(g, touched, c_params))
+    with src.block(f"def {name}_combine({', '.join(c_params)}):"):
         src.writeline(f"# pass 2 of 2: merge the {nch} chunk(s) of each row (log-sum-exp rescale), epilogue, store")
         src.splice(comb_body.getvalue())
 
