@@ -147,6 +147,34 @@ def test_growing_cache_compiles_once_over_a_symbolic_key_length():
     assert f._need().generated.fallbacks == {}
 
 
+def test_growing_cache_with_a_padding_mask_over_the_symbolic_length():
+    """transformers' decode mask [B, 1, 1, T] (0 or finfo.min, left padding) over a symbolic T:
+    the mask is loaded through its symbolic strides, masked past the end in the ragged block."""
+    h, d = 2, 16
+
+    def step(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    f = minicomp.compile(step)
+    gen = torch.Generator().manual_seed(7)
+    for length in (300, 333, 517):
+        q = torch.randn(2, h, 1, d, generator=gen)
+        k, v = (torch.randn(2, h, length, d, generator=gen) for _ in range(2))
+        mask = torch.zeros(2, 1, 1, length)
+        mask[1, ..., :length // 3] = torch.finfo(torch.float32).min
+        torch.testing.assert_close(f(q, k, v, mask), step(q, k, v, mask), **tol(torch.float32))
+    assert f.compiles == 2 and f.graph.symbolic, f.dynamic.refused
+    assert "mc_attn_decode" in f.source and f._need().generated.fallbacks == {}
+
+
+def test_value_head_dim_differs_from_the_query_head_dim():
+    """Dv != D (an MLA-like shape): the accumulator and the output tile are Dv wide."""
+    gen = torch.Generator().manual_seed(8)
+    q = torch.randn(1, 4, 4, 32, generator=gen)
+    k = torch.randn(1, 2, 257, 32, generator=gen)
+    v = torch.randn(1, 2, 257, 48, generator=gen)     # padded to 64 with masks
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), (q, k, v), torch.float32)
+
+
 DECODE = """
 func decode(q: bf16[8, 32, 1, 128], k: bf16[8, 8, T, 128], v: bf16[8, 8, T, 128]) -> bf16[8, 32, 1, 128] {
   return attention(q, k, v, enable_gqa=true)
