@@ -12,7 +12,8 @@ Invariants:
   once per module); `Kernel.launches` are `Launch` records: the grid, the arguments (tensors
   as `Buf(nid)`, which the wrapper binds or allocates with `ctx.strides(nid)` before launching;
   numbers as themselves) and the keyword arguments. The wrapper writes them as `call()` lines
-  and as the first call's `_WARM` entries; nothing reads generated text back;
+  and as the first call's `_WARM` entries; nothing reads generated text back; a temporary the
+  launches share (`Scratch`, named `mc_...`: never a user's name) is allocated by the wrapper too;
 - shapes and strides are ints, or symbolic sizes written over the module's size names
   (codegen/sizes.py); a value computed from them at run time is a `Runtime`, a launch for
   some sizes only carries a `When`.
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TypeVar, Union
+
+import torch
 
 from minicomp.errors import CompileError
 from minicomp.ir.graph import Graph, contiguous_strides
@@ -102,7 +105,17 @@ class Ready:
     ready: bool = True
 
 
-Arg = Union[Buf, int, float, bool, Runtime]
+@dataclass(frozen=True)
+class Scratch:
+    """A temporary tensor a kernel's launches share (a split reduction's fp32 partials, written
+    by its first stage and read by its second): call() allocates it, contiguous and
+    uninitialised, before the kernel's first launch, as the variable `name`."""
+    name: str                      # a call() name, unique in the module: the kernel's name + a suffix
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+
+
+Arg = Union[Buf, int, float, bool, Runtime, Scratch]
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,7 @@ class Kernel:
     launches: list[Launch] = field(default_factory=list)   # what call() launches; none: nothing to compute
     shared: str = ""     # module text this kernel's source needs (a library kernel), written once per module
     note: str = ""       # why there is no launch ("nothing to compute (0 elements)")
+    scratch: list[Scratch] = field(default_factory=list)   # temporaries call() allocates before the launches
 
 
 @dataclass

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, Launch, Ready, Runtime
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, Launch, Ready, Runtime, Scratch
 from minicomp.codegen.sizes import OWN_NAMES
 from minicomp.ir import dims
 
@@ -78,6 +78,8 @@ def args_text(launch: Launch, buf_name: Callable[[int], str]) -> list[str]:
         if isinstance(a, Buf):
             text = f"_align16({buf_name(a.nid)})" if a.align16 else buf_name(a.nid)
             out.append(f"{a.wrap}({text})" if a.wrap else text)
+        elif isinstance(a, Scratch):
+            out.append(a.name)
         else:
             out.append(_value_text(a))
     return out + [f"{k}={_value_text(v)}" for k, v in launch.kwargs]
@@ -125,6 +127,7 @@ def warm_entry(kernel: str, launch: Launch, dtype_of: Callable[[int], str]) -> s
     `dtype_of(nid)` is the dtype text of node nid's tensor."""
     # a symbolic size compiles at its hint (Triton specialises on divisibility; a call of another
     # size that differs there compiles its own at launch)
-    args = [dtype_of(a.nid) if isinstance(a, Buf) else _value_text(_at_hints(a)) for a in launch.args]
+    args = [dtype_of(a.nid) if isinstance(a, Buf) else str(a.dtype) if isinstance(a, Scratch)
+            else _value_text(_at_hints(a)) for a in launch.args]
     kwargs = ", ".join(f"{k!r}: {_value_text(_at_hints(v))}" for k, v in launch.kwargs)
     return f"({launch.fn or kernel}, ({', '.join(args)}{',' if len(args) == 1 else ''}), {{{kwargs}}}),"

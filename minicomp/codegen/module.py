@@ -258,6 +258,8 @@ class ModuleWriter:
             n = g.node(o)
             b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
                         f"dtype={n.dtype}, device=device)")
+        for t in kernel.scratch:                # temporaries its launches share (split reductions' partials)
+            b.writeline(f"{t.name} = torch.empty({tuple(t.shape)!r}, dtype={t.dtype}, device=device)")
         # index tensors the kernel reads through, checked first: eager's error for a bad index
         b.writelines(index_check.lines(ctx) if kernel.launches else [])
         cuda = self.device_type == "cuda"
