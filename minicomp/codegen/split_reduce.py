@@ -54,7 +54,7 @@ CUDA_ROW_CONFIGS = ((1024, 4), (2048, 8), (4096, 8))
 # bf16 per reduced index) by a few reduced ones per tile, as the one-stage columns form reads
 CUDA_COLUMN_CONFIGS = ((32, 4), (64, 4), (64, 8))
 COLUMN_ROWS = 128
-CPU_COLUMN_TILE = (64, 32)     # interpreter: (BLOCK_R, BLOCK_C) of the leading-axes form
+CPU_COLUMN_TILE = (64, 64)     # interpreter: (BLOCK_R, BLOCK_C) of the leading-axes form
 COMBINE_TILE = 4096            # BLOCK_R * BLOCK_S of stage 2's partials tile
 # the kernels' own names, kept from the lowering's value names (a user's input called `split`)
 LOCALS = ("split", "c_start", "c_stop", "chunk", "n_splits", "splits", "split_mask", "first_rows", "part_ptr",
@@ -239,7 +239,8 @@ class _Combine(_Stage):
             self.close_loop()
         if self.full and self.row:
             # every split program has the row values: split 0 stores them (the rest would write the same)
-            self.main.writeline("first_rows = row_mask & (split == 0)")
+            # (as a block: the interpreter holds a 0-d comparison as floats, which `&` refuses)
+            self.main.writeline("first_rows = row_mask & (rows * 0 + split == 0)")
             plain = self.low.mask_for
             self.low.mask_for = lambda syms: "first_rows" if plain(syms) == "row_mask" else plain(syms)
         for o, idx in self.row:
@@ -275,11 +276,12 @@ def _text(ctx: KernelCtx, dom: ReductionSpec, k: _Stage, name: str, what: str, c
     src.writeline("@triton.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
         comment = io_comment(ctx, reads, writes)
+        head, wrote = comment[-1].split("; writes ", 1)
         if combine:
-            comment[-1] = comment[-1].replace("# reads nothing;", "# reads the partials;").replace(
-                "# reads ", "# reads the partials, ", 1) if "# reads the partials;" not in comment[-1] else comment[-1]
-        else:               # stage 1 writes only the partials
-            comment[-1] = comment[-1].rstrip() + " fp32 partials"
+            listed = head[len("# reads "):]
+            comment[-1] = f"# reads the partials{'' if listed == 'nothing' else ', ' + listed}; writes {wrote}"
+        else:
+            comment[-1] = f"{head}; writes fp32 partials"
         src.writelines(comment)
         src.writeline(f"# domain {list(dom.shape)} reduced over axes {list(dom.axes)}: {dom.n_rows} rows of "
                       f"{dom.n_cols}; {what}")
