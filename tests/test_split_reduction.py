@@ -209,6 +209,16 @@ def test_row_form_split_knobs_are_checked():
         RowForm(split_min_chunk=0)
 
 
+def test_inputs_named_like_the_kernels_locals():
+    def f(split, chunk, part, n_splits):
+        return torch.logsumexp(split * chunk + part, -1), (split + n_splits).sum(-1)
+    xs = [rand((2, 3001), torch.float32, seed=i) for i in range(4)]
+    out, src = run(f, *xs)
+    for o, w in zip(out, f(*xs), strict=True):
+        torch.testing.assert_close(o, w, **tol(torch.float32))
+    assert SPLIT_MARK in src
+
+
 # --------------------------------------------------------------------------- on the H200
 
 
