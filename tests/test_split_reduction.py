@@ -81,6 +81,16 @@ def test_several_leading_dims_and_keepdim(keepdim):
     check(lambda t: t.amax(0, keepdim=keepdim), rand((2053, 7), torch.bfloat16))
 
 
+def test_prologue_and_epilogue_operands_of_either_axis():
+    """A weight along the reduced axis is read in stage 1's loop, a bias along the kept one in
+    stage 2, after the combine."""
+    x, w, b = rand((3001, 5), torch.bfloat16), rand((3001,), torch.float32, 1), rand((5,), torch.float32, 2)
+    fn = lambda x, w, b: (x.float() * w[:, None]).sum(0) * 0.5 + b  # noqa: E731
+    out, src = run(fn, x, w, b)
+    torch.testing.assert_close(out, fn(x, w, b), **tol(torch.float32))
+    assert SPLIT_MARK in src
+
+
 def test_non_contiguous_inputs():
     base = rand((3, 4099), torch.float32)
     # dim 0 of a transposed view is its contiguous axis: the long-rows form reads it
