@@ -13,7 +13,7 @@ two kernels:
   (row blocks, splits) again, each program its own chunk, and the row outputs only by split 0.
 
 Which groups split (`emit` answers None for the others, which keep the one-stage form): no
-scans; every reduction an outputs needs is a sum, mean, amax, amin or logsumexp of an fp32,
+scans; every reduction an output needs is a sum, mean, amax, amin or logsumexp of an fp32,
 fp16 or bf16 result; no reduction's operand depends on another reduction of the group, except
 softmax's `sum(exp(a - amax(a)))` with its max (one online pair); sizes are concrete (over
 symbolic sizes the kernel keeps its one-stage form, never a guessed split); and
@@ -34,14 +34,13 @@ from dataclasses import dataclass
 
 import torch
 
-from minicomp.codegen import row_reduce
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Scratch, Unsupported, kernel_name,
                                      next_pow2)
 from minicomp.codegen.pointwise import autotune_decorator, fixed_config, io_comment, needs_int64
 from minicomp.codegen.row_kernel import HELPERS_IMPORT, RowKernel, column_major, needed_reductions
 from minicomp.codegen.row_reduce import INF, NINF, fold, fold_of, online_max_sumexp, operand
-from minicomp.codegen.tlexpr import Val, convert
+from minicomp.codegen.tlexpr import convert
 from minicomp.ir import dims
 from minicomp.plan import cost
 from minicomp.plan.specs import ReductionSpec
@@ -323,8 +322,11 @@ def emit(ctx: KernelCtx, dom: ReductionSpec) -> Kernel | None:
                             read, 4 * width * dom.n_rows)
     if split is None:
         return None
-    second = _Combine(ctx, dom, plan)
-    second.store_outputs()
+    try:
+        second = _Combine(ctx, dom, plan)
+        second.store_outputs()
+    except Unsupported:
+        return None
     name = kernel_name(ctx, "red")
     form = "leading axes, many rows a tile" if columns else "long rows"
     how = f"split: each row shared by {split.splits} programs of {split.chunk} elements ({form})"
@@ -332,11 +334,9 @@ def emit(ctx: KernelCtx, dom: ReductionSpec) -> Kernel | None:
                               f"[{width}, {split.splits}, {dom.n_rows}]", configs, loops=True, combine=False)
     full = bool(second.full)
     bs = next_pow2(split.splits)
-    if full:
-        configs2, br2 = configs, br
-    else:
-        br2 = max(1, min(next_pow2(dom.n_rows), COMBINE_TILE // bs))
-        configs2 = [({"BLOCK_R": br2}, 4)]
+    # stage 2 loops over its chunk like stage 1 when it writes full-shape outputs; else one
+    # partials tile [BLOCK_R, BLOCK_S] per program
+    configs2 = configs if full else [({"BLOCK_R": max(1, min(next_pow2(dom.n_rows), COMBINE_TILE // bs))}, 4)]
     src2, (reads2, writes2) = _text(ctx, dom, second, name, f"{how}; stage 2 of 2 combines the partials",
                                     configs2, loops=full, combine=True)
     scratch = Scratch(f"{name}_part", (width, split.splits, dom.n_rows))
