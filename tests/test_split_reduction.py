@@ -198,6 +198,15 @@ def test_h200_shapes_split_by_default_on_cuda():
     assert SPLIT_MARK not in _cuda_source((4, 8000), torch.float32, lambda g, x: C.reduce(g, "sum", x, (1,)))
 
 
+def test_a_split_past_int32_offsets_indexes_in_int64_and_compiles_for_sm90():
+    g = Graph("wide")
+    x = g.add_input("x", (1 << 20, 4100), torch.bfloat16)          # 4.3e9 elements
+    g.set_outputs([C.reduce(g, "sum", g.add("cast", x, dtype=torch.float32), (0,))])
+    gen = generate(g, _one_group(g), Target("cuda", (9, 0), verify_arch=90, verify_depth="sampled"))
+    assert not gen.fallbacks and SPLIT_MARK in gen.source
+    assert "c_start = split.to(tl.int64) * chunk" in gen.source and "pid.to(tl.int64) * BLOCK_R" in gen.source
+
+
 def test_the_split_count_comes_from_the_sizes():
     h200 = MACHINES["h200"]
     fill = 2 * h200.sms
