@@ -58,13 +58,22 @@ def read_matmul_precision() -> str:
 @dataclass(frozen=True)
 class RowForm:
     """How codegen shapes row kernels (reductions, scans). Tests force the looped form with
-    `RowForm(single_pass_max=0, cpu_loop_block=16)` so short rows span several column blocks."""
+    `RowForm(single_pass_max=0, cpu_loop_block=16)` so short rows span several column blocks,
+    and the split form with `RowForm(split_fill=8, split_min_chunk=16)`."""
     single_pass_max: int = 8192      # longest row (elements) held in one tile; longer rows loop
     cpu_loop_block: int = 1024       # interpreter: column block of the looped form (CUDA autotunes it)
+    # split (two-stage) reductions, codegen/split_reduce.py: a reduction whose row blocks are fewer
+    # than `split_fill` programs shares each row between programs. None: on CUDA, two per SM of
+    # the machine model (plan/cost.py) when the idle SMs cost more than a second launch; under the
+    # interpreter never (its shapes are small); 0: never; N: whenever fewer than N (tests).
+    split_fill: int | None = None
+    split_min_chunk: int = 2048      # fewest elements of a row one program of a split reduces
 
     def __post_init__(self) -> None:
         if self.single_pass_max < 0 or self.cpu_loop_block < 1 or self.cpu_loop_block & (self.cpu_loop_block - 1):
             raise MinicompError(f"{self}: single_pass_max must be >= 0 and cpu_loop_block a power of two")
+        if (self.split_fill is not None and self.split_fill < 0) or self.split_min_chunk < 1:
+            raise MinicompError(f"{self}: split_fill must be None or >= 0 and split_min_chunk >= 1")
 
 
 @dataclass(frozen=True)

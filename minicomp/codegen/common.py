@@ -11,9 +11,9 @@ Invariants:
   autotuned), after any `Kernel.shared` text (a library kernel several groups bind, written
   once per module); `Kernel.launches` are `Launch` records: the grid, the arguments (tensors
   as `Buf(nid)`, which the wrapper binds or allocates with `ctx.strides(nid)` before launching;
-  numbers as themselves; a temporary buffer the launches share as `Scratch`) and the keyword
-  arguments. The wrapper writes them as `call()` lines
-  and as the first call's `_WARM` entries; nothing reads generated text back;
+  numbers as themselves; a temporary the launches share as `Scratch`, named `mc_...`: never a
+  user's name) and the keyword arguments. The wrapper writes them as `call()` lines (allocating
+  each `Scratch` once) and as the first call's `_WARM` entries; nothing reads generated text back;
 - shapes and strides are ints, or symbolic sizes written over the module's size names
   (codegen/sizes.py); a value computed from them at run time is a `Runtime`, a launch for
   some sizes only carries a `When`.
@@ -108,13 +108,13 @@ class Ready:
 @dataclass(frozen=True)
 class Scratch:
     """A temporary buffer that one kernel's launches share (a first launch's partial results,
-    which a second combines): call() allocates it uninitialised (`torch.empty`) before the
+    which a second combines: split reductions, split-KV decode): call() allocates it uninitialised (`torch.empty`) before the
     kernel's first launch, so each call has its own. `name` is the kernel's name plus a
     suffix (unique in the module: kernel names are, and `mc_` is never a user's name);
     `numel` is an int or a size expression over the module's size names."""
     name: str
     numel: object               # int or dims.Expr
-    dtype: torch.dtype
+    dtype: torch.dtype = torch.float32
 
 
 Arg = Union[Buf, int, float, bool, Runtime, Scratch]

@@ -13,7 +13,7 @@ reduced axis along tile axis 1. Index symbols: `rows` ([BLOCK_R, 1]) and `cols`
 contiguous row is read as `ptr + rows * n + cols`), else at the strided place its
 dimensions give.
 
-Two forms:
+The forms:
 - single pass (row length <= the target's `RowForm.single_pass_max`): the row is one tile, loaded once; each
   reduction in turn is a `tl.sum/max/min` over axis 1 of values already in registers;
 - looped: each reduction is its own loop over column blocks (recomputing its prologue,
@@ -22,6 +22,9 @@ Two forms:
 - columns: the looped form with many rows and a few columns per tile, chosen when the
   tensors read are contiguous along rows rather than along the reduced axis (a sum over
   axis 0 of a row-major matrix), so each load still reads consecutive addresses.
+- split (codegen/split_reduce.py): two kernels, when the row blocks are too few programs to
+  fill the device (a sum over axis 0 of a tall matrix, logsumexp over a few vocabulary rows):
+  programs share each row and write fp32 partials, a second kernel combines them.
 
 Values that depend on rows only (reductions, their post-processing, row-shaped loads)
 are written outside the loops and reused; the accumulator is fp32 (the compute type of
@@ -31,196 +34,19 @@ that use row_lib's combine functions import them through `Kernel.shared`.
 
 from __future__ import annotations
 
-import torch
-
 from minicomp.codegen import indexing as ix
-from minicomp.codegen import row_reduce, scan
+from minicomp.codegen import split_reduce
 from minicomp.codegen.builder import CodeBuilder
-from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Runtime, Unsupported, When,
-                                     group_spec, kernel_name, next_pow2)
-from minicomp.codegen.lowering import Lowering
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Runtime, When, kernel_name, next_pow2
 from minicomp.codegen.pointwise import autotune_decorator, fixed_config, io_comment, needs_int64
+from minicomp.codegen.row_kernel import HELPERS_IMPORT, RowKernel, column_major, domain, needed_reductions
 from minicomp.codegen.sizes import OWN_NAMES, jit_line, size_args, size_params, tuning_key
-from minicomp.codegen.tlexpr import Val, convert
 from minicomp.ir import dims
 from minicomp.plan.specs import ReductionSpec
 
 CPU_TILE = 4096              # interpreter: BLOCK_R * BLOCK_C of a single-pass tile
 CUDA_LOOP_CONFIGS = ((1024, 4), (2048, 8), (4096, 8))
 CUDA_COLUMN_CONFIGS = ((16, 64, 2), (32, 64, 4), (32, 32, 2), (64, 32, 4))   # (BLOCK_R, BLOCK_C, warps): enough programs
-REDUCTIONS = row_reduce.REDUCTIONS
-# the combine functions of scans, index reductions and products (runtime/row_lib.py), imported
-# once per module that needs them (`Kernel.shared`: one text for every kernel, so written once)
-ROW_HELPERS = ("_add_combine", "_mul_combine", "_argmax_combine", "_argmin_combine", "_cummax_combine",
-               "_cummin_combine", "_logaddexp_combine")
-HELPERS_IMPORT = f"from minicomp.runtime.row_lib import {', '.join(ROW_HELPERS)}"
-
-
-def full_index(dom: ReductionSpec, rows: ix.Expr, cols: ix.Expr) -> ix.Index:
-    """The canonical index into the domain S at (rows, cols). A row of one element is its row:
-    the index is `rows` alone, so a keepdim reduction over a size-1 axis (shape S) is read at
-    the same index as the element it reduces."""
-    if dom.n_cols == 1:
-        return ix.Index(dom.shape, flat=rows)
-    if dom.trailing:
-        return ix.Index(dom.shape, flat=rows * dom.n_cols + cols)
-    kept = [d for i, d in enumerate(dom.shape) if i not in dom.axes]
-    red = [d for i, d in enumerate(dom.shape) if i in dom.axes]
-    kd = iter(ix.Index(tuple(kept), flat=rows).to_dims())
-    rd = iter(ix.Index(tuple(red), flat=cols).to_dims())
-    return ix.dims_index(dom.shape, [next(rd) if i in dom.axes else next(kd) for i in range(len(dom.shape))])
-
-
-def domain(ctx: KernelCtx) -> ReductionSpec:
-    """The group's domain, as the plan decided it, if this emitter can write its reductions."""
-    dom = group_spec(ctx, ReductionSpec)
-    for r in dom.reductions + dom.scans:
-        n = ctx.graph.node(r)
-        if n.op not in REDUCTIONS + scan.SCANS:
-            raise Unsupported(f"{n.kind} op {n.op!r}")
-    return dom
-
-
-class RowKernel:
-    """Writes the body of one row kernel; `single` picks the form."""
-
-    def __init__(self, ctx: KernelCtx, dom: ReductionSpec, single: bool):
-        self.ctx, self.dom, self.single = ctx, dom, single
-        self.main = CodeBuilder()
-        self.loop: CodeBuilder | None = None
-        self.low = Lowering(ctx, self._builder_for, self._mask_for)
-        self.low.reduction_value = self._reduction_value
-        self.rows = ix.sym("rows", max(dom.n_rows, 1))
-        self.cols = ix.sym("cols", max(dom.n_cols, 1))
-        self.reduced: dict[int, Val] = {}
-        self.shared: dict[tuple[str, int], Val] = {}   # (op, operand) -> a row value one reduction gave another
-        self.helpers = False                            # uses runtime/row_lib.py's combine functions
-
-    def _builder_for(self, syms: frozenset) -> CodeBuilder:
-        return self.loop if (self.loop is not None and "cols" in syms) else self.main
-
-    @staticmethod
-    def _mask_for(syms: frozenset) -> str | None:
-        r, c = "rows" in syms, "cols" in syms
-        return "mask" if (r and c) else "row_mask" if r else "col_mask" if c else None
-
-    @property
-    def s_index(self) -> ix.Index:
-        return full_index(self.dom, self.rows, self.cols)
-
-    def _reduction_value(self, node, idx: ix.Index) -> Val:
-        if node.kind == "scan":
-            return scan.scan_value(self, node, idx)
-        if node.id not in self.reduced:
-            raise Unsupported(f"{node.describe()} is used before it is reduced")
-        if idx.key() != ix.Index(node.shape, flat=self.rows).key():
-            raise Unsupported(f"{node.describe()} is read at another row than its own (a view across rows)")
-        return self.reduced[node.id]
-
-    # ------------------------------------------------------------------ loops
-    def col_builder(self) -> CodeBuilder:
-        """Where a line over the columns goes: the open loop, else the single tile's body."""
-        return self._builder_for(frozenset({"cols"}))
-
-    def open_loop(self) -> CodeBuilder:
-        self.low.forget("cols")
-        self.loop = CodeBuilder()
-        self.loop.writeline("cols = c0 + tl.arange(0, BLOCK_C)[None, :]")
-        self.loop.writeline("col_mask = cols < n_cols")
-        self.loop.writeline("mask = row_mask & col_mask")
-        return self.loop
-
-    def close_loop(self) -> None:
-        with self.main.block("for c0 in range(0, n_cols, BLOCK_C):"):
-            self.main.splice(self.loop.getvalue())
-        self.loop = None
-        self.low.forget("cols")
-
-    # ------------------------------------------------------------------ reductions
-    def reduce(self, nid: int, pending: list[int]) -> None:
-        row_reduce.reduce(self, nid, pending)
-
-    def online_partner(self, m_id: int, pending: list[int]) -> int | None:
-        """A later `sum(exp(a - m))` that can share the loop of `m = amax(a)` (online softmax)."""
-        g, computed = self.ctx.graph, self.low.computed
-        m = g.node(m_id)
-        if self.single or m.op != "amax" or m.dtype != torch.float32:
-            return None
-        for r in pending:
-            s = g.node(r)
-            e = g.node(s.args[0]) if s.op == "sum" else None
-            if e is None or e.op != "exp" or e.id not in computed:
-                continue
-            d = g.node(e.args[0])
-            if (d.op == "sub" and d.id in computed and tuple(d.args) == (m.args[0], m_id)
-                    and s.dtype == e.dtype == d.dtype == torch.float32):
-                return r
-        return None
-
-    def reduce_online(self, m_id: int, s_id: int) -> None:
-        """One loop for max and sum of exp(x - max): each lane keeps its running max and rescales its sum."""
-        m = self.ctx.graph.node(m_id)
-        low = self.low
-        mx, sm = low.names.fresh(f"amax{m_id}"), low.names.fresh(f"sum{s_id}")
-        row_reduce.online_max_sumexp(self, lambda: convert(low.value(m.args[0], self.s_index), m.dtype),
-                                     "tl.float32", mx, sm, "softmax")
-        self.reduced[m_id] = Val(mx, m.dtype, frozenset({"rows"}))
-        self.reduced[s_id] = Val(sm, torch.float32, frozenset({"rows"}))
-
-    # ------------------------------------------------------------------ outputs
-    def output_index(self, nid: int) -> ix.Index | None:
-        """Where the element at (rows, cols) lands in output `nid`: the domain, a reduced shape,
-        or a permute/reshape of one of those (a transposed softmax output); None otherwise."""
-        g, dom = self.ctx.graph, self.dom
-        node = g.node(nid)
-        keep, drop = dom.reduced_shapes()
-        if node.shape == dom.shape:
-            return self.s_index
-        if node.shape in (keep, drop):
-            return ix.Index(node.shape, flat=self.rows)
-        if node.op in ("permute", "reshape") and nid in self.low.computed:
-            src = self.output_index(node.args[0])
-            if src is None:
-                return None
-            if node.op == "reshape":
-                return ix.Index(node.shape, flat=src.to_flat())
-            dims = src.to_dims()
-            return ix.dims_index(node.shape, [dims[p] for p in node.attrs["dims"]])
-        return None
-
-    def store_outputs(self) -> None:
-        g, dom = self.ctx.graph, self.dom
-        full, row = [], []
-        for o in self.ctx.group.outputs:
-            if g.node(o).numel == 0:
-                continue      # nothing to store (an empty S: no element is ever evaluated)
-            idx = self.output_index(o)
-            if idx is None:
-                raise Unsupported(f"output %{o} of shape {g.node(o).shape} is neither the domain {dom.shape}, "
-                                  "nor reduced, nor a view of either")
-            (full if "cols" in ix.syms(idx.to_flat()) or dom.n_cols == 1 else row).append((o, idx))
-        for o, idx in row:
-            self.low.store(o, idx, "[BLOCK_R, 1]")
-        if not full:
-            return
-        if not self.single:
-            self.open_loop()
-        for o, idx in full:
-            self.low.store(o, idx, "[BLOCK_R, BLOCK_C]")
-        if not self.single:
-            self.close_loop()
-
-
-def _needed_reductions(ctx: KernelCtx, dom: ReductionSpec) -> list[int]:
-    g, inside = ctx.graph, set(ctx.group.nodes)
-    seen, stack = set(), list(ctx.group.outputs)
-    while stack:
-        n = stack.pop()
-        if n in seen or n not in inside:
-            continue
-        seen.add(n)
-        stack.extend(g.node(n).args)
-    return [r for r in dom.reductions if r in seen]
 
 
 def _cuda_configs(dom: ReductionSpec, form: str) -> list[tuple[dict, int]]:
@@ -245,7 +71,7 @@ def _cuda_configs(dom: ReductionSpec, form: str) -> list[tuple[dict, int]]:
 
 def _build(ctx: KernelCtx, dom: ReductionSpec, single: bool) -> RowKernel:
     k = RowKernel(ctx, dom, single)
-    pending = _needed_reductions(ctx, dom)
+    pending = needed_reductions(ctx, dom)
     while pending:
         r = pending.pop(0)
         partner = k.online_partner(r, pending)
@@ -256,15 +82,6 @@ def _build(ctx: KernelCtx, dom: ReductionSpec, single: bool) -> RowKernel:
             k.reduce(r, pending)
     k.store_outputs()
     return k
-
-
-def _column_major(k: RowKernel) -> bool:
-    """The tensors read are contiguous along rows and none along the reduced columns (a reduction
-    over a leading axis): tiles then want many rows and few columns so loads coalesce."""
-    offs = [o for o in k.low.offsets if "cols" in ix.syms(o)]     # accesses of domain-shaped tensors
-    return (not any(ix.unit_stride_in(o, "cols") for o in offs)
-            and any(ix.unit_stride_in(o, "rows") for o in offs))
-
 
 def _block_sizes(dom: ReductionSpec, form: str, ctx: KernelCtx, rows_hint: bool = False) -> tuple[int, int]:
     """(BLOCK_R, BLOCK_C) under the interpreter (CUDA autotunes instead); `rows_hint`: the
@@ -282,10 +99,13 @@ def emit(ctx: KernelCtx) -> Kernel:
     dom = domain(ctx)
     if dims.is_symbolic(dom.n_cols):
         return _emit_symbolic_row(ctx, dom)
+    split = split_reduce.emit(ctx, dom)        # rows too few or too long to fill the device: two stages
+    if split is not None:
+        return split
     single = dom.n_cols <= max(ctx.target.row_form.single_pass_max, 1)      # a row of one element is always one tile
     k = _build(ctx, dom, single)
     form = "single" if single else "looped"
-    if dom.n_rows > 1 and _column_major(k):
+    if dom.n_rows > 1 and column_major(k):
         k, form, single = _build(ctx, dom, False), "columns", False
     name = kernel_name(ctx, "red")
     src, args = _text(ctx, dom, k, form, name)
@@ -311,7 +131,7 @@ def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
     length with one kernel."""
     looped = _build(ctx, dom, False)
     name = kernel_name(ctx, "red")
-    if ix.known(lambda: dom.n_rows > 1) and _column_major(looped):
+    if ix.known(lambda: dom.n_rows > 1) and column_major(looped):
         src, args = _text(ctx, dom, looped, "columns", name)
         launch = _launch_columns(ctx, dom, args)
         return Kernel(name, src, [launch], shared=HELPERS_IMPORT if looped.helpers else "")

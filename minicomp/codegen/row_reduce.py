@@ -85,7 +85,7 @@ def fold(k, name: str, term_of, f: Fold) -> str:
     return out
 
 
-def _operand(k, node) -> Val:
+def operand(k, node) -> Val:
     """The operand at the element (rows, cols); an empty domain has no element to evaluate (its
     index would divide by a size 0): zeros stand for it, and every lane is padding."""
     if math.prod(k.dom.shape) == 0:
@@ -121,7 +121,7 @@ def reduce(k, nid: int, pending: list[int]) -> None:
 
 def _sum_like(k, node) -> Val:
     dt = node.dtype
-    total = fold(k, f"{node.op}{node.id}", lambda: convert(_operand(k, node), dt), fold_of("sum", dt))
+    total = fold(k, f"{node.op}{node.id}", lambda: convert(operand(k, node), dt), fold_of("sum", dt))
     if node.op == "sum":
         return _row(total, dt)
     mean = k.low.emit(f"mean{node.id}", f"{total} / {_count(k.dom.n_cols)}", dt, frozenset({"rows"}))
@@ -132,22 +132,22 @@ def _sum_like(k, node) -> Val:
 def _prod(k, node) -> Val:
     dt = node.dtype
     k.helpers = True
-    return _row(fold(k, f"prod{node.id}", lambda: convert(_operand(k, node), dt), fold_of("prod", dt)), dt)
+    return _row(fold(k, f"prod{node.id}", lambda: convert(operand(k, node), dt), fold_of("prod", dt)), dt)
 
 
 def _max_min(k, node) -> Val:
     dt = node.dtype
     kind = "max" if node.op == "amax" else "min"
     if dt == torch.bool:     # as int32: no reduction over i1
-        r = fold(k, f"{node.op}{node.id}", lambda: convert(_operand(k, node), torch.int32), fold_of(kind, torch.int32))
+        r = fold(k, f"{node.op}{node.id}", lambda: convert(operand(k, node), torch.int32), fold_of(kind, torch.int32))
         return k.low.emit(f"{node.op}{node.id}_b", f"{r} != 0", dt, frozenset({"rows"}))
-    return _row(fold(k, f"{node.op}{node.id}", lambda: convert(_operand(k, node), dt), fold_of(kind, dt)), dt)
+    return _row(fold(k, f"{node.op}{node.id}", lambda: convert(operand(k, node), dt), fold_of(kind, dt)), dt)
 
 
 def _any_all(k, node) -> Val:
     kind = "max" if node.op == "any" else "min"
     x_dtype = k.ctx.graph.node(node.args[0]).dtype
-    truth = lambda: f"({convert(_operand(k, node), x_dtype)} != 0).to(tl.int32)"  # noqa: E731  (NaN is true)
+    truth = lambda: f"({convert(operand(k, node), x_dtype)} != 0).to(tl.int32)"  # noqa: E731  (NaN is true)
     f = fold_of(kind, torch.int32)
     # truth values are 0 and 1: an empty row is any() False, all() True
     r = fold(k, f"{node.op}{node.id}", truth, Fold(f.acc_tl, "0" if kind == "max" else "1", f.update, f.row))
@@ -160,13 +160,13 @@ def _var(k, node) -> Val:
     arg = node.args[0]
     mean = k.shared.get(("mean", arg))
     if mean is None:
-        total = fold(k, f"sum{node.id}", lambda: convert(_operand(k, node), dt), fold_of("sum", dt))
+        total = fold(k, f"sum{node.id}", lambda: convert(operand(k, node), dt), fold_of("sum", dt))
         mean = k.low.emit(f"mean{node.id}", f"{total} / {_count(k.dom.n_cols)}", dt, frozenset({"rows"}))
         k.shared[("mean", arg)] = mean
 
     def square() -> str:
         diff = k.low.names.fresh(f"diff{node.id}")
-        k.col_builder().writeline(f"{diff} = tl.where(mask, {convert(_operand(k, node), dt)} - {mean.code}, 0.0)")
+        k.col_builder().writeline(f"{diff} = tl.where(mask, {convert(operand(k, node), dt)} - {mean.code}, 0.0)")
         return f"{diff} * {diff}"
 
     sq = fold(k, f"sq{node.id}", square, fold_of("sum", dt))
@@ -197,7 +197,7 @@ def _arg(k, node) -> Val:
     acc_tl = compute_tl(x_dtype)
     v, i = low.names.fresh(f"{node.op}{node.id}_v"), low.names.fresh(f"{node.op}{node.id}_i")
     if k.single:
-        x = convert(_operand(k, node), x_dtype)
+        x = convert(operand(k, node), x_dtype)
         main.writeline(f"{v}, {i} = tl.reduce((tl.where(mask, {x}, {neutral}), "
                        f"tl.broadcast_to(cols, [BLOCK_R, BLOCK_C])), 1, {combine})")
     else:
@@ -206,7 +206,7 @@ def _arg(k, node) -> Val:
         # an index no column has: the accumulator's start loses every tie
         main.writeline(f"{ai} = tl.full([BLOCK_R, BLOCK_C], {INT32_MAX}, tl.int32)")
         loop = k.open_loop()
-        x = convert(_operand(k, node), x_dtype)
+        x = convert(operand(k, node), x_dtype)
         loop.writeline(f"{av}, {ai} = {combine}({av}, {ai}, tl.where(mask, {x}, {neutral}), "
                        f"tl.broadcast_to(cols, [BLOCK_R, BLOCK_C]))")
         k.close_loop()
@@ -248,11 +248,11 @@ def _logsumexp(k, node) -> Val:
     low, main = k.low, k.main
     m, s = low.names.fresh(f"max{node.id}"), low.names.fresh(f"sumexp{node.id}")
     if k.single:
-        x = convert(_operand(k, node), dt)
+        x = convert(operand(k, node), dt)
         main.writeline(f"{m} = tl.reduce(tl.where(mask, {x}, {NINF}), 1, _max_nan)[:, None]")
         main.writeline(f"{s} = tl.sum(tl.where(mask, tl.exp({x} - {m}), 0.0), axis=1)[:, None]")
     else:
-        online_max_sumexp(k, lambda: convert(_operand(k, node), dt), acc_tl, m, s, "logsumexp")
+        online_max_sumexp(k, lambda: convert(operand(k, node), dt), acc_tl, m, s, "logsumexp")
     text = f"tl.where({m} == {INF}, {INF}, tl.where({m} == {NINF}, {NINF}, tl.log({s}) + {m}))"
     return low.emit(f"logsumexp{node.id}", text, dt, frozenset({"rows"}))
 

@@ -44,6 +44,8 @@ class Machine:
     matmul_flops: dict[str, float] = field(default_factory=dict)   # dtype name -> tensor-core peak
     vector_flops: float = 0.0                            # fp32 elementwise peak (CUDA cores)
     source: str = ""                                     # where the figures come from
+    sms: int = 132                                       # streaming multiprocessors (programs run at once per wave)
+    launch_us: float = 4.0                               # fixed cost of one more kernel launch (assumed, not measured)
 
     def peak_flops(self, kind: str, dtype: torch.dtype | None) -> float:
         """Peak FLOP/s for a kernel of `kind` whose matmul operands have `dtype`."""
@@ -65,7 +67,7 @@ MACHINES: dict[str, Machine] = {
     "h100": Machine("H100", 3350e9, {"bf16": 989e12, "f16": 989e12, "f32": 67e12}, 67e12,
                     "NVIDIA H100 SXM5 spec sheet (dense), not measured"),
     "a100": Machine("A100", 2039e9, {"bf16": 312e12, "f16": 312e12, "f32": 19.5e12}, 19.5e12,
-                    "NVIDIA A100 SXM4 80GB spec sheet (dense), not measured"),
+                    "NVIDIA A100 SXM4 80GB spec sheet (dense), not measured", sms=108),
 }
 
 
@@ -236,6 +238,46 @@ def lower_bound_us(machine: Machine, cost: Cost, kind: str, dtype: torch.dtype |
         except dims.SymbolicDim:        # which term wins depends on the sizes: the hints' is shown
             bound += " (at the hints)"
     return dims.smax(t_mem, t_cmp) * 1e6, bound
+
+
+@dataclass(frozen=True)
+class Split:
+    """A split (two-stage) reduction's shape: `splits` programs share each row, each reducing
+    `chunk` consecutive elements of it (the last one the rest)."""
+    splits: int
+    chunk: int
+
+
+def split_rows(row_programs: int, n_cols: int, fill: int, min_chunk: int, granule: int,
+               read_bytes: int, partial_bytes: int) -> Split | None:
+    """How to share rows of `n_cols` elements between programs when the rows alone give
+    `row_programs` programs, fewer than `fill` (the programs that keep the device's memory
+    system busy: two per SM by default); None when the rows fill it already or are too short.
+
+    The split aims at twice `fill` programs (several resident programs per SM keep more loads in
+    flight, and a memory-bound loop needs them), each with at least `min_chunk` elements, its
+    chunk a multiple of `granule` (the largest column block its configs read). The ledger's
+    price of a split is its partials: `partial_bytes` per split (all rows, all values), written
+    once and read once; they stay under an eighth of the `read_bytes` the reduction reads."""
+    if fill <= 0 or row_programs <= 0 or row_programs >= fill or n_cols < 2 * min_chunk:
+        return None
+    want = -(-2 * fill // row_programs)
+    most = min(n_cols // min_chunk, read_bytes // max(16 * partial_bytes, 1))
+    splits = min(want, most)
+    if splits < 2:
+        return None
+    chunk = -(-n_cols // splits)
+    chunk = -(-chunk // granule) * granule
+    splits = -(-n_cols // chunk)
+    return Split(splits, chunk) if splits >= 2 else None
+
+
+def split_pays(machine: Machine, row_programs: int, fill: int, read_bytes: int) -> bool:
+    """Whether a split's second launch costs less than the time a one-stage reduction loses to
+    idle SMs: at `row_programs` of `fill` programs it streams at that fraction of the bandwidth
+    (the roofline's memory term scaled by occupancy), a split at all of it plus one launch."""
+    one_stage = read_bytes / (machine.bytes_per_s * min(1.0, row_programs / max(fill, 1)))
+    return read_bytes / machine.bytes_per_s + machine.launch_us * 1e-6 < one_stage
 
 
 def fmt_bytes(b: float) -> str:
