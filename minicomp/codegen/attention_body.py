@@ -65,6 +65,23 @@ def head_pieces(d: int) -> list[tuple[int, int]]:
     return pieces if len(pieces) <= 4 else [(0, next_pow2(d))]
 
 
+
+def open_key_block(b: CodeBuilder, low, bound: str | None, d_mask: str | None,
+                   dv_mask: str | None) -> tuple[list[str], list[str]]:
+    """The lines that start one key block (`offs_nn` and the K, V and score column indices);
+    with `bound` (the key count's name) a masked block: the scores' columns and the K and V
+    loads are masked past it. Returns the K and V loads' masks. Shared by the prefill and the
+    split-KV decode kernels (attention_decode_body.py); inside the caller's `low.scope()`."""
+    low.masks.pop("rn", None)
+    if bound:
+        low.masks["rn"] = f"(rn < {bound})"
+    b.writeline("offs_nn = start_n + offs_n")
+    b.writeline("kn = offs_nn[None, :]")
+    b.writeline("vn = offs_nn[:, None]")
+    b.writeline("rn = offs_nn[None, :]")
+    return ([m for m in (d_mask, f"kn < {bound}" if bound else None) if m],
+            [m for m in (dv_mask, f"vn < {bound}" if bound else None) if m])
+
 class Writer:
     def __init__(self, ctx: KernelCtx, spec, body: CodeBuilder):
         self.ctx, self.spec, self.body = ctx, spec, body
@@ -253,15 +270,7 @@ class Writer:
         """One key block: scores, mask, online-softmax update, accumulate P @ V."""
         b, s, low = self.body, self.spec, self.low
         with low.scope():
-            low.masks.pop("rn", None)
-            if masked:
-                low.masks["rn"] = "(rn < SK)"
-            b.writeline("offs_nn = start_n + offs_n")
-            b.writeline("kn = offs_nn[None, :]")
-            b.writeline("vn = offs_nn[:, None]")
-            b.writeline("rn = offs_nn[None, :]")
-            k_mask = [m for m in (self.d_mask, "kn < SK" if masked else None) if m]
-            v_mask = [m for m in (self.dv_mask, "vn < SK" if masked else None) if m]
+            k_mask, v_mask = open_key_block(b, low, "SK" if masked else None, self.d_mask, self.dv_mask)
             qs, ks, rows = (self._names(v, self.d_parts) for v in ("q", "k", "k_rows"))
             for i, (kvar, base) in enumerate(zip(ks, rows)):
                 b.writeline(self._load(kvar, base, self.k_in, ("kn",), k_mask))

@@ -20,6 +20,7 @@ import math
 import torch
 
 from minicomp.codegen import indexing as ix
+from minicomp.codegen.attention_body import open_key_block
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx, group_spec, next_pow2
 from minicomp.codegen.epilogue import LOG2E, Operand, TileLowering, cast_operand, dot_precision, fold_operand, \
@@ -158,15 +159,7 @@ class PartialWriter:
         """One key block: scores, masks, online-softmax update, accumulate P @ V."""
         s, low = self.spec, self.low
         with low.scope():
-            low.masks.pop("rn", None)
-            if masked:
-                low.masks["rn"] = "(rn < hi)"
-            b.writeline("offs_nn = start_n + offs_n")
-            b.writeline("kn = offs_nn[None, :]")
-            b.writeline("vn = offs_nn[:, None]")
-            b.writeline("rn = offs_nn[None, :]")
-            k_mask = [m for m in (self.d_mask, "kn < hi" if masked else None) if m]
-            v_mask = [m for m in (self.dv_mask, "vn < hi" if masked else None) if m]
+            k_mask, v_mask = open_key_block(b, low, "hi" if masked else None, self.d_mask, self.dv_mask)
             b.writeline(self._load("k", "k_rows", self.k_in, ("kn",), k_mask))
             self._cast(b, "k", self.k)
             b.writeline(f"qk = tl.dot(q, k{self.precision})")
