@@ -212,7 +212,7 @@ def background_pending() -> bool:
     """Whether a kernel of a tiered group still compiles in the background (runtime/launcher.py:
     until it is done, call() launches the group's other form, and a capture would keep that)."""
     from minicomp.runtime import launcher
-    return any(state == "pending" for state in list(launcher._BACKGROUND.values()))
+    return launcher.any_pending()
 
 
 class CudaApi:

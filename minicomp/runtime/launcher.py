@@ -152,6 +152,12 @@ def compiled(kernel: Any) -> bool:
     return _BACKGROUND.get(kernel, "done") == "done"
 
 
+def any_pending() -> bool:
+    """Whether some background compile of this process has not finished (a CUDA graph captured
+    now would keep the other form: runtime/cuda_graphs.py captures again once none is)."""
+    return any(state == "pending" for state in list(_BACKGROUND.values()))
+
+
 def wait_compiled(timeout: float | None = None) -> bool:
     """Wait for every background compile this process started; True when none is left."""
     from concurrent.futures import wait
