@@ -165,3 +165,29 @@ def test_a_growing_past_length_compiles_once_or_twice_in_64_steps(dynamic, compi
         v = torch.cat([v, torch.tanh(out)], dim=1)
         x = out
     assert f.compiles == compiles, f.dynamic.refused
+
+
+def test_a_step_that_concatenates_its_past_compiles_once_over_the_length():
+    """Past K and V grow by one token a step, concatenated inside the step: their lengths are
+    two symbols the trace finds equal (`Eq(s76 + 1, s30 + 1)`), which the module checks by
+    writing both over one symbol; one compile over symbols serves every later step."""
+    torch.manual_seed(0)
+    heads, d = 2, 8
+    wq, wk, wv = (torch.randn(heads * d, heads * d) / 4 for _ in range(3))
+
+    def step(x, past_k, past_v):
+        b = x.shape[0]
+        q = (x @ wq).view(b, 1, heads, d).transpose(1, 2)
+        k = torch.cat([past_k, (x @ wk).view(b, 1, heads, d).transpose(1, 2)], dim=2)
+        v = torch.cat([past_v, (x @ wv).view(b, 1, heads, d).transpose(1, 2)], dim=2)
+        return F.scaled_dot_product_attention(q, k, v), k, v
+
+    f = minicomp.compile(step)
+    k, v = torch.randn(1, heads, 3, d), torch.randn(1, heads, 3, d)
+    for _ in range(6):
+        x = torch.randn(1, 1, heads * d)
+        want = step(x, k, v)
+        for a, b in zip(f(x, k, v), want):
+            torch.testing.assert_close(a, b, **tol(torch.float32))
+        k, v = want[1], want[2]
+    assert f.compiles == 2 and not f.dynamic.refused, f.dynamic.refused

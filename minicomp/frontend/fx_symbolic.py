@@ -12,8 +12,10 @@ What a graph over symbols must not lose are the ShapeEnv's guards: facts the tra
 about the sizes (`Eq(s3, s5)` where two dims broadcast, `s3 > 64` where user code branched
 on a size). A compiled module re-checks only what its shapes say (each input dim equal to
 its expression, each symbol in its range), which covers equalities between symbols and
-symbols equal to constants, but no other fact. `check_guards` refuses any other guard, and
-the caller compiles for concrete sizes instead.
+symbols equal to constants, but no other fact. An equality that the ShapeEnv's replacements
+make an identity (`Eq(s76 + 1, s30 + 1)` once s76 is replaced by s30) is such a fact too:
+both dims are written over the one symbol. `check_guards` refuses any other guard, and the
+caller compiles for concrete sizes instead.
 """
 
 from __future__ import annotations
@@ -128,6 +130,11 @@ def check_guards(shape_env: Any) -> None:
     for guard in getattr(shape_env, "guards", ()):
         e = guard.expr
         if isinstance(e, sympy.Eq) and all(a.is_Symbol or a.is_Integer for a in e.args):
+            continue
+        if isinstance(e, sympy.Eq) and sympy.expand(shape_env.simplify(e.args[0] - e.args[1])) == 0:
+            # `Eq(s76 + 1, s30 + 1)` (two caches' lengths, each plus the new token): the ShapeEnv
+            # replaced one symbol by the other, so both inputs' dims are written over one
+            # symbol (`Symbols.dim` simplifies) and call() checks that they are equal
             continue
         raise dims.SymbolicDim(f"the trace assumed {e} about the sizes (a module over symbols checks only "
                                "which sizes are equal)")
