@@ -66,6 +66,15 @@ def head_pieces(d: int) -> list[tuple[int, int]]:
 
 
 
+def load_line(low, var: str, base: str, inner: ix.Expr, need: tuple[str, ...], masks: list[str]) -> str:
+    """`var = tl.load(base + offset)`, masked (other 0) by the conjunction of `masks` if any;
+    shared by the prefill and split-KV decode writers."""
+    ptrs = f"{base} + {low.offset_text(inner, need)}"
+    if masks:
+        return f"{var} = tl.load({ptrs}, mask={' & '.join(f'({m})' for m in masks)}, other=0.0)"
+    return f"{var} = tl.load({ptrs})"
+
+
 def open_key_block(b: CodeBuilder, low, bound: str | None, d_mask: str | None,
                    dv_mask: str | None) -> tuple[list[str], list[str]]:
     """The lines that start one key block (`offs_nn` and the K, V and score column indices);
@@ -321,10 +330,7 @@ class Writer:
         b.writeline("m_i = m_new")
 
     def _load(self, var: str, base: str, inner: ix.Expr, need: tuple[str, ...], masks: list[str]) -> str:
-        ptrs = f"{base} + {self.low.offset_text(inner, need)}"
-        if masks:
-            return f"{var} = tl.load({ptrs}, mask={' & '.join(f'({m})' for m in masks)}, other=0.0)"
-        return f"{var} = tl.load({ptrs})"
+        return load_line(self.low, var, base, inner, need, masks)
 
 
 def _cols(off: int, size: int) -> str:

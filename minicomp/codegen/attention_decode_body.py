@@ -20,7 +20,7 @@ import math
 import torch
 
 from minicomp.codegen import indexing as ix
-from minicomp.codegen.attention_body import open_key_block
+from minicomp.codegen.attention_body import load_line, open_key_block
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx, group_spec, next_pow2
 from minicomp.codegen.epilogue import LOG2E, Operand, TileLowering, cast_operand, dot_precision, fold_operand, \
@@ -210,10 +210,7 @@ class PartialWriter:
         b.writeline("m_i = m_new")
 
     def _load(self, var: str, base: str, inner: ix.Expr, need: tuple[str, ...], masks: list[str]) -> str:
-        ptrs = f"{base} + {self.low.offset_text(inner, need)}"
-        if masks:
-            return f"{var} = tl.load({ptrs}, mask={' & '.join(f'({m})' for m in masks)}, other=0.0)"
-        return f"{var} = tl.load({ptrs})"
+        return load_line(self.low, var, base, inner, need, masks)
 
 
 def combine_body(ctx: KernelCtx, spec, part: PartialWriter, b: CodeBuilder, wide: bool) -> TileLowering:

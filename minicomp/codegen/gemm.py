@@ -322,7 +322,7 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.writeline("")
         src.writeline("")
         key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
-        fit = {f"BLOCK_{d}": (b, 32) for (d, v), (b, _) in zip([s for s in sizes if dims.is_symbolic(s[1])], buckets)}
+        fit = {f"BLOCK_{b.split('_')[0].upper()}": (b, 32) for b, _ in buckets}     # m_bucket -> BLOCK_M
         src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], {tune_tail(fit, big_from(spec))})")
     pointers = list(low.pointers.values())
     touched = list(ctx.group.nodes) + list(ctx.group.inputs)

@@ -17,6 +17,7 @@ that each compute the same result.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from typing import Any, Callable
@@ -42,12 +43,17 @@ def tune_options(environ: dict | None = None) -> dict:
     env = os.environ if environ is None else environ
     if env.get(TUNE_CACHE_ENV) == "0":
         return {}
+    return {"cache_results": True} if _autotune_keeps_results() else {}
+
+
+@functools.cache
+def _autotune_keeps_results() -> bool:
+    """Whether this Triton's `autotune` takes `cache_results` (read once: every module asks)."""
     try:
         import triton
-        takes = "cache_results" in inspect.signature(triton.autotune).parameters
+        return "cache_results" in inspect.signature(triton.autotune).parameters
     except (ImportError, TypeError, ValueError):
-        return {}
-    return {"cache_results": True} if takes else {}
+        return False
 
 
 def fit_buckets(blocks: dict[str, tuple[str, int]], top: tuple[int, dict[str, int]] | None = None) -> dict:
