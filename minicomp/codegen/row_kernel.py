@@ -52,6 +52,24 @@ def domain(ctx: KernelCtx) -> ReductionSpec:
     return dom
 
 
+
+def online_sum(g, m_id: int, pending: list[int], available) -> int | None:
+    """A pending `sum(exp(a - m))` of the max `m = amax(a)` (node `m_id`), all fp32, whose exp and
+    sub are in `available`: the pair one online loop computes (max, then the rescaled sum)."""
+    m = g.node(m_id)
+    if m.dtype != torch.float32:
+        return None
+    for r in pending:
+        s = g.node(r)
+        e = g.node(s.args[0]) if s.op == "sum" else None
+        if e is None or e.op != "exp" or e.id not in available:
+            continue
+        d = g.node(e.args[0])
+        if (d.op == "sub" and d.id in available and tuple(d.args) == (m.args[0], m_id)
+                and s.dtype == e.dtype == d.dtype == torch.float32):
+            return r
+    return None
+
 class RowKernel:
     """Writes the body of one row kernel; `single` picks the form."""
 
@@ -113,20 +131,9 @@ class RowKernel:
 
     def online_partner(self, m_id: int, pending: list[int]) -> int | None:
         """A later `sum(exp(a - m))` that can share the loop of `m = amax(a)` (online softmax)."""
-        g, computed = self.ctx.graph, self.low.computed
-        m = g.node(m_id)
-        if self.single or m.op != "amax" or m.dtype != torch.float32:
+        if self.single or self.ctx.graph.node(m_id).op != "amax":
             return None
-        for r in pending:
-            s = g.node(r)
-            e = g.node(s.args[0]) if s.op == "sum" else None
-            if e is None or e.op != "exp" or e.id not in computed:
-                continue
-            d = g.node(e.args[0])
-            if (d.op == "sub" and d.id in computed and tuple(d.args) == (m.args[0], m_id)
-                    and s.dtype == e.dtype == d.dtype == torch.float32):
-                return r
-        return None
+        return online_sum(self.ctx.graph, m_id, pending, self.low.computed)
 
     def reduce_online(self, m_id: int, s_id: int) -> None:
         """One loop for max and sum of exp(x - max): each lane keeps its running max and rescales its sum."""

@@ -38,7 +38,7 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import (Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Scratch, Unsupported, kernel_name,
                                      next_pow2)
 from minicomp.codegen.pointwise import autotune_decorator, fixed_config, io_comment, needs_int64
-from minicomp.codegen.row_kernel import HELPERS_IMPORT, RowKernel, column_major, needed_reductions
+from minicomp.codegen.row_kernel import HELPERS_IMPORT, RowKernel, column_major, needed_reductions, online_sum
 from minicomp.codegen.row_reduce import INF, NINF, fold, fold_of, online_max_sumexp, operand
 from minicomp.codegen.tlexpr import convert
 from minicomp.ir import dims
@@ -94,19 +94,8 @@ def _depends_on(ctx: KernelCtx, nid: int, reductions: set[int], allowed: frozens
 
 
 def _online_sum(ctx: KernelCtx, m_id: int, pending: list[int]) -> int | None:
-    """A pending `sum(exp(a - m))` of `m = amax(a)`, all fp32 (RowKernel.online_partner's pair)."""
-    g, inside = ctx.graph, set(ctx.group.nodes) - set(ctx.group.inputs)
-    m = g.node(m_id)
-    for r in pending:
-        s = g.node(r)
-        e = g.node(s.args[0]) if s.op == "sum" else None
-        if e is None or e.op != "exp" or e.id not in inside:
-            continue
-        d = g.node(e.args[0])
-        if (d.op == "sub" and d.id in inside and tuple(d.args) == (m.args[0], m_id)
-                and m.dtype == s.dtype == e.dtype == d.dtype == torch.float32):
-            return r
-    return None
+    """A pending `sum(exp(a - m))` of `m = amax(a)` inside the group (RowKernel.online_partner's pair)."""
+    return online_sum(ctx.graph, m_id, pending, set(ctx.group.nodes) - set(ctx.group.inputs))
 
 
 def parts(ctx: KernelCtx, dom: ReductionSpec) -> list[Part] | None:
