@@ -41,9 +41,9 @@ input layout:
   where it finds one, the call runs uncaptured and `status.reason` says why. A capture that
   fails anyway (an opaque Python callable that syncs) is caught: the call runs uncaptured
   from then on, with the error as its reason, and the caller's stream is restored. A capture
-  never changes a result. (What else PyTorch leaves behind a failed capture is PyTorch's: its
-  capture end raises before it finishes the random generators' bookkeeping, so the check
-  beforehand is what keeps captures from failing.)
+  never changes a result. PyTorch's capture end raises before it finishes the random
+  generators' bookkeeping, which leaves the default CUDA generator in capture mode (the
+  user's next `torch.randn` on CUDA would raise): a one-op capture afterwards puts it back.
 
 Invariants: a replay reads only the static buffers, the memory of the live weights at the
 capture (a replay whose weights' pointers differ captures again instead) and the graph's
@@ -242,12 +242,37 @@ class CudaApi:
         try:
             with torch.no_grad(), torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
                 outs = list(thunk())
+        except Exception:
+            torch.cuda.set_stream(current)
+            self.end_generator_capture(side)
+            raise
         finally:
             # where the capture fails, torch.cuda.graph's exit raises before it restores the
             # caller's stream: the caller's later work must not run on the side stream
             torch.cuda.set_stream(current)
         current.wait_stream(side)
         return outs
+
+    def end_generator_capture(self, side: Any) -> None:
+        """Put the CUDA random generators back out of capture mode after a failed capture.
+
+        PyTorch's capture end raises before its epilogue, so the default generator stays in
+        capture mode and the user's next `torch.randn(..., device="cuda")` raises "Offset increment
+        outside graph capture". A capture that succeeds runs the prologue and the epilogue again:
+        one of a single in-place op (no allocation, never replayed) ends the generators' capture
+        without moving their offsets."""
+        try:
+            scratch = self.scratch()
+            with torch.no_grad(), torch.cuda.graph(torch.cuda.CUDAGraph(), stream=side,
+                                                   capture_error_mode="thread_local"):
+                scratch.add_(1)
+        except Exception as exc:  # noqa: BLE001 -- the capture's own error is the one to report
+            warnings.warn(f"minicomp: after a failed CUDA graph capture, PyTorch's random generators could "
+                          f"not be reset ({type(exc).__name__}: {exc}); torch.randn on CUDA may raise",
+                          stacklevel=3)
+
+    def scratch(self) -> torch.Tensor:
+        return torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device()))
 
     def replay(self, graph: Any) -> None:
         graph.replay()
