@@ -159,10 +159,13 @@ def bench(compiled, inputs: Sequence[Any]) -> BenchResult:
 
     run = lambda: compiled.call(*inputs)   # noqa: E731
     result = BenchResult(total_us=triton.testing.do_bench(run) * 1000.0)
-    groups = compiled.generated.kernel_groups
+    gen = compiled.generated
+    groups = gen.kernel_groups
     try:
         for name, us in _profile_kernels(run, list(groups)).items():
-            result.group_us[groups[name]] = result.group_us.get(groups[name], 0.0) + us
+            # a kernel several groups launch (codegen/dedup.py): each is given its mean per launch
+            for gid in gen.kernel_users.get(name) or [groups[name]]:
+                result.group_us[gid] = result.group_us.get(gid, 0.0) + us
     except Exception as e:   # the profiler is optional: the whole-call figure still stands
         print(f"bench: per-kernel times unavailable ({type(e).__name__}: {e})")
     return result

@@ -86,11 +86,14 @@ def _without_kernel(compiled: Compiled, kernel: str, cause: str) -> Compiled:
     from minicomp.runtime import load
 
     gen = compiled.generated
-    gid = gen.kernel_groups[kernel]
+    # a kernel the same up to names serves several groups (codegen/dedup.py): each runs through PyTorch
+    gids = gen.kernel_users.get(kernel) or [gen.kernel_groups[kernel]]
     first = cause.strip().splitlines()[0] if cause.strip() else "(no message)"
     reason = f"kernel {kernel} was rejected by Triton's compiler on {compiled.call.device}: {first}"
-    warnings.warn(f"minicomp: {compiled.graph.name}: group {gid} runs through PyTorch: {reason}", stacklevel=3)
-    forced = {**compiled.forced, gid: reason}
+    which = f"group {gids[0]}" if len(gids) == 1 else f"groups {', '.join(map(str, gids))}"
+    warnings.warn(f"minicomp: {compiled.graph.name}: {which} run{'s' if len(gids) == 1 else ''} through PyTorch: "
+                  f"{reason}", stacklevel=3)
+    forced = {**compiled.forced, **{gid: reason for gid in gids}}
     target = replace(gen.target, verify_arch=None)   # the check already ran on this plan
     generated = generate(compiled.graph, compiled.plan, target, forced_fallbacks=forced)
     call = load(generated, compiled.call.device)

@@ -31,15 +31,15 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from minicomp.codegen import attention, fallback, gemm, index_check, pointwise, reduction, sizes, target_check
+from minicomp.codegen import attention, dedup, fallback, gemm, index_check, pointwise, reduction, sizes, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
-from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
+from minicomp.codegen.common import Blocks, Grid, Kernel, KernelCtx, Launch, Ready, Unsupported
 from minicomp.codegen.launch import launch_lines, scratch_lines, warm_entries
 from minicomp.codegen.lowering import ident, user_label
 from minicomp.codegen.names import comment_text
@@ -69,7 +69,8 @@ class GeneratedModule:
     graph_name: str = "main"
     device_type: str = "cpu"
     fallbacks: dict[int, str] = field(default_factory=dict)   # group id -> why it runs through PyTorch
-    kernel_groups: dict[str, int] = field(default_factory=dict)  # kernel name -> the plan group it computes
+    kernel_groups: dict[str, int] = field(default_factory=dict)  # kernel name -> the first plan group it computes
+    kernel_users: dict[str, list[int]] = field(default_factory=dict)  # kernel name -> every group launching it (codegen/dedup.py)
     kernels: list[Kernel] = field(default_factory=list)          # each kernel's record: name, source, launches
     target: Target | None = None                 # what the kernels were written for
     input_specs: list[tuple[str, tuple[int, ...], torch.dtype]] = field(default_factory=list)  # name, shape, dtype
@@ -133,6 +134,8 @@ class ModuleWriter:
         self.symbolic = graph.symbolic         # sizes as runtime values (codegen/sizes.py: renamed s0, s1, ...)
         self.labels = dict(labels or {})       # module name of a symbol -> the user's name
         self.kernel_groups: dict[str, int] = {}
+        self.kernel_users: dict[str, list[int]] = {}   # a kernel the same up to names serves several groups
+        self.canonical: dict[str, Kernel] = {}         # dedup.canonical text -> the kernel written for it
         self.names = _call_names(graph)        # node id -> its tensor's name in call(), for leaves the user named
         self.kernels: list[Kernel] = []
         self.constants: list[torch.Tensor] = []
@@ -248,12 +251,16 @@ class ModuleWriter:
             fallback.emit_torch(ctx, reason, b, self.opaque_slot)
             self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
             return
-        self.kernels.append(kernel)
-        self.kernel_groups[kernel.name] = group.id
+        kernel, first = self._shared(kernel)
+        if first is None:
+            self.kernels.append(kernel)
+        self.kernel_groups.setdefault(kernel.name, group.id)
+        self.kernel_users.setdefault(kernel.name, []).append(group.id)
         for launch in kernel.launches:          # a second form of the kernel (codegen/sizes.py)
             if launch.fn:
                 self.kernel_groups.setdefault(launch.fn, group.id)
-        self.summary.append(f"group {group.id:<3} {what:<24} -> {kernel.name}")
+        self.summary.append(f"group {group.id:<3} {what:<24} -> {kernel.name}"
+                            + (f" (the kernel of group {first})" if first is not None else ""))
         for o in group.outputs:
             n = g.node(o)
             b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
@@ -268,6 +275,9 @@ class ModuleWriter:
             b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda))
         if cuda:
             entries, later = warm_entries(kernel, lambda nid: str(g.node(nid).dtype))   # sizes at their hints
+            if first is not None:        # a shared kernel compiles once per distinct warm-up entry
+                entries = [e for e in entries if e not in self.warm]
+                later = [e for e in later if e not in self.later]
             self.later += later
             if kernel.shared and not later:
                 # a library kernel (the Gluon attention kernel) compiles longest (4.3 s on the H200's
@@ -276,6 +286,20 @@ class ModuleWriter:
                 self.warm[:0] = entries
             else:
                 self.warm += entries
+
+    def _shared(self, kernel: Kernel) -> tuple[Kernel, int | None]:
+        """`kernel`, or where an earlier group's kernel is the same up to names (codegen/dedup.py),
+        `kernel`'s launches renamed onto that one, and the earlier kernel's first group."""
+        text = dedup.canonical(kernel) if kernel.launches else None
+        if text is None:
+            return kernel, None
+        first = self.canonical.get(text)
+        if first is None:
+            self.canonical[text] = kernel
+            return kernel, None
+        names = dedup.renamer(first, kernel)
+        launches = [_renamed(launch, names) for launch in kernel.launches]
+        return replace(kernel, name=first.name, source="", launches=launches), self.kernel_groups[first.name]
 
     # ------------------------------------------------------------------ whole module
     def source(self) -> str:
@@ -320,11 +344,20 @@ class ModuleWriter:
         for k in self.kernels:
             out.writeline("")
             out.writeline("")
-            group = self.plan_groups[self.kernel_groups[k.name]]
-            where = sorted(dict.fromkeys(g.node(n).origin for n in group.nodes if g.node(n).origin), key=_line_order)
+            users = [self.plan_groups[gid] for gid in self.kernel_users[k.name]]
+            where = sorted(dict.fromkeys(g.node(n).origin for grp in users for n in grp.nodes if g.node(n).origin),
+                           key=_line_order)
+            if len(users) > 1:
+                out.writeline(f"# {k.name} serves groups {', '.join(str(grp.id) for grp in users)} "
+                              "(the same kernel up to names: codegen/dedup.py)")
             if where:
                 out.writeline(f"# {k.name} computes {comment_text(', '.join(where))}")
             out.splice(k.source.rstrip("\n"))
+        sites = [k.name for k in self.kernels if len(self.kernel_users[k.name]) > 1]
+        if self.device_type == "cuda" and sites:
+            out.writeline("")
+            out.writeline("# launched by several groups: their fast launchers are kept per argument values")
+            out.writeline(f"_launch.by_site({', '.join(sites)})")
         if self.device_type == "cuda" and self.kernels:
             out.writeline("")
             out.writeline("")
@@ -345,6 +378,19 @@ class ModuleWriter:
         out.writeline("")
         out.splice(script_block(self.graph, bool(self.constants), len(self.opaque)))
         return out.getvalue()
+
+
+def _renamed(launch: Launch, names: dict[str, str]) -> Launch:
+    """`launch` of a duplicate kernel, with its function and keyword names the first kernel's."""
+    def block(f):
+        return Blocks(f.n, names.get(f.block, f.block)) if isinstance(f, Blocks) else f
+    grid = Grid(tuple(tuple(block(f) for f in d) for d in launch.grid.dims), launch.grid.persistent,
+                names.get(launch.grid.share, launch.grid.share))
+    when = launch.when
+    if isinstance(when, Ready):
+        when = Ready(names.get(when.fn, when.fn), when.ready)
+    return replace(launch, grid=grid, kwargs=tuple((names.get(k, k), v) for k, v in launch.kwargs),
+                   fn=names.get(launch.fn, launch.fn), when=when)
 
 
 def _call_names(graph: Graph) -> dict[int, str]:
@@ -388,7 +434,7 @@ def generate(graph: Graph, plan: Plan, target: Target | str,
     generated = GeneratedModule(source=source, constants=w.constants, opaque=w.opaque,
                            kernel_names=[k.name for k in w.kernels], graph_name=graph.name,
                            device_type=target.device_type, fallbacks=w.fallbacks,
-                           kernel_groups=w.kernel_groups, kernels=list(w.kernels), target=target,
+                           kernel_groups=w.kernel_groups, kernel_users=w.kernel_users, kernels=list(w.kernels), target=target,
                            input_specs=[(graph.node(i).attrs["name"], graph.node(i).shape, graph.node(i).dtype)
                                         for i in graph.inputs])
     if target.verify_arch is not None and w.kernels:

@@ -106,7 +106,9 @@ def machine_words(machine: Machine) -> str:
 
 
 def _kernel_of(compiled) -> dict[int, str]:
-    return {gid: name for name, gid in compiled.generated.kernel_groups.items()}
+    gen = compiled.generated
+    return {gid: name for name, gid in gen.kernel_groups.items()} | {
+        gid: name for name, gids in gen.kernel_users.items() for gid in gids}
 
 
 def ledger_section(p: PageInput) -> str:
@@ -230,7 +232,12 @@ def kernels_section(p: PageInput) -> str:
         unplaced = kern.unplaced_nodes(c.graph, g)
         if unplaced and lines:
             left += f'<p class="note">without a source line: {esc(", ".join(unplaced))}</p>'
-        if name and name in sources:
+        first = c.generated.kernel_groups.get(name) if name else None
+        if name and first is not None and first != g.id:
+            # a kernel the same up to names as an earlier group's (codegen/dedup.py): shown there
+            right = (f'<p class="note">the kernel of group g{first} (above), launched again with this '
+                     "group's tensors: the two differ only in names.</p>")
+        elif name and name in sources:
             right = f'<pre class="triton">{esc(sources[name])}</pre>'
         elif name:
             right = f'<p class="fallback">the source of {esc(name)} was not found in the module.</p>'

@@ -93,9 +93,22 @@ class Launcher:
         self.by_sizes = by_sizes
         # kernel -> (launcher, arguments after the positional ones, device), or False: Triton's path
         self.fast: dict[Any, Any] = {}
+        self.sites: set = set()        # kernels several groups launch (codegen/dedup.py): `by_site`
+
+    def by_site(self, *kernels: Any) -> None:
+        """Kernels launched by several groups of the module with other sizes, configs or dtypes
+        (one kernel the same up to names): their fast launchers are kept per argument values
+        (scalars, keyword arguments and tensor dtypes), not per kernel."""
+        self.sites.update(kernels)
 
     def __call__(self, kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
-        key = (kernel, tuple(a for a in args if type(a) is int)) if self.by_sizes else kernel
+        if kernel in self.sites:
+            key = (kernel, tuple(a.dtype if isinstance(a, torch.Tensor) else a for a in args),
+                   tuple(kwargs.items()))
+        elif self.by_sizes:
+            key = (kernel, tuple(a for a in args if type(a) is int))
+        else:
+            key = kernel
         fast = self.fast.get(key)
         if fast and fast[2] == self.current_device() and _aligned(args):
             try:
