@@ -82,7 +82,10 @@ FAST_LAUNCHERS_KEPT = 4096     # (kernel, sizes) fast paths one module keeps
 class Launcher:
     """`launch(kernel, grid, *args, **kwargs)`: through Triton the first time, then straight
     through the compiled kernel's own launcher. One per generated module (`namespace` is its
-    globals, to name a kernel in errors)."""
+    globals, to name a kernel in errors). `Launcher.through_triton` counts the launches of the
+    process that took Triton's path (benchmarks read it: steady calls should add none)."""
+
+    through_triton = 0
 
     def __init__(self, namespace: dict | None = None, current_device: Callable[[], int] | None = None,
                  by_sizes: bool = False):
@@ -116,6 +119,7 @@ class Launcher:
                 return
             except TypeError:  # this Triton's launcher takes its arguments otherwise: keep to Triton's path
                 self.fast[key] = False
+        Launcher.through_triton += 1
         try:
             compiled = kernel[grid](*args, **kwargs)
             if hasattr(compiled, "result"):  # Triton 3.9 inside AsyncCompileMode returns the pending compile
