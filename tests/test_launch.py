@@ -585,3 +585,10 @@ def test_gpu_kernels_are_given_aligned_tensors_only():
     assert fixed.data_ptr() % 16 == 0 and fixed.stride() == (40, 1) and torch.equal(fixed, off)
     aligned = base[:120].view(3, 40)
     assert ns["_as_layout"](aligned, (40, 1)) is aligned
+
+
+def test_call_computes_buckets_with_a_plain_function_equal_to_tritons():
+    """Modules over symbolic sizes compute their tuning buckets in call() with
+    `_rt.next_pow2`: Triton's `next_power_of_2` is a ConstexprFunction, ~7 us a call."""
+    import triton
+    assert [launcher.next_pow2(n) for n in range(1, 3000)] == [triton.next_power_of_2(n) for n in range(1, 3000)]

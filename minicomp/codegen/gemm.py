@@ -26,7 +26,7 @@ Invariants and decisions:
   adds the pointer dtypes to it). Over symbolic sizes (codegen/sizes.py) a symbolic M, N or
   K is a runtime argument (K's tail is masked at run time, `K % BLOCK_K`), the size symbols
   that strides use are parameters too, and the autotune key holds the size's power of two
-  (`m_bucket = triton.next_power_of_2(M)`, computed in call()) instead of the size, so every
+  (`m_bucket = _rt.next_pow2(M)`, computed in call()) instead of the size, so every
   length of a bucket shares the config tuned for the first; configs are not cut by a
   symbolic size. Offsets are int64 when the top of the symbols' ranges needs it.
 - K tails: when some config's BLOCK_K does not divide K (or K is symbolic), the pointer form's

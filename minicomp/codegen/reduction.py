@@ -141,19 +141,19 @@ def _emit_symbolic_row(ctx: KernelCtx, dom: ReductionSpec) -> Kernel:
     src_loop, _ = _text(ctx, dom, looped, "looped", name)
     n = dims.py(dom.n_cols, OWN_NAMES)
     most = ctx.target.row_form.single_pass_max
-    bc = Runtime(f"triton.next_power_of_2({n})", next_pow2(min(dims.hint(dom.n_cols), max(most, 1))))
+    bc = Runtime(f"_rt.next_pow2({n})", next_pow2(min(dims.hint(dom.n_cols), max(most, 1))))
     fits = When(dom.n_cols, most)
     longer = When(dom.n_cols, most, at_most=False)
     grid = Grid.of(Blocks(dom.n_rows, "BLOCK_R"))
     if ctx.device_type == "cuda":
         # the single-pass tile from the row's length: BLOCK_R rows of BLOCK_C, about 4096 elements
         # and 16 per thread (the static configs' best, BENCHMARKS.md); not autotuned per length
-        br = Runtime(f"max(1, 4096 // triton.next_power_of_2({n}))", max(1, 4096 // bc.hint))
-        warps = Runtime(f"max(1, min(16, triton.next_power_of_2({n}) // 512))", max(1, min(16, bc.hint // 512)))
+        br = Runtime(f"max(1, 4096 // _rt.next_pow2({n}))", max(1, 4096 // bc.hint))
+        warps = Runtime(f"max(1, min(16, _rt.next_pow2({n}) // 512))", max(1, min(16, bc.hint // 512)))
         launches = [Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc), ("num_warps", warps)), fn=one, when=fits),
                     Launch(grid, args, (), when=longer)]
     else:
-        br = Runtime(f"max(1, {CPU_TILE} // triton.next_power_of_2({n}))", max(1, CPU_TILE // bc.hint))
+        br = Runtime(f"max(1, {CPU_TILE} // _rt.next_pow2({n}))", max(1, CPU_TILE // bc.hint))
         launches = [Launch(grid, args, (("BLOCK_R", br), ("BLOCK_C", bc)), fn=one, when=fits),
                     Launch(grid, args, (("BLOCK_R", 1), ("BLOCK_C", ctx.target.row_form.cpu_loop_block)),
                            when=longer)]

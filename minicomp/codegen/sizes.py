@@ -159,7 +159,7 @@ OWN_NAMES = _OwnNames()     # `dims.py(d, OWN_NAMES)`: a size as call()'s text o
 def bucket(size: dims.Expr) -> Runtime:
     """The power-of-two bucket of a symbolic size, computed in call(): an autotune key of it
     instead of the size tunes once per bucket (every length of a bucket shares the config)."""
-    return Runtime(f"triton.next_power_of_2({dims.py(size, OWN_NAMES)})", next_pow2(dims.hint(size)))
+    return Runtime(f"_rt.next_pow2({dims.py(size, OWN_NAMES)})", next_pow2(dims.hint(size)))
 
 
 def tuning_key(sizes: list[tuple[str, "dims.Dim"]]) -> tuple[list[str], list[str], tuple]:
