@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import ast
 
-from minicomp.codegen.common import Kernel
+from dataclasses import replace
+
+from minicomp.codegen.common import Blocks, Grid, Kernel, Launch, Ready
 
 _PLACEHOLDER = "_mc_kernel"
 
@@ -112,3 +114,16 @@ def renamer(first: Kernel, dup: Kernel) -> dict[str, str]:
         if _owned(name, dup.name):
             mapping[name] = first.name + name[len(dup.name):]
     return mapping
+
+
+def renamed(launch: Launch, names: dict[str, str]) -> Launch:
+    """`launch` of a duplicate kernel, with its function and keyword names the first kernel's."""
+    def block(f):
+        return Blocks(f.n, names.get(f.block, f.block)) if isinstance(f, Blocks) else f
+    grid = Grid(tuple(tuple(block(f) for f in d) for d in launch.grid.dims), launch.grid.persistent,
+                names.get(launch.grid.share, launch.grid.share))
+    when = launch.when
+    if isinstance(when, Ready):
+        when = Ready(names.get(when.fn, when.fn), when.ready)
+    return replace(launch, grid=grid, kwargs=tuple((names.get(k, k), v) for k, v in launch.kwargs),
+                   fn=names.get(launch.fn, launch.fn), when=when)

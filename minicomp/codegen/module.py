@@ -28,22 +28,19 @@ codegen writes launches from `Launch` records and reads no generated text back.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import os
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Callable
 
 import torch
 
 from minicomp.codegen import attention, dedup, fallback, gemm, index_check, pointwise, reduction, sizes, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
-from minicomp.codegen.common import Blocks, Grid, Kernel, KernelCtx, Launch, Ready, Unsupported
+from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, scratch_lines, warm_entries
 from minicomp.codegen.lowering import ident, user_label
 from minicomp.codegen.names import comment_text
-from minicomp.codegen.script import DIGEST_CHARS, script_block
+from minicomp.codegen.generated import GeneratedModule
+from minicomp.codegen.script import script_block
 from minicomp.errors import CompileError
 from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.dtypes import type_str
@@ -58,44 +55,6 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
                 "OPAQUE", "DEVICE_TYPE", "_rt", "_as_layout", "_launch", "_align16", "_tma_ready", "_sm_count",
                 "_WARM", "_LATER", "_tune_bench", "_tune_options", "_round_bf16", "_max_nan", "_min_nan")
-
-
-@dataclass
-class GeneratedModule:
-    source: str                                  # the whole module text
-    constants: list[torch.Tensor]                # CONSTANTS, in order (kernel layout; on the device they were captured on, no host round trip)
-    opaque: list[Callable]                       # OPAQUE, in order
-    kernel_names: list[str]
-    graph_name: str = "main"
-    device_type: str = "cpu"
-    fallbacks: dict[int, str] = field(default_factory=dict)   # group id -> why it runs through PyTorch
-    kernel_groups: dict[str, int] = field(default_factory=dict)  # kernel name -> the first plan group it computes
-    kernel_users: dict[str, list[int]] = field(default_factory=dict)  # kernel name -> every group launching it (codegen/dedup.py)
-    kernels: list[Kernel] = field(default_factory=list)          # each kernel's record: name, source, launches
-    target: Target | None = None                 # what the kernels were written for
-    input_specs: list[tuple[str, tuple[int, ...], torch.dtype]] = field(default_factory=list)  # name, shape, dtype
-
-    def write(self, directory: str | os.PathLike, name: str | None = None) -> Path:
-        """Write the module as `<name>_<digest>.py` (and its tensor constants beside it as
-        `<name>_<digest>.constants.pt`); returns the module's path. The digest is the sha256 of
-        the module's text and its constants' bytes, so two modules emitted into one directory
-        never share a file, and the module, run as a script, checks that the constants it loads
-        are the ones written with it."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        blob = b""
-        if self.constants:
-            buffer = io.BytesIO()
-            torch.save([c.detach().cpu() for c in self.constants], buffer)
-            blob = buffer.getvalue()
-        digest = hashlib.sha256(self.source.encode() + blob).hexdigest()[:DIGEST_CHARS]
-        stem = f"{ident(name or self.graph_name)}_{digest}"
-        path = d / f"{stem}.py"
-        if blob:
-            (d / f"{stem}.constants.pt").write_bytes(blob)
-        path.write_text(self.source)
-        return path
-
 
 
 def _emitter(kind: str) -> tuple[Callable[[KernelCtx], Kernel] | None, str]:
@@ -298,7 +257,7 @@ class ModuleWriter:
             self.canonical[text] = kernel
             return kernel, None
         names = dedup.renamer(first, kernel)
-        launches = [_renamed(launch, names) for launch in kernel.launches]
+        launches = [dedup.renamed(launch, names) for launch in kernel.launches]
         return replace(kernel, name=first.name, source="", launches=launches), self.kernel_groups[first.name]
 
     # ------------------------------------------------------------------ whole module
@@ -378,19 +337,6 @@ class ModuleWriter:
         out.writeline("")
         out.splice(script_block(self.graph, bool(self.constants), len(self.opaque)))
         return out.getvalue()
-
-
-def _renamed(launch: Launch, names: dict[str, str]) -> Launch:
-    """`launch` of a duplicate kernel, with its function and keyword names the first kernel's."""
-    def block(f):
-        return Blocks(f.n, names.get(f.block, f.block)) if isinstance(f, Blocks) else f
-    grid = Grid(tuple(tuple(block(f) for f in d) for d in launch.grid.dims), launch.grid.persistent,
-                names.get(launch.grid.share, launch.grid.share))
-    when = launch.when
-    if isinstance(when, Ready):
-        when = Ready(names.get(when.fn, when.fn), when.ready)
-    return replace(launch, grid=grid, kwargs=tuple((names.get(k, k), v) for k, v in launch.kwargs),
-                   fn=names.get(launch.fn, launch.fn), when=when)
 
 
 def _call_names(graph: Graph) -> dict[int, str]:

@@ -41,9 +41,8 @@ input layout:
   where it finds one, the call runs uncaptured and `status.reason` says why. A capture that
   fails anyway (an opaque Python callable that syncs) is caught: the call runs uncaptured
   from then on, with the error as its reason, and the caller's stream is restored. A capture
-  never changes a result. PyTorch's capture end raises before it finishes the random
-  generators' bookkeeping, which leaves the default CUDA generator in capture mode (the
-  user's next `torch.randn` on CUDA would raise): a one-op capture afterwards puts it back.
+  never changes a result; nor the user's RNG (a failed capture leaves PyTorch's CUDA generators
+  in capture mode, where torch.randn raises: a one-op capture afterwards takes them out).
 
 Invariants: a replay reads only the static buffers, the memory of the live weights at the
 capture (a replay whose weights' pointers differ captures again instead) and the graph's
@@ -221,6 +220,7 @@ class CudaApi:
 
     def __init__(self) -> None:
         self._sides: dict[int, Any] = {}     # device -> the side stream that warms and captures there
+        self.scratch = lambda: torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device()))
 
     def new_graph(self) -> Any:
         return torch.cuda.CUDAGraph()
@@ -254,25 +254,13 @@ class CudaApi:
         return outs
 
     def end_generator_capture(self, side: Any) -> None:
-        """Put the CUDA random generators back out of capture mode after a failed capture.
-
-        PyTorch's capture end raises before its epilogue, so the default generator stays in
-        capture mode and the user's next `torch.randn(..., device="cuda")` raises "Offset increment
-        outside graph capture". A capture that succeeds runs the prologue and the epilogue again:
-        one of a single in-place op (no allocation, never replayed) ends the generators' capture
-        without moving their offsets."""
+        """After a failed capture (its end raises before the generators' epilogue), a one-op capture
+        that succeeds takes PyTorch's CUDA generators out of capture mode, offsets unmoved."""
         try:
-            scratch = self.scratch()
-            with torch.no_grad(), torch.cuda.graph(torch.cuda.CUDAGraph(), stream=side,
-                                                   capture_error_mode="thread_local"):
-                scratch.add_(1)
+            with torch.no_grad(), torch.cuda.graph(torch.cuda.CUDAGraph(), stream=side, capture_error_mode="thread_local"):
+                self.scratch().add_(1)
         except Exception as exc:  # noqa: BLE001 -- the capture's own error is the one to report
-            warnings.warn(f"minicomp: after a failed CUDA graph capture, PyTorch's random generators could "
-                          f"not be reset ({type(exc).__name__}: {exc}); torch.randn on CUDA may raise",
-                          stacklevel=3)
-
-    def scratch(self) -> torch.Tensor:
-        return torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device()))
+            warnings.warn(f"minicomp: PyTorch's CUDA generators stay in capture mode ({exc}): torch.randn on CUDA may raise")
 
     def replay(self, graph: Any) -> None:
         graph.replay()
@@ -404,8 +392,7 @@ class GraphedCall:
 
 
 def _root(exc: BaseException) -> BaseException:
-    """The first error of a failed capture: ending the capture raises again, with the
-    body's error as its context."""
+    """The first error of a failed capture (ending it raises again, the body's error its context)."""
     while exc.__context__ is not None and "capture" in str(exc).lower() and exc.__context__ is not exc:
         exc = exc.__context__
     return exc

@@ -51,7 +51,8 @@ from typing import Any, Callable
 
 import torch
 
-from minicomp.runtime.checks import check_index  # noqa: F401  (generated modules call _rt.check_index)
+# generated modules call these as `_rt.` helpers: input checks and layouts, sizes, index checks
+from minicomp.runtime.checks import as_layout, bind_size, check_index, check_input, next_pow2  # noqa: F401
 from minicomp.runtime.tuning import fit_buckets, tune_bench, tune_options  # noqa: F401  (generated autotuners' `_rt.` helpers)
 
 
@@ -324,63 +325,6 @@ def compile_threads(environ: dict | None = None) -> int:
         return min(16, len(os.sched_getaffinity(0)))
     except AttributeError:  # no sched_getaffinity on this OS
         return min(16, os.cpu_count() or 1)
-
-
-# ----------------------------------------------------------------------------- call()'s helpers
-
-def next_pow2(n: int) -> int:
-    """The power-of-two bucket of a size (1 for sizes up to 1), as call() computes it for the
-    kernels' tuning keys: a plain function, where `triton.next_power_of_2` is a Triton
-    `ConstexprFunction` whose call costs ~7 us of Python (measured on Triton 3.9), once or twice
-    per launch of a module over symbolic sizes."""
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def bind_size(t: Any, name: str, rank: int, axis: int, lo: int, hi: int, symbol: str) -> int:
-    """The size of dimension `axis` of input `t`, which a module over symbolic sizes reads as
-    symbol `symbol`; GuardError unless `t` is a tensor of rank `rank` whose size there is in
-    [lo, hi] (sizes 0 and 1 are never symbolic: such a call needs a module of its own)."""
-    from minicomp.errors import GuardError
-
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"input {name!r} must be a tensor, got {type(t).__name__}")
-    if t.dim() != rank:
-        raise GuardError(f"input {name!r} must have {rank} dimension(s), got shape {list(t.shape)}")
-    size = t.shape[axis]
-    if not lo <= size <= hi:
-        raise GuardError(f"input {name!r}: dimension {axis} ({symbol}) is {size}, outside the range "
-                         f"[{lo}, {hi}] this module serves")
-    return size
-
-
-def check_input(t: Any, name: str, shape: tuple, dtype: torch.dtype, device_type: str) -> None:
-    """Raise TypeError unless `t` is a tensor of `shape` and `dtype` on `device_type`."""
-    # the common case first, in attribute reads that cost least (`t.device.type` builds a
-    # device object: ~1.5 us of the ~2.5 this took, once per input per call)
-    if isinstance(t, torch.Tensor) and t.shape == shape and t.dtype == dtype and (
-            t.is_cuda if device_type == "cuda" else t.is_cpu if device_type == "cpu" else t.device.type == device_type):
-        return
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"input {name!r} must be a tensor, got {type(t).__name__}")
-    if tuple(t.shape) != shape or t.dtype != dtype:
-        raise TypeError(f"input {name!r} must be {dtype} of shape {list(shape)}, got {t.dtype} of shape {list(t.shape)}")
-    if t.device.type != device_type:
-        raise TypeError(f"input {name!r} is on {t.device}, but this module was generated for {device_type}")
-
-
-def as_layout(t: torch.Tensor, strides: tuple) -> torch.Tensor:
-    """`t` itself when its strides are `strides` (size-1 dimensions aside) and, on CUDA, it starts
-    16-byte aligned; else a copy laid out so. On CUDA no kernel sees a misaligned tensor: each
-    compiles one specialisation (the one the warm-up compiled), and PyTorch lines do not get one
-    either (PyTorch 2.11's cuDNN attention answers wrongly for a query 2 bytes off alignment)."""
-    if t.stride() == strides and (not t.is_cuda or t.data_ptr() % 16 == 0):
-        return t              # the common case, without the loop below (~1 us against ~5)
-    if all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides)) and (
-            t.device.type != "cuda" or t.data_ptr() % 16 == 0):
-        return t
-    out = torch.empty_strided(tuple(t.shape), strides, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
 
 
 def align16(t: torch.Tensor) -> torch.Tensor:
