@@ -318,3 +318,26 @@ def test_a_kernel_rejected_at_the_first_launch_falls_back_and_the_weights_stay_l
     m[0].weight = nn.Parameter(rand(5, 6, seed=4))
     with torch.no_grad():
         torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
+
+
+def test_a_call_its_fast_check_admits_skips_the_modules_input_checks(monkeypatch):
+    """The module's `call` checks every input (shape, dtype, device) before `run`; a call the
+    api's TensorCheck admitted (it compares all of that and the strides) goes to `run`
+    directly. A call the check does not admit still goes through `call`'s checks."""
+    from minicomp.runtime import launcher as rt
+
+    seen = []
+    real = rt.check_input
+    monkeypatch.setattr(rt, "check_input", lambda t, name, *a: seen.append(name) or real(t, name, *a))
+    lin = torch.nn.Linear(6, 5)
+    f = minicomp.compile(lambda x: torch.relu(lin(x)))
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), torch.relu(lin(x)), **tol(torch.float32))
+        first = len(seen)
+        assert first >= 1                          # the first call checked its inputs
+        torch.testing.assert_close(f(x + 1), torch.relu(lin(x + 1)), **tol(torch.float32))
+        assert len(seen) == first                  # admitted by the fast check: no second round
+        y = torch.randn(6, 3).t()                  # other strides: not admitted, checked again
+        torch.testing.assert_close(f(y), torch.relu(lin(y)), **tol(torch.float32))
+        assert len(seen) > first

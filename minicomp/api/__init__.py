@@ -54,6 +54,13 @@ def _module_call(compiled: Compiled) -> Callable[..., list[torch.Tensor]]:
     return module.call if module is not None else compiled.call
 
 
+def _module_run(compiled: Compiled) -> Callable[..., list[torch.Tensor]] | None:
+    """The generated module's `run`: its `call` without the input checks, for calls a
+    TensorCheck admitted (it compares every input's shape, dtype, device and strides); None
+    where the module has none."""
+    return getattr(getattr(compiled.call, "module", None), "run", None)
+
+
 def _modes() -> tuple:
     """Process state that changes what eager computes and capture records: the default dtype
     (`torch.tensor(1.0)`), and autocast (per device type, with its dtype); and the fp32 matmul
@@ -116,7 +123,7 @@ class CompiledFunction(LastCompiled):
             for check in s.checks:
                 if check.check(*inputs):
                     self._last = s.compiled
-                    return s.run(inputs, inputs, check.grad and torch.is_grad_enabled())
+                    return s.run(inputs, inputs, check.grad and torch.is_grad_enabled(), checked=True)
         return self._slow(args)
 
     def _slow(self, args: tuple, kwargs: dict | None = None) -> Any:
@@ -135,6 +142,8 @@ class CompiledFunction(LastCompiled):
                     s.launch = _module_call(s.compiled)
                 if self.options.graphs:
                     s.launch = self._graphed(s, inputs)
+                else:
+                    s.checked_launch = _module_run(s.compiled)
                 s.warm = True
         else:
             out = s.run(inputs, originals, grad)

@@ -38,7 +38,7 @@ from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, scratch_lines, warm_entries
 from minicomp.codegen.lowering import ident, user_label
-from minicomp.codegen.names import comment_text
+from minicomp.codegen.names import comment_text, line_order
 from minicomp.codegen.generated import GeneratedModule
 from minicomp.codegen.script import script_block
 from minicomp.errors import CompileError
@@ -53,7 +53,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 }
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
-                "OPAQUE", "DEVICE_TYPE", "_rt", "_as_layout", "_launch", "_align16", "_tma_ready", "_sm_count",
+                "OPAQUE", "DEVICE_TYPE", "run", "_rt", "_as_layout", "_launch", "_align16", "_tma_ready", "_sm_count",
                 "_WARM", "_LATER", "_tune_bench", "_tune_options", "_round_bf16", "_max_nan", "_min_nan")
 
 
@@ -119,6 +119,7 @@ class ModuleWriter:
     def write_call(self) -> None:
         g, b = self.graph, self.call
         arg_names = [self.names[i] for i in g.inputs]
+        unpack = f"{', '.join(arg_names)}{',' if len(arg_names) == 1 else ''} = inputs"
         with b.block("def call(*inputs):"):
             b.writeline(f'"""Run the compiled graph: takes {len(g.inputs)} tensor(s), returns a list of '
                         f'{len(g.outputs)} tensor(s)."""')
@@ -126,13 +127,22 @@ class ModuleWriter:
                 expected = f"{g.name} takes {len(g.inputs)} input(s) ({', '.join(g.input_names())}), got "
                 b.writeline(f"raise TypeError({expected!r} + str(len(inputs)))")
             if g.inputs:
-                b.writeline(f"{', '.join(arg_names)}{',' if len(arg_names) == 1 else ''} = inputs")
+                b.writeline(unpack)
                 if self.symbolic:
                     b.writeline("# the symbolic sizes, read from the inputs (codegen/sizes.py)")
                     b.writelines(sizes.bind_lines(g, arg_names, self.labels))
                 for nid, name in zip(g.inputs, arg_names):
                     n = g.node(nid)
                     b.writeline(f"_rt.check_input({name}, {n.attrs['name']!r}, {tuple(n.shape)!r}, {n.dtype}, DEVICE_TYPE)")
+            b.writeline("return run(*inputs)")
+        b.writelines(["", ""])
+        with b.block("def run(*inputs):"):
+            b.writeline('"""call() without its input checks, for a caller that made them (minicomp\'s api: its '
+                        'guards compare every input\'s shape, dtype, device and strides)."""')
+            if g.inputs:
+                b.writeline(unpack)
+                if self.symbolic:
+                    b.writelines(sizes.bind_lines(g, arg_names, self.labels))
                 b.writeline(f"device = {arg_names[0]}.device")
             else:
                 b.writeline("device = torch.device(DEVICE_TYPE)")
@@ -146,7 +156,7 @@ class ModuleWriter:
             if self.device_type == "cuda" and self.kernels:
                 with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
                     with b.block("with _rt.CompilingAtOnce(_WARM, later=_LATER):" if self.later else "with _rt.CompilingAtOnce(_WARM):"):
-                        b.writeline("return call(*inputs)")
+                        b.writeline("return run(*inputs)")
             b.splice(self.body.getvalue().rstrip("\n"))
             b.writeline(f"return [{', '.join(ctx0.buf(o) for o in g.outputs)}]")
 
@@ -305,7 +315,7 @@ class ModuleWriter:
             out.writeline("")
             users = [self.plan_groups[gid] for gid in self.kernel_users[k.name]]
             where = sorted(dict.fromkeys(g.node(n).origin for grp in users for n in grp.nodes if g.node(n).origin),
-                           key=_line_order)
+                           key=line_order)
             if len(users) > 1:
                 out.writeline(f"# {k.name} serves groups {', '.join(str(grp.id) for grp in users)} "
                               "(the same kernel up to names: codegen/dedup.py)")
@@ -352,12 +362,6 @@ def _call_names(graph: Graph) -> dict[int, str]:
         if label is not None and (n.op == "input" or isinstance(n.attrs.get("value"), torch.Tensor)):
             names[n.id] = scope.fresh(ident(label))
     return names
-
-
-def _line_order(origin: str) -> tuple:
-    """`file:line` origins in file order, then line order."""
-    path, _, line = origin.rpartition(":")
-    return (path, int(line)) if line.isdigit() else (origin, 0)
 
 
 def generate(graph: Graph, plan: Plan, target: Target | str,

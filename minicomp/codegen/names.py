@@ -43,3 +43,9 @@ def safe_ident(text: object, reserved: frozenset[str] | set[str] = frozenset()) 
             or out in _TAKEN or out in reserved or out.startswith("v_"):
         out = f"v_{out}" if out else "v"
     return out
+
+
+def line_order(origin: str) -> tuple:
+    """`file:line` origins in file order, then line order."""
+    path, _, line = origin.rpartition(":")
+    return (path, int(line)) if line.isdigit() else (origin, 0)

@@ -221,6 +221,7 @@ class Specialisation:
     cpu: bool
     checks: list[TensorCheck] = field(default_factory=list)
     warm: bool = False                    # its first call (Triton's JIT on CUDA) is done
+    checked_launch: Callable[..., list[torch.Tensor]] | None = None   # the module's run(): no input checks
 
     def __post_init__(self) -> None:
         spec = self.out_spec
@@ -233,34 +234,37 @@ class Specialisation:
     def frozen_now(self) -> list[torch.Tensor]:
         return [read() for read, _, _ in self.binding.frozen]
 
-    def _module(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def _module(self, inputs: Sequence[torch.Tensor], launch: Callable[..., list[torch.Tensor]]) -> list[torch.Tensor]:
         if self.cpu:
             with INTERPRETER_LOCK:
-                outs = self.launch(*inputs)
+                outs = launch(*inputs)
         else:
-            outs = self.launch(*inputs)
+            outs = launch(*inputs)
         return self.outputs.fix_fresh(inputs, outs)
 
-    def run(self, inputs: Sequence[torch.Tensor], originals: Sequence[torch.Tensor], grad: bool) -> Any:
+    def run(self, inputs: Sequence[torch.Tensor], originals: Sequence[torch.Tensor], grad: bool,
+            checked: bool = False) -> Any:
         """Launch on `inputs` (arguments then weights, neg/conj resolved) and build the result;
-        `originals` are the same tensors as the caller has them, for the outputs eager aliases."""
+        `originals` are the same tensors as the caller has them, for the outputs eager aliases.
+        `checked`: a TensorCheck admitted `inputs`, so the module's `run` (no input checks) may serve."""
+        launch = self.checked_launch if checked and self.checked_launch is not None else self.launch
         if self.plain and not grad:
             if self.cpu:
                 with INTERPRETER_LOCK:
-                    outs = self.launch(*inputs)
+                    outs = launch(*inputs)
             else:
-                outs = self.launch(*inputs)
+                outs = launch(*inputs)
             return outs[0] if len(outs) == 1 else tuple(outs)
         if grad:
             n = self.rerun.n_args
             tensors = list(inputs[:n]) + list(originals[n:]) + self.frozen_now()
-            fresh = Differentiable.apply(lambda: [o for i, o in enumerate(self._module(inputs))
+            fresh = Differentiable.apply(lambda: [o for i, o in enumerate(self._module(inputs, launch))
                                                   if self.outputs.eager[i] is None], self.rerun, *tensors)
             outs: list[Any] = [None] * len(self.outputs.eager)
             for i, o in zip(self.outputs.fresh, fresh):
                 outs[i] = o
         else:
-            outs = self._module(inputs)
+            outs = self._module(inputs, launch)
         if self.outputs.order:
             outs = self.outputs.replay(originals, list(outs))
         if self.out_spec is not None:
