@@ -41,63 +41,57 @@ def _params(tree: ast.Module) -> list[list[str]]:
     return [[a.arg for a in f.args.args] for f in tree.body if isinstance(f, ast.FunctionDef)]
 
 
-class _Canon(ast.NodeTransformer):
-    """Rename the kernel's own names to the placeholder, each function's parameters to `_p<i>`
-    (strings equal to a parameter name too: autotuner keys, do_not_specialize) and its local
-    variables to `_v<i>` in the order they first appear (codegen names them after graph nodes:
-    `pow3_sq` in one copy is `pow49_sq` in the next)."""
-
-    def __init__(self, kernel: str):
-        self.kernel = kernel
-        self.params: dict[str, str] = {}
-        self.locals: set[str] = set()
-        self.numbered: dict[str, str] = {}
-
-    def _name(self, name: str) -> str:
-        if name in self.params:
-            return self.params[name]
-        if name in self.locals:
-            return self.numbered.setdefault(name, f"_v{len(self.numbered)}")
-        if _owned(name, self.kernel):
-            return _PLACEHOLDER + name[len(self.kernel):]
-        return name
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
-        outer = self.params, self.locals, self.numbered
-        # decorators are evaluated outside the function: they see the outer names, but their
-        # strings name this function's parameters
-        self.params = {a.arg: f"_p{i}" for i, a in enumerate(node.args.args)}
-        self.locals, self.numbered = set(), {}
-        node.decorator_list = [self.visit(d) for d in node.decorator_list]
-        node.name = self._name(node.name)
-        self.locals = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
-                       and isinstance(n.ctx, (ast.Store, ast.Del))} - set(self.params)
-        for a in node.args.args:
-            a.arg = self.params[a.arg]
-            a.annotation = self.visit(a.annotation) if a.annotation is not None else None
-        node.body = [self.visit(s) for s in node.body]
-        node.returns = None
-        self.params, self.locals, self.numbered = outer
-        return node
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        node.id = self._name(node.id)
-        return node
-
-    def visit_Constant(self, node: ast.Constant) -> ast.AST:
-        if isinstance(node.value, str):
-            node.value = self._name(node.value)
-        return node
+def _rename(root: ast.AST, name_of) -> None:
+    """Rename, in place, every name and string constant under `root` through `name_of`."""
+    for n in ast.walk(root):
+        if isinstance(n, ast.Name):
+            n.id = name_of(n.id)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            n.value = name_of(n.value)
 
 
 def canonical(kernel: Kernel) -> str | None:
-    """`kernel.source` with its own names and its parameters' names taken out (module
-    docstring), or None where it does not parse."""
+    """`kernel.source` with its own names and its parameters' and locals' names taken out
+    (module docstring), or None where it does not parse. Each function's parameters become
+    `_p<i>` (strings equal to a parameter name too: autotuner keys, do_not_specialize) and its
+    local variables `_v<i>` in the order a walk of its body first meets them (codegen names
+    them after graph nodes: `pow3_sq` in one copy is `pow49_sq` in the next)."""
     try:
         tree = ast.parse(kernel.source)
     except SyntaxError:
         return None
-    return ast.dump(_Canon(kernel.name).visit(tree), annotate_fields=False)
+    own = kernel.name
+
+    def outer(name: str) -> str:
+        return _PLACEHOLDER + name[len(own):] if _owned(name, own) else name
+
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.FunctionDef):
+            _rename(stmt, outer)
+            continue
+        params = {a.arg: f"_p{i}" for i, a in enumerate(stmt.args.args)}
+        local = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                 and isinstance(n.ctx, (ast.Store, ast.Del))} - set(params)
+        numbered: dict[str, str] = {}
+
+        def inner(name: str, params=params, local=local, numbered=numbered) -> str:
+            if name in params:
+                return params[name]
+            if name in local:
+                return numbered.setdefault(name, f"_v{len(numbered)}")
+            return outer(name)
+
+        # decorators are evaluated outside the function, but their strings name its parameters
+        for d in stmt.decorator_list:
+            _rename(d, lambda name, params=params: params.get(name) or outer(name))
+        stmt.name, stmt.returns = outer(stmt.name), None
+        for a in stmt.args.args:
+            a.arg = params[a.arg]
+            if a.annotation is not None:
+                _rename(a.annotation, outer)
+        for body in stmt.body:
+            _rename(body, inner)
+    return ast.dump(tree, annotate_fields=False)
 
 
 def renamer(first: Kernel, dup: Kernel) -> dict[str, str]:

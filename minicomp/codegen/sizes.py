@@ -51,7 +51,8 @@ def rename(graph: Graph, plan: Plan) -> tuple[Graph, Plan, dict[str, str]]:
 
 def module_names(graph: Graph) -> list[str]:
     """The names `rename` gives this graph's symbols (call() must not give them to tensors)."""
-    n = len(dims.symbols(*(d for node in graph.nodes() for d in node.shape)))
+    # node order does not matter for a count: no topological sort (this runs once per group)
+    n = len(dims.symbols(*(d for nid in graph.nx.nodes for d in graph.node(nid).shape)))
     return [f"s{k}" for k in range(n)]
 
 
