@@ -4,6 +4,7 @@ fast launcher per launch site of a shared kernel."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 from conftest import tol
@@ -149,3 +150,47 @@ def test_without_by_site_a_static_kernel_keeps_one_fast_launcher():
     launch(k, grid, x, y, 8, BLOCK_C=4)
     launch(k, grid, x, y, 8, BLOCK_C=4)
     assert [e[0] for e in k.log] == ["triton", "fast"]
+
+
+def _two_widths(x, w1, w2, b1, b2):
+    # over symbolic sizes one GEMM+GELU kernel source serves both (N is an argument): the
+    # launcher must keep a fast launcher per site, or the second would run with the first's N
+    return torch.nn.functional.gelu(x @ w1 + b1), torch.nn.functional.gelu(x @ w2 + b2)
+
+
+def test_over_symbols_two_gemms_of_other_widths_share_one_kernel():
+    x, w1, w2, b1, b2 = torch.randn(30, 64), torch.randn(64, 96), torch.randn(64, 48), torch.randn(96), torch.randn(48)
+    f = minicomp.compile(_two_widths, dynamic=True)
+    for a, b in zip(f(x, w1, w2, b1, b2), _two_widths(x, w1, w2, b1, b2)):
+        torch.testing.assert_close(a, b, **tol(torch.float32))
+    c = f.compile_for(x, w1, w2, b1, b2)
+    gen = generate(c.graph, c.plan, SM90)
+    assert list(gen.kernel_users.values()) == [[0, 1]]
+    name = gen.kernel_names[0]
+    assert f"_launch.by_site({name})" in gen.source and gen.source.count(f"_launch({name},") == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_a_shared_kernel_at_two_sites_with_other_sizes_matches_eager(dtype):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(300, 64, device="cuda", generator=g).to(dtype)
+    w1, w2 = (torch.randn(64, n, device="cuda", generator=g).to(dtype) * 0.1 for n in (96, 48))
+    b1, b2 = (torch.randn(n, device="cuda", generator=g).to(dtype) for n in (96, 48))
+    f = minicomp.compile(_two_widths, dynamic=True)
+    for _ in range(3):                              # the first call through Triton, then the fast path
+        got = f(x, w1, w2, b1, b2)
+        for a, b in zip(got, _two_widths(x, w1, w2, b1, b2)):
+            torch.testing.assert_close(a, b, **tol(dtype))
+    gen = f.compile_for(x, w1, w2, b1, b2).generated
+    assert any(len(users) > 1 for users in gen.kernel_users.values()), gen.source[:3000]
+
+
+@pytest.mark.gpu
+def test_gpu_two_identical_layers_match_eager_on_every_call():
+    m = _two_blocks(64).cuda().to(torch.bfloat16)
+    f = minicomp.compile(m)
+    with torch.no_grad():
+        for n in (1, 2, 3):
+            x = torch.randn(4, 33, 64, device="cuda", dtype=torch.bfloat16)
+            torch.testing.assert_close(f(x), m(x), **tol(torch.bfloat16))
