@@ -144,10 +144,8 @@ def _hazards(compiled: Any) -> list[str]:
 
 
 def _pytorch_nodes(compiled: Any) -> set[int]:
-    """Ids of the nodes that run as PyTorch lines of the module (opaque groups, fallbacks, and the
-    GEMMs that call cuBLAS: capture-safe themselves, listed so a host scalar they read is seen)."""
-    forced = (set(compiled.generated.fallbacks) | set(getattr(compiled, "forced", {}) or {})
-              | set(getattr(compiled.generated, "library", {}) or {}))
+    """Ids of the nodes that run as PyTorch lines of the module (opaque groups, fallbacks)."""
+    forced = set(compiled.generated.fallbacks) | set(getattr(compiled, "forced", {}) or {})
     ids: set[int] = set()
     for g in compiled.plan.groups:
         if g.kind == "opaque" or g.id in forced:
