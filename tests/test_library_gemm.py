@@ -55,16 +55,19 @@ def _randn(*shape, dtype=torch.float32, seed=0):
     return (torch.randn(shape, generator=gen) * shape[-1] ** -0.5).to(dtype)
 
 
-PLAIN_CASES = {
-    "mm": (lambda a, b: a @ b, [(33, 29), (29, 17)], "torch.matmul("),
-    "linear": (lambda x, w: F.linear(x, w), [(3, 7, 29), (19, 29)], "torch.matmul("),
-    "linear_bias_2d": (lambda x, w, b: F.linear(x, w, b), [(7, 29), (19, 29), (19,)], "torch.addmm("),
+PLAIN_CASES = {      # what the graph computes, the shapes, the cuBLAS call the module makes
+    "mm": (lambda a, b: a @ b, [(33, 29), (29, 17)], "torch.matmul(a, b)"),
+    "linear": (lambda x, w: F.linear(x, w), [(3, 7, 29), (19, 29)], "torch.nn.functional.linear(x, w)"),
+    "linear_bias_2d": (lambda x, w, b: F.linear(x, w, b), [(7, 29), (19, 29), (19,)],
+                       "torch.nn.functional.linear(x, w, b)"),
     "linear_bias_3d": (lambda x, w, b: F.linear(x, w, b), [(3, 7, 29), (19, 29), (19,)],
-                       "torch.nn.functional.linear("),
-    "bmm": (lambda a, b: torch.bmm(a, b), [(3, 9, 29), (3, 29, 17)], "torch.matmul("),
-    "broadcast_batch": (lambda a, b: a @ b, [(2, 3, 9, 29), (29, 17)], "torch.matmul("),
-    "transposed_a": (lambda a, b: a.t() @ b, [(29, 33), (29, 17)], "torch.matmul("),
-    "bias_first": (lambda x, w, b: b + x @ w, [(7, 29), (29, 19), (19,)], "torch.addmm("),
+                       "torch.nn.functional.linear(x, w, b)"),
+    "bias_first": (lambda x, w, b: b + x @ w, [(7, 29), (29, 19), (19,)], "torch.addmm(b, x, w)"),
+    "bias_batched_a": (lambda x, w, b: x @ w + b, [(3, 7, 29), (29, 19), (19,)],
+                       "torch.nn.functional.linear(x, w.t(), b)"),
+    "bmm": (lambda a, b: torch.bmm(a, b), [(3, 9, 29), (3, 29, 17)], "torch.matmul(a, b)"),
+    "broadcast_batch": (lambda a, b: a @ b, [(2, 3, 9, 29), (29, 17)], "torch.matmul(a, b)"),
+    "transposed_a": (lambda a, b: a.t() @ b, [(29, 33), (29, 17)], "torch.matmul(buf2, b)"),
 }
 
 
@@ -76,7 +79,7 @@ def test_plain_gemms_call_cublas_and_give_eagers_answer(case, dtype):
     c = _generate(fn, inputs)
     gen = c.generated
     (gemm,) = [g for g in c.plan.groups if g.kind == "gemm"]
-    assert gen.library == {gemm.id: library.BIAS if "bias" in case else library.PLAIN}
+    assert gen.library == {gemm.id: library.BIAS if "bias" in case else library.PLAIN}, gen.source
     assert gen.fallbacks == {} and gen.kernel_names == [] and "@triton.jit" not in gen.source
     assert call in gen.source and f"-> {gen.library[gemm.id]}" in gen.source
     assert "through cuBLAS" in gen.source.splitlines()[1]
@@ -253,3 +256,15 @@ def test_gpu_fp32_follows_the_tf32_switch_both_ways(allow, tf32_switch):
     other = a @ b
     torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-6)
     assert (want - other).abs().max() > 1e-4
+
+
+@pytest.mark.gpu
+def test_gpu_cublas_lines_replay_inside_a_cuda_graph():
+    w, b = _randn(333, 256, seed=1).cuda(), _randn(333, seed=2).cuda()
+    f = minicomp.compile(lambda x, w, b: F.linear(x, w, b), mode="reduce-overhead")
+    for i in range(5):
+        x = _randn(100, 256, seed=10 + i).cuda()
+        torch.testing.assert_close(f(x, w, b), F.linear(x, w, b), **tol(torch.float32))
+    assert f._need().generated.library
+    status = f.cuda_graphs
+    assert status.reason is None and status.captures == 1 and status.replays >= 3, status.describe()

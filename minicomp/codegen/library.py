@@ -7,7 +7,7 @@ by fusing, and cuBLAS is as fast or faster. On the H200 (benchmarks/results/2026
 session11-weak.md) our Triton GEMM ran at 0.92x torch.compile's cuBLAS call for bf16
 4096x4095x4096, 0.86x for fp32 2048^3 and 0.915x for the lm_head F.linear, and its first call
 compiled and tuned for 1.28 s where cuBLAS needs nothing. Such a group is written as
-`torch.matmul` / `torch.addmm` / `F.linear` lines of `call()` and recorded on the generated
+`F.linear` / `torch.matmul` / `torch.addmm` lines of `call()` and recorded on the generated
 module as a library choice (`GeneratedModule.library`), not as a fallback: it is what
 minicomp chose, not something it could not compile, and it warns about nothing.
 
@@ -95,30 +95,45 @@ def choice(ctx: KernelCtx) -> str | None:
         return None
 
 
+def _weight(ctx: KernelCtx, b: int) -> int | None:
+    """The [N, K] tensor when operand B is its transpose (`permute(w, (1, 0))`, nn.Linear's
+    layout) computed in this group for this matmul only; else None."""
+    g = ctx.graph
+    node = g.node(b)
+    if node.op != "permute" or b not in ctx.group.nodes or tuple(node.attrs.get("dims", ())) != (1, 0):
+        return None
+    users = [n for n in ctx.group.nodes if b in g.node(n).args]
+    return node.args[0] if len(users) == 1 and b not in ctx.group.outputs else None
+
+
 def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
-    """Write the group as PyTorch lines of call(): the operand views, then one cuBLAS call
-    (`torch.matmul`; with a bias `torch.addmm` for 2-D A, `F.linear` over batched A, which
-    folds the batch into M where it can, as eager does), then the output's layout."""
+    """Write the group as PyTorch lines of call(): the operand views, then one cuBLAS call, then
+    the output's layout. The call is eager's: `F.linear(x, w[, bias])` where B is an nn.Linear
+    weight's transpose, else `torch.matmul`, or with a bias `torch.addmm` for 2-D A and
+    `F.linear(a, b.t(), bias)` over batched A (which folds the batch into M where it can)."""
     g, spec = ctx.graph, ctx.group.spec
     why = choice(ctx)
     out.writeline(f"# calls cuBLAS through PyTorch ({comment_text(why)})")
     mm = g.node(spec.matmuls[0])
+    a_id, b_id = spec.operands[0]
+    weight = _weight(ctx, b_id)
     order = {nid: i for i, nid in enumerate(g.topo_order())}
     for nid in sorted(ctx.group.nodes, key=order.__getitem__):
         node = g.node(nid)
-        if node.kind == "view":
+        if node.kind == "view" and not (weight is not None and nid == b_id):
             out.writeline(f"{ctx.buf(nid)} = {torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)}"
                           f"  # {node.op}")
-    a, b = (ctx.buf(x) for x in spec.operands[0])
-    if why == BIAS:
-        bias = ctx.buf(_bias(ctx, spec))
-        if len(g.node(spec.operands[0][0]).shape) == 2:
-            text = f"torch.addmm({bias}, {a}, {b})"
-        else:
-            text = f"torch.nn.functional.linear({a}, {b}.t(), {bias})"
-        result = spec.epilogue[0]
-        out.writeline(f"{ctx.buf(result)} = {text}  # %{mm.id} matmul, %{result} add")
+    a, b = ctx.buf(a_id), ctx.buf(b_id)
+    bias = ctx.buf(_bias(ctx, spec)) if why == BIAS else None
+    if weight is not None:
+        text = f"torch.nn.functional.linear({a}, {ctx.buf(weight)}{f', {bias}' if bias else ''})"
+    elif bias is None:
+        text = f"torch.matmul({a}, {b})"
+    elif len(g.node(a_id).shape) == 2:
+        text = f"torch.addmm({bias}, {a}, {b})"
     else:
-        result = mm.id
-        out.writeline(f"{ctx.buf(result)} = torch.matmul({a}, {b})  # matmul")
+        text = f"torch.nn.functional.linear({a}, {b}.t(), {bias})"
+    result = spec.epilogue[0] if bias else mm.id
+    note = f"%{mm.id} matmul" + (f", %{result} add" if bias else "")
+    out.writeline(f"{ctx.buf(result)} = {text}  # {note}")
     out.writeline(f"{ctx.buf(result)} = _as_layout({ctx.buf(result)}, {py_value(ctx.strides(result))})")
