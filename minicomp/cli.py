@@ -278,7 +278,8 @@ def cmd_compile(args) -> int:
             print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter)")
         elif args.bench:
             for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs),
-                                            fallbacks=compiled.generated.fallbacks):   # the module that ran
+                                            fallbacks=compiled.generated.fallbacks,   # the module that ran
+                                            library=compiled.generated.library):
                 print(line)
     return 0
 

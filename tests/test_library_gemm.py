@@ -176,6 +176,26 @@ def test_symbolic_m_is_one_cublas_module_for_every_length():
         torch.testing.assert_close(out, F.linear(x, w, b))
 
 
+def test_dynamic_true_gives_a_cublas_module_over_every_size():
+    """minicomp.compile(fn, dynamic=True): every size symbolic (M, K, N); the plan it made, written
+    for sm_90, is one cuBLAS line that serves every size."""
+    from minicomp.codegen import generate
+
+    fn = lambda x, w, b: F.linear(x, w, b)  # noqa: E731
+    f = minicomp.compile(fn, dynamic=True)
+    for s in (7, 13):
+        args = (_randn(2, s, 29, seed=s), _randn(19, 29, seed=1), _randn(19, seed=2))
+        torch.testing.assert_close(f(*args), fn(*args))
+    c = f._need()
+    assert c.graph.symbolic
+    gen = generate(c.graph, c.plan, SM90)
+    assert list(gen.library.values()) == [library.BIAS] and not gen.kernels and not gen.fallbacks
+    for bsz, s, k, n in ((2, 3, 29, 19), (3, 50, 8, 5)):
+        args = (_randn(bsz, s, k, seed=s), _randn(n, k, seed=1), _randn(n, seed=2))
+        (out,) = _run_on_cpu(gen, list(args))
+        torch.testing.assert_close(out, fn(*args))
+
+
 def test_library_groups_are_capture_safe_and_no_fallback():
     c = _generate(lambda x, w, b: F.linear(x, w, b), [_randn(7, 29), _randn(19, 29, seed=1), _randn(19, seed=2)])
     assert c.generated.device_type == "cuda" and cg.hazards(c) == []
