@@ -1,7 +1,7 @@
 """GEMM groups with nothing to fuse, written as PyTorch lines that call cuBLAS (CUDA targets).
 
-A `gemm` group whose one matmul reads its operands through views only (no cast or other
-compute before it) and has no epilogue, or only a bias add along N (what eager's `F.linear`
+A `gemm` group whose one matmul reads its operands through strided views only (reshape,
+permute, expand, slice: no cast, cat or other copy before it) and has no epilogue, or only a bias add along N (what eager's `F.linear`
 with a bias computes as one `addmm`), gains nothing from a kernel of ours: no bytes are saved
 by fusing, and cuBLAS is as fast or faster. On the H200 (benchmarks/results/2026-12-01/
 session11-weak.md) our Triton GEMM ran at 0.92x torch.compile's cuBLAS call for bf16
@@ -37,6 +37,7 @@ from minicomp.codegen.names import comment_text
 from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.graph import Node
 from minicomp.ir.ops.text import py_value
+from minicomp.ir.ops.views import STRIDED
 from minicomp.plan.specs import GemmSpec
 
 PLAIN = "cuBLAS: nothing to fuse"
@@ -82,8 +83,9 @@ def choice(ctx: KernelCtx) -> str | None:
     if not (a.dtype == b.dtype == mm.dtype and mm.dtype in DTYPES):
         return None
     prologue = [n for n in group.nodes if n != mm.id and n not in spec.epilogue]
-    if any(g.node(n).kind != "view" for n in prologue):
-        return None   # a cast or other compute before the dot: our kernel fuses it into its loads
+    if any(g.node(n).op not in STRIDED for n in prologue):
+        # a cast, or a view that copies in PyTorch (cat, flip, roll, pad): our kernel folds it into its loads
+        return None
     last = spec.epilogue[-1] if spec.epilogue else mm.id
     if list(group.outputs) != [last]:
         return None
@@ -120,7 +122,7 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
     order = {nid: i for i, nid in enumerate(g.topo_order())}
     for nid in sorted(ctx.group.nodes, key=order.__getitem__):
         node = g.node(nid)
-        if node.kind == "view" and not (weight is not None and nid == b_id):
+        if node.op in STRIDED and not (weight is not None and nid == b_id):
             out.writeline(f"{ctx.buf(nid)} = {torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)}"
                           f"  # {node.op}")
     a, b = ctx.buf(a_id), ctx.buf(b_id)
