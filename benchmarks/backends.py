@@ -90,7 +90,7 @@ def prepare_backend(name: str, built, ref, args, tol) -> tuple[dict, Callable]:
         compiled = fn.compile_for(*built.inputs)
         rec["compile_for_s"] = time.perf_counter() - t0          # capture included, no Triton JIT
         rec["compile_seconds"] = compiled.compile_seconds         # minicomp's own figure
-        rec["ledger"] = ledger(compiled.plan, compiled.generated.fallbacks)
+        rec["ledger"] = ledger(compiled.plan, compiled.generated.fallbacks, getattr(compiled.generated, "library", {}))
         rec["kernels"] = list(getattr(compiled.generated, "kernel_names", []))
     if ref is not None:
         poison_allocator(ref)

@@ -160,6 +160,7 @@ def main(argv=None) -> int:
                 rec["ok"], rec["error"] = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             if hasattr(fn, "_last") and fn._last is not None:
                 rec["fallbacks"] = {str(k): v for k, v in fn._last.generated.fallbacks.items()}
+                rec["library"] = {str(k): v for k, v in getattr(fn._last.generated, "library", {}).items()}
             result["backends"][name] = rec
             print(name, json.dumps(rec)[:300], flush=True)
             out = Path(args.out)              # after every backend: a run cut short keeps what it measured

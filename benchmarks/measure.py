@@ -203,11 +203,13 @@ def io_bytes(built, outs) -> int:
     return total
 
 
-def ledger(plan, fallbacks: dict[int, str]) -> dict:
-    """The plan's ledger as a record; `fallbacks`: the generated module's (group id -> reason)."""
+def ledger(plan, fallbacks: dict[int, str], library: dict[int, str] | None = None) -> dict:
+    """The plan's ledger as a record; `fallbacks`: the generated module's (group id -> reason),
+    `library`: its GEMMs with nothing to fuse that call cuBLAS (group id -> reason)."""
+    library = library or {}
     groups = [{"id": g.id, "kind": g.kind, "name": g.name, "bytes_in": g.bytes_in,
                "bytes_out": g.bytes_out, "flops": g.flops, "lower_bound_us": g.lower_bound_us,
-               "bound": g.bound, "fallback": fallbacks.get(g.id)} for g in plan.groups]
+               "bound": g.bound, "fallback": fallbacks.get(g.id), "library": library.get(g.id)} for g in plan.groups]
     return {"bytes": plan.total_bytes, "flops": plan.total_flops, "unfused_bytes": plan.unfused_bytes,
             "lower_bound_us": sum(g.lower_bound_us for g in plan.groups), "groups": groups,
             "kinds": plan.kinds(), "fallbacks": [g for g in groups if g["fallback"]]}

@@ -267,7 +267,7 @@ def cmd_compile(args) -> int:
         compiled = compile_graph(job.graph, job.shapes(), options, device=device, load=False)
     fallbacks = _dumps(args, compiled)
     where = "runs on" if runs else "would run on"
-    print(f"compiled {compiled.graph.name}: {group_count(compiled.plan, fallbacks)} in "
+    print(f"compiled {compiled.graph.name}: {group_count(compiled.plan, fallbacks, compiled.generated.library)} in "
           f"{compiled.compile_seconds * 1000:.0f} ms (before Triton's JIT); {where} {explain.device_words(device)}" + ("" if runs else "; --check runs it"))
     print(explain.bound_line(compiled.plan, device))
     if runs:
@@ -278,7 +278,8 @@ def cmd_compile(args) -> int:
             print("bench: skipped, timings need a CUDA device (the CPU runs Triton's interpreter)")
         elif args.bench:
             for line in explain.bench_lines(compiled.plan, explain.bench(compiled, inputs),
-                                            fallbacks=compiled.generated.fallbacks):   # the module that ran
+                                            fallbacks=compiled.generated.fallbacks,   # the module that ran
+                                            library=compiled.generated.library):
                 print(line)
     return 0
 
@@ -292,7 +293,7 @@ def _dumps(args, compiled) -> dict:
     if args.dump_ir:
         print(compiled.graph.dump(), end="\n\n")
     if args.dump_plan:
-        print(compiled.plan.table(fallbacks=fallbacks), end="\n\n")
+        print(compiled.plan.table(fallbacks=fallbacks, library=compiled.generated.library), end="\n\n")
     if args.dump_graph:
         notes: list[str] = []
         for path in explain.write_graph(args.dump_graph, compiled.graph, compiled.plan, fallbacks, notes):
@@ -318,7 +319,7 @@ def _symbolic_dumps(args, job: Job, options, device: str) -> int:
     fallbacks = _dumps(args, compiled)
     names = ", ".join(s.name for s in syms)
     print(f"compiled {compiled.graph.name} over symbolic sizes {names} (each in [2, 2**31 - 1]; the plan decides at "
-          f"{', '.join(f'{s.name}={s.hint}' for s in syms)}): {group_count(compiled.plan, fallbacks)}, one module for "
+          f"{', '.join(f'{s.name}={s.hint}' for s in syms)}): {group_count(compiled.plan, fallbacks, compiled.generated.library)}, one module for "
           f"every size; bind the sizes with --dim to --check it")
     print(explain.bound_line(compiled.plan, "cpu"))
     return 0

@@ -175,8 +175,10 @@ def _pct(bound: float, measured: float) -> str:
     return f"{100.0 * bound / measured:5.1f}%" if measured > 0 else "    -"
 
 
-def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str] | None = None) -> list[str]:
-    """The timings against the plan's bounds, one line for the call and one per group."""
+def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str] | None = None,
+                library: Mapping[int, str] | None = None) -> list[str]:
+    """The timings against the plan's bounds, one line for the call and one per group
+    (`library`: the groups that call cuBLAS, `GeneratedModule.library`)."""
     lines = [f"bench: {result.total_us:.1f} µs per call (median, triton.testing.do_bench); "
              f"bound on the {plan.machine} model {plan.lower_bound_us:.1f} µs: "
              f"{_pct(plan.lower_bound_us, result.total_us).strip()} of bound"]
@@ -190,6 +192,6 @@ def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str] | 
             lines.append(f"  g{g.id:<3} {what}  {us:9.1f} µs  bound {g.lower_bound_us:9.1f} µs  "
                          f"{_pct(g.lower_bound_us, us)} of bound")
         else:
-            why = "PyTorch" if (fallbacks or {}).get(g.id) else "no kernel"
+            why = "PyTorch" if (fallbacks or {}).get(g.id) else "cuBLAS" if (library or {}).get(g.id) else "no kernel"
             lines.append(f"  g{g.id:<3} {what}  {'-':>9}     bound {g.lower_bound_us:9.1f} µs  ({why})")
     return lines

@@ -31,6 +31,7 @@ VERIFY_DEPTHS = ("full", "sampled")
 CAPTURE_ENV = "MINICOMP_CAPTURE"                     # "fake": capture with make_fx only
 PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (runtime/prime.py)
 TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile kernel compiles before its first launch
+LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": GEMMs with nothing to fuse are our kernels too, not cuBLAS
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 MATMUL_PRECISIONS = ("ieee", "tf32")                 # fp32 `tl.dot` input precision
@@ -53,6 +54,13 @@ def read_matmul_precision() -> str:
         return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
     except RuntimeError:
         return "ieee"
+
+
+def read_library_gemm(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_LIBRARY_GEMM lets a CUDA module call cuBLAS for a GEMM with nothing to
+    fuse (codegen/library.py): on unless it is "0"."""
+    env = os.environ if environ is None else environ
+    return env.get(LIBRARY_GEMM_ENV, "").strip() != "0"
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,10 @@ class Target:
     # fp32 GEMM `tl.dot(..., input_precision=...)`: PyTorch's switches when the record is made
     # (`read_matmul_precision`); the compile cache keys on them too (api._modes), so a flip recompiles
     matmul_precision: str = field(default_factory=read_matmul_precision)
+    # CUDA: a GEMM group with nothing to fuse calls cuBLAS (codegen/library.py); the CPU target
+    # never does, so the interpreter keeps testing our GEMM kernels. MINICOMP_LIBRARY_GEMM=0 turns
+    # it off; the compile cache keys on it (api._modes)
+    library_gemm: bool = True
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -136,7 +148,8 @@ class Target:
         return Target(device_type, capability, hopper_attention=env.get(HOPPER_ATTENTION_ENV, ""),
                       verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full",
                       row_form=row_form or RowForm(), capture=capture_mode(env),
-                      prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0")
+                      prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0",
+                      library_gemm=read_library_gemm(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":
@@ -147,9 +160,10 @@ class Target:
 
     def for_check(self, arch: int) -> "Target":
         """This target's switches, for a CUDA device of capability `arch` (what the GPU-true
-        check generates and compiles; it checks nothing further itself)."""
+        check generates and compiles; it checks nothing further itself). A CPU module runs our
+        GEMM kernels, never cuBLAS, so its check compiles those (`library_gemm` off)."""
         return replace(self, device_type="cuda", capability=(arch // 10, arch % 10), tma_on_cpu=False,
-                       verify_arch=None)
+                       verify_arch=None, library_gemm=self.library_gemm and self.device_type == "cuda")
 
 
 def capture_mode(environ: dict | None = None) -> str:

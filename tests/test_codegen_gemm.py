@@ -6,6 +6,7 @@ Each graph is compiled as one hand-made gemm group, the way the planner groups i
 """
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,18 +18,28 @@ from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
 from minicomp.plan import Group, Plan
 from minicomp.runtime import load
+from minicomp.target import Target
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def one_group(g: Graph, device_type: str = "cpu"):
-    """Generate `g` as a single gemm group holding every computed node."""
+@pytest.fixture(autouse=True)
+def our_gemm_kernels(monkeypatch):
+    """These tests test minicomp's GEMM kernels: no GEMM group calls cuBLAS instead
+    (codegen/library.py), through the api (the environment) or `one_group` (the Target)."""
+    monkeypatch.setenv("MINICOMP_LIBRARY_GEMM", "0")
+
+
+def one_group(g: Graph, device_type: str | Target = "cpu"):
+    """Generate `g` as a single gemm group holding every computed node, as OUR kernel (on CUDA
+    targets too: `library_gemm` off)."""
     nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
     reads = sorted({a for nid in nodes for a in g.node(nid).args if g.node(a).kind in ("input", "constant")})
     mms = [n for n in nodes if g.node(n).op == "matmul"]
     plan = Plan(g.name, [Group(0, "gemm", nodes=nodes, inputs=reads, outputs=list(g.outputs), anchor=mms[0])])
     plan = plan.with_specs(g)
-    return generate(g, plan, device_type), plan.groups[0]
+    target = Target.for_device(device_type) if isinstance(device_type, str) else device_type
+    return generate(g, plan, replace(target, library_gemm=False)), plan.groups[0]
 
 
 def run_gemm(g: Graph, inputs, device: str = "cpu", expect_kernel: bool = True, target=None):

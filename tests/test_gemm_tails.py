@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tol
-from test_codegen_gemm import one_group, randn, run_gemm
+from test_codegen_gemm import one_group, our_gemm_kernels, randn, run_gemm  # noqa: F401  (autouse: our kernels, not cuBLAS)
 
 import minicomp
 from minicomp.codegen import gemm_form

@@ -51,4 +51,4 @@ class LastCompiled:
         refused = getattr(getattr(self, "dynamic", None), "refused", {})
         if refused:
             head += "".join(f"compiled for concrete sizes: {why}\n" for why in dict.fromkeys(refused.values())) + "\n"
-        return f"{head}{c.graph.dump()}\n\n{c.plan.table(fallbacks=c.generated.fallbacks)}"
+        return f"{head}{c.graph.dump()}\n\n{c.plan.table(fallbacks=c.generated.fallbacks, library=c.generated.library)}"

@@ -30,6 +30,7 @@ class GeneratedModule:
     graph_name: str = "main"
     device_type: str = "cpu"
     fallbacks: dict[int, str] = field(default_factory=dict)   # group id -> why it runs through PyTorch
+    library: dict[int, str] = field(default_factory=dict)     # group id -> why it calls cuBLAS (codegen/library.py)
     kernel_groups: dict[str, int] = field(default_factory=dict)  # kernel name -> the first plan group it computes
     kernel_users: dict[str, list[int]] = field(default_factory=dict)  # kernel name -> every group launching it (codegen/dedup.py)
     kernels: list[Kernel] = field(default_factory=list)          # each kernel's record: name, source, launches

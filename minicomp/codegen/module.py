@@ -4,7 +4,7 @@ One module per compiled graph, readable and runnable on its own (like Inductor's
 output_code.py). `call()` checks its inputs (count, shape, dtype, device type), binds
 each graph input and constant to `buf{nid}`, then runs the groups in dependency order:
 a kernel group allocates its outputs with the strides codegen assumed and launches;
-any other group runs as PyTorch lines (fallback.py). It returns the outputs as a list.
+any other group runs as PyTorch lines (fallback.py; a GEMM with nothing to fuse: library.py, cuBLAS).
 
 Module-level lists the loader fills: `CONSTANTS` (tensor constants, already in the
 layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import attention, dedup, fallback, gemm, index_check, pointwise, reduction, sizes, target_check
+from minicomp.codegen import attention, dedup, fallback, gemm, index_check, library, pointwise, reduction, sizes, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, scratch_lines, warm_entries
@@ -106,6 +106,7 @@ class ModuleWriter:
         self.scalars_used: set[int] = set()  # scalar constants PyTorch code needs as tensors
         self.summary: list[str] = []
         self.fallbacks: dict[int, str] = {}
+        self.library: dict[int, str] = {}     # groups with nothing to fuse that call cuBLAS (not fallbacks)
         self.warm: list[str] = []          # `_WARM` entries (CUDA): what the first call compiles at once
         self.later: list[str] = []         # `_LATER` entries: what compiles in the background meanwhile
 
@@ -198,6 +199,13 @@ class ModuleWriter:
                 b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
                             f"dtype={n.dtype}, device=device)")
             return
+        what = f"{group.kind}" + (f" {group.name}" if group.name else "")
+        nodes = ", ".join(f"%{n}" for n in group.nodes)
+        b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
+        if (library_call := None if group.id in self.forced else library.choice(ctx)) is not None:
+            self.library[group.id] = library_call          # a GEMM with nothing to fuse: no kernel, no fallback
+            self.summary.append(f"group {group.id:<3} {what:<24} -> {library_call}")
+            return library.emit(ctx, b, self.opaque_slot)
         emit, reason = _emitter(group.kind)
         kernel = None
         if group.id in self.forced:
@@ -211,9 +219,6 @@ class ModuleWriter:
                 reason = str(e) or "unsupported"
             except SymbolicDim as e:      # a decision the symbols' ranges do not settle
                 reason = f"symbolic sizes: {e}"
-        what = f"{group.kind}" + (f" {group.name}" if group.name else "")
-        nodes = ", ".join(f"%{n}" for n in group.nodes)
-        b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
         if kernel is None:
             self.fallbacks[group.id] = reason
             self.summary.append(f"group {group.id:<3} {what:<24} -> PyTorch ({reason})")
@@ -278,7 +283,7 @@ class ModuleWriter:
         out = CodeBuilder()
         out.writeline(f"# minicomp: generated module for graph {comment_text(repr(g.name))} (device type: {self.device_type})")
         out.writeline(f"# plan: {len(self.plan.groups)} group(s), {len(self.kernels)} Triton kernel(s), "
-                      f"{len(self.fallbacks)} through PyTorch")
+                      f"{len(self.fallbacks)} through PyTorch{library.header_note(self.library)}")
         for line in self.summary:
             out.writeline(f"#   {comment_text(line)}")
         ins = ", ".join(f"{comment_text(g.node(i).attrs['name'])} {g.node(i).type}" for i in g.inputs)
@@ -383,7 +388,7 @@ def generate(graph: Graph, plan: Plan, target: Target | str,
     source = w.source()
     generated = GeneratedModule(source=source, constants=w.constants, opaque=w.opaque,
                            kernel_names=[k.name for k in w.kernels], graph_name=graph.name,
-                           device_type=target.device_type, fallbacks=w.fallbacks,
+                           device_type=target.device_type, fallbacks=w.fallbacks, library=w.library,
                            kernel_groups=w.kernel_groups, kernel_users=w.kernel_users, kernels=list(w.kernels), target=target,
                            input_specs=[(graph.node(i).attrs["name"], graph.node(i).shape, graph.node(i).dtype)
                                         for i in graph.inputs])

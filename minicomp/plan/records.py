@@ -150,11 +150,12 @@ class Plan:
         groups = [replace(g, spec=derive_spec(graph, g.kind, g.nodes, g.anchor, g.id)) for g in self.groups]
         return replace(self, groups=groups)
 
-    def table(self, fallbacks: Mapping[int, str] | None = None) -> str:
+    def table(self, fallbacks: Mapping[int, str] | None = None, library: Mapping[int, str] | None = None) -> str:
         """The plan as text: groups, totals, refused candidates, recompute decisions.
         `fallbacks` (group id -> why it runs through PyTorch: `GeneratedModule.fallbacks`)
-        marks the groups codegen did not write a kernel for."""
-        return render(self, fallbacks or {})
+        marks the groups codegen did not write a kernel for; `library` (`GeneratedModule.library`)
+        the GEMMs with nothing to fuse that call cuBLAS instead."""
+        return render(self, fallbacks or {}, library or {})
 
     def __str__(self) -> str:
         return self.table()

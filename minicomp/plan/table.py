@@ -56,10 +56,15 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def group_count(plan, fallbacks: Mapping[int, str]) -> str:
-    """`3 groups (2 Triton kernels, 1 through PyTorch)`: a fallback is no kernel of ours."""
+def group_count(plan, fallbacks: Mapping[int, str], library: Mapping[int, str] | None = None) -> str:
+    """`3 groups (1 Triton kernel, 1 through cuBLAS, 1 through PyTorch)`: a fallback is no kernel
+    of ours, nor is a `library` group (group id -> why it calls cuBLAS: `GeneratedModule.library`)."""
+    library = library or {}
     torch_groups = sum(1 for g in plan.groups if fallbacks.get(g.id) or g.kind == "opaque")
-    parts = [_n(len(plan.groups) - torch_groups, "Triton kernel")]
+    cublas = sum(1 for g in plan.groups if library.get(g.id))
+    parts = [_n(len(plan.groups) - torch_groups - cublas, "Triton kernel")]
+    if cublas:
+        parts.append(f"{cublas} through cuBLAS")
     if torch_groups:
         parts.append(f"{torch_groups} through PyTorch")
     return f"{_n(len(plan.groups), 'group')} ({', '.join(parts)})"
@@ -69,8 +74,10 @@ def _row(cells: list[str], widths: list[int], right: set[int]) -> str:
     return "  ".join(c.rjust(w) if k in right else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
 
-def render(plan, fallbacks: Mapping[int, str]) -> str:
-    """`plan` as text; `fallbacks` (group id -> reason) marks the groups that run through PyTorch."""
+def render(plan, fallbacks: Mapping[int, str], library: Mapping[int, str] | None = None) -> str:
+    """`plan` as text; `fallbacks` (group id -> reason) marks the groups that run through PyTorch,
+    `library` (group id -> reason) those that call cuBLAS."""
+    library = library or {}
     head = ["#", "kind", "name", "nodes", "in", "out", "saved", "flops", "bound µs", "bound"]
     rows = []
     for g in plan.groups:
@@ -79,7 +86,7 @@ def render(plan, fallbacks: Mapping[int, str]) -> str:
             nodes = nodes[:25] + "..."
         rows.append([str(g.id), g.kind, g.name or "-", f"{nodes} ({len(g.nodes)})", fmt_bytes(g.bytes_in),
                      fmt_bytes(g.bytes_out), fmt_bytes(g.bytes_saved), fmt_flops(g.flops),
-                     f"{g.lower_bound_us:.3f}", g.bound + (" (fallback)" if fallbacks.get(g.id) else "")])
+                     f"{g.lower_bound_us:.3f}", g.bound + (" (fallback)" if fallbacks.get(g.id) else " (cuBLAS)" if library.get(g.id) else "")])
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
     right = {0, 4, 5, 6, 7, 8}
     lines = [f"plan for {plan.graph_name}; bounds on {model_words(plan.machine)}", _row(head, widths, right)]
@@ -87,7 +94,7 @@ def render(plan, fallbacks: Mapping[int, str]) -> str:
     planned, unfused = plan.total_bytes, plan.unfused_bytes
     fewer = f", {dims.ratio(unfused, planned):.2f}x fewer bytes" if planned else ""
     lines.append(f"unfused {fmt_bytes(unfused)}  ->  planned {fmt_bytes(planned)}  "
-                 f"({plan.ratio:.2f} of unfused{fewer}); {group_count(plan, fallbacks)}, "
+                 f"({plan.ratio:.2f} of unfused{fewer}); {group_count(plan, fallbacks, library)}, "
                  f"{fmt_flops(plan.total_flops)} flops, lower bound on the {_model_name(plan.machine)} model "
                  f"{plan.lower_bound_us:.3f} µs")
     for g in plan.groups:
@@ -95,6 +102,8 @@ def render(plan, fallbacks: Mapping[int, str]) -> str:
             lines.append(f"  g{g.id} {g.name}: {g.reason}")
         if fallbacks.get(g.id):
             lines.append(f"  g{g.id} runs through PyTorch: {fallbacks[g.id]}")
+        if library.get(g.id):
+            lines.append(f"  g{g.id} calls {library[g.id]}")
     if plan.rejected:
         lines.append("refused:")
         for r in plan.rejected:

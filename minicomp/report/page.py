@@ -111,16 +111,24 @@ def _kernel_of(compiled) -> dict[int, str]:
         gid: name for name, gids in gen.kernel_users.items() for gid in gids}
 
 
+def _library_of(compiled) -> dict[int, str]:
+    """Group id -> why it calls cuBLAS (codegen/library.py: a GEMM with nothing to fuse)."""
+    return dict(getattr(compiled.generated, "library", {}) or {})
+
+
 def ledger_section(p: PageInput) -> str:
     plan: Plan = p.compiled.plan
     n_kernels = len(p.compiled.generated.kernel_names)
-    through_torch = len(plan.groups) - n_kernels
+    n_library = len(_library_of(p.compiled))
+    through_torch = len(plan.groups) - n_kernels - n_library
     fewer = f"{plan.unfused_bytes / plan.total_bytes:.2f}x fewer" if plan.total_bytes else "-"
     rows = [["bytes, unfused (each op its own kernel, as eager)", esc(fmt_bytes(plan.unfused_bytes))],
             ["bytes, planned", esc(f"{fmt_bytes(plan.total_bytes)} ({plan.ratio:.2f} of unfused, {fewer})")],
             ["flops", esc(fmt_flops(plan.total_flops))],
             [f"lower bound on the {p.machine.name} model", esc(f"{plan.lower_bound_us:.3f} µs")],
-            ["groups", esc(f"{len(plan.groups)}: {n_kernels} Triton kernel(s), {through_torch} through PyTorch")]]
+            ["groups", esc(f"{len(plan.groups)}: {n_kernels} Triton kernel(s), "
+                                 + (f"{n_library} through cuBLAS, " if n_library else "")
+                                 + f"{through_torch} through PyTorch")]]
     if p.total_us is not None:
         rows.append(["measured whole call", esc(f"{p.total_us:.1f} µs (median, triton.testing.do_bench)")])
     body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
@@ -133,9 +141,11 @@ def ledger_section(p: PageInput) -> str:
 def graph_section(p: PageInput) -> str:
     c = p.compiled
     kernel = _kernel_of(c)
+    library = _library_of(c)
     items = []
     for g in c.plan.groups:
-        runs = esc(kernel[g.id]) if g.id in kernel else '<span class="fallback">PyTorch</span>'
+        runs = (esc(kernel[g.id]) if g.id in kernel else "cuBLAS" if g.id in library
+                else '<span class="fallback">PyTorch</span>')
         items.append(f"<li>{_swatch(g.id)}g{g.id} {esc(g.kind)} {esc(g.name)} → {runs}</li>")
     items.append(f"<li>{_swatch(None)}input, constant or weight (no kernel)</li>")
     return ('<section id="graph"><h2>Fused graph</h2>'
@@ -169,12 +179,13 @@ def roofline_section(p: PageInput) -> str:
 def plan_section(p: PageInput) -> str:
     plan: Plan = p.compiled.plan
     kernel = _kernel_of(p.compiled)
-    fallbacks = p.compiled.generated.fallbacks
+    fallbacks, library = p.compiled.generated.fallbacks, _library_of(p.compiled)
     rows = []
     for g in plan.groups:
         nbytes = g.bytes_in + g.bytes_out
         why = esc(fallbacks.get(g.id) or "")
-        runs = esc(kernel[g.id]) if g.id in kernel else f'<span class="fallback">PyTorch: {why}</span>'
+        runs = (esc(kernel[g.id]) if g.id in kernel else esc(library[g.id]) if g.id in library
+                else f'<span class="fallback">PyTorch: {why}</span>')
         rows.append([f"{_swatch(g.id)}{g.id}", esc(g.kind), esc(g.name or "-"),
                      esc(f"{compress_ids(g.nodes)} ({len(g.nodes)})"), esc(fmt_bytes(g.bytes_in)),
                      esc(fmt_bytes(g.bytes_out)), esc(fmt_bytes(g.bytes_saved)), esc(fmt_flops(g.flops)),
@@ -226,7 +237,8 @@ def kernels_section(p: PageInput) -> str:
            'origin), with the nodes they produced. Right: the Triton kernel written for the group.</p>']
     for g in c.plan.groups:
         name = kernel.get(g.id)
-        title = f"g{g.id} {g.kind} {g.name}".rstrip() + (f" → {name}" if name else " → PyTorch")
+        cublas = _library_of(c).get(g.id)
+        title = f"g{g.id} {g.kind} {g.name}".rstrip() + (f" → {name}" if name else " → cuBLAS" if cublas else " → PyTorch")
         lines = kern.user_lines(c.graph, g)
         left = _user_pre(lines) if lines else '<p class="note">no node of this group names a source line.</p>'
         unplaced = kern.unplaced_nodes(c.graph, g)
@@ -241,6 +253,8 @@ def kernels_section(p: PageInput) -> str:
             right = f'<pre class="triton">{esc(sources[name])}</pre>'
         elif name:
             right = f'<p class="fallback">the source of {esc(name)} was not found in the module.</p>'
+        elif cublas:
+            right = f'<p class="note">no Triton kernel: calls {esc(cublas)}.</p>'
         else:
             why = esc(c.generated.fallbacks.get(g.id) or g.kind)
             right = f'<p class="fallback">no Triton kernel: runs through PyTorch ({why}).</p>'

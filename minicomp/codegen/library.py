@@ -1,0 +1,141 @@
+"""GEMM groups with nothing to fuse, written as PyTorch lines that call cuBLAS (CUDA targets).
+
+A `gemm` group whose one matmul reads its operands through strided views only (reshape,
+permute, expand, slice: no cast, cat or other copy before it) and has no epilogue, or only a bias add along N (what eager's `F.linear`
+with a bias computes as one `addmm`), gains nothing from a kernel of ours: no bytes are saved
+by fusing, and cuBLAS is as fast or faster. On the H200 (benchmarks/results/2026-12-01/
+session11-weak.md) our Triton GEMM ran at 0.92x torch.compile's cuBLAS call for bf16
+4096x4095x4096, 0.86x for fp32 2048^3 and 0.915x for the lm_head F.linear, and its first call
+compiled and tuned for 1.28 s where cuBLAS needs nothing. Such a group is written as
+`F.linear` / `torch.matmul` / `torch.addmm` lines of `call()` and recorded on the generated
+module as a library choice (`GeneratedModule.library`), not as a fallback: it is what
+minicomp chose, not something it could not compile, and it warns about nothing.
+
+`choice(ctx)` says whether (and why) a group goes to the library; `emit(ctx, out, slot)`
+writes its lines.
+
+Invariants:
+- only CUDA targets with `Target.library_gemm` on choose the library; the CPU target never
+  does (the interpreter path keeps testing minicomp's own GEMM kernels);
+- a library group computes what the reference interpreter computes (the same PyTorch calls),
+  and reads PyTorch's fp32 precision switches when it runs, as eager does; the Target's
+  `matmul_precision` (our kernels' compile-time copy of them) plays no part;
+- the lines hold no sizes, so they serve symbolic sizes unchanged, and launch nothing but
+  cuBLAS (and a copy where a layout asks for one): they are safe inside a CUDA graph capture.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from minicomp.codegen.builder import CodeBuilder
+from minicomp.codegen.common import KernelCtx
+from minicomp.codegen.fallback import torch_text
+from minicomp.codegen.names import comment_text
+from minicomp.ir.dims import SymbolicDim
+from minicomp.ir.graph import Node
+from minicomp.ir.ops.text import py_value
+from minicomp.ir.ops.views import STRIDED
+from minicomp.plan.specs import GemmSpec
+
+PLAIN = "cuBLAS: nothing to fuse"
+BIAS = "cuBLAS: nothing to fuse but a bias along N (addmm)"
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)   # what cuBLAS multiplies and our kernels do too
+
+
+def header_note(chosen: dict[int, str]) -> str:
+    """The module header's count of library groups (`, 2 through cuBLAS`; "" for none)."""
+    return f", {len(chosen)} through cuBLAS" if chosen else ""
+
+
+def _bias(ctx: KernelCtx, spec: GemmSpec) -> int | None:
+    """The bias operand when the group's epilogue is exactly `matmul + bias` with a bias of
+    shape [N] read from memory, of the matmul's dtype, added to a 2-D B; else None."""
+    g = ctx.graph
+    if len(spec.epilogue) != 1:
+        return None
+    add, mm = g.node(spec.epilogue[0]), g.node(spec.matmuls[0])
+    if add.op != "add" or len(add.args) != 2 or mm.id not in add.args or add.args[0] == add.args[1]:
+        return None
+    bias = g.node(add.args[1] if add.args[0] == mm.id else add.args[0])
+    b = g.node(spec.operands[0][1])
+    if bias.id in ctx.group.nodes or len(b.shape) != 2 or len(g.node(spec.operands[0][0]).shape) < 2:
+        return None
+    if bias.op == "constant" and not isinstance(bias.attrs.get("value"), torch.Tensor):
+        return None   # a Python scalar: no addmm bias
+    same = bias.dtype == mm.dtype == add.dtype and tuple(add.shape) == tuple(mm.shape)
+    return bias.id if same and tuple(bias.shape) == (mm.shape[-1],) else None
+
+
+def choice(ctx: KernelCtx) -> str | None:
+    """Why the group calls cuBLAS (`PLAIN` or `BIAS`), or None when a kernel of ours computes
+    it: another target, the switch off, a dual GEMM, a prologue that computes, an epilogue."""
+    target, group, g = ctx.target, ctx.group, ctx.graph
+    if target.device_type != "cuda" or not target.library_gemm or group.kind != "gemm":
+        return None
+    spec = group.spec
+    if not isinstance(spec, GemmSpec) or len(spec.matmuls) != 1:
+        return None
+    mm = g.node(spec.matmuls[0])
+    a, b = (g.node(x) for x in spec.operands[0])
+    if not (a.dtype == b.dtype == mm.dtype and mm.dtype in DTYPES):
+        return None
+    prologue = [n for n in group.nodes if n != mm.id and n not in spec.epilogue]
+    if any(g.node(n).op not in STRIDED for n in prologue):
+        # a cast, or a view that copies in PyTorch (cat, flip, roll, pad): our kernel folds it into its loads
+        return None
+    last = spec.epilogue[-1] if spec.epilogue else mm.id
+    if list(group.outputs) != [last]:
+        return None
+    if not spec.epilogue:
+        return PLAIN
+    try:
+        return BIAS if _bias(ctx, spec) is not None else None
+    except SymbolicDim:   # a bias length the symbols' ranges do not settle: our kernel
+        return None
+
+
+def _weight(ctx: KernelCtx, b: int) -> int | None:
+    """The [N, K] tensor when operand B is its transpose (`permute(w, (1, 0))`, nn.Linear's
+    layout) computed in this group for this matmul only; else None."""
+    g = ctx.graph
+    node = g.node(b)
+    if node.op != "permute" or b not in ctx.group.nodes or tuple(node.attrs.get("dims", ())) != (1, 0):
+        return None
+    users = [n for n in ctx.group.nodes if b in g.node(n).args]
+    return node.args[0] if len(users) == 1 and b not in ctx.group.outputs else None
+
+
+def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
+    """Write the group as PyTorch lines of call(): the operand views, then one cuBLAS call, then
+    the output's layout. The call is eager's: `F.linear(x, w[, bias])` where B is an nn.Linear
+    weight's transpose, else `torch.matmul`, or with a bias `torch.addmm` for 2-D A and
+    `F.linear(a, b.t(), bias)` over batched A (which folds the batch into M where it can)."""
+    g, spec = ctx.graph, ctx.group.spec
+    why = choice(ctx)
+    out.writeline(f"# calls cuBLAS through PyTorch ({comment_text(why)})")
+    mm = g.node(spec.matmuls[0])
+    a_id, b_id = spec.operands[0]
+    weight = _weight(ctx, b_id)
+    order = {nid: i for i, nid in enumerate(g.topo_order())}
+    for nid in sorted(ctx.group.nodes, key=order.__getitem__):
+        node = g.node(nid)
+        if node.op in STRIDED and not (weight is not None and nid == b_id):
+            out.writeline(f"{ctx.buf(nid)} = {torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)}"
+                          f"  # {node.op}")
+    a, b = ctx.buf(a_id), ctx.buf(b_id)
+    bias = ctx.buf(_bias(ctx, spec)) if why == BIAS else None
+    if weight is not None:
+        text = f"torch.nn.functional.linear({a}, {ctx.buf(weight)}{f', {bias}' if bias else ''})"
+    elif bias is None:
+        text = f"torch.matmul({a}, {b})"
+    elif len(g.node(a_id).shape) == 2:
+        text = f"torch.addmm({bias}, {a}, {b})"
+    else:
+        text = f"torch.nn.functional.linear({a}, {b}.t(), {bias})"
+    result = spec.epilogue[0] if bias else mm.id
+    note = f"%{mm.id} matmul" + (f", %{result} add" if bias else "")
+    out.writeline(f"{ctx.buf(result)} = {text}  # {note}")
+    out.writeline(f"{ctx.buf(result)} = _as_layout({ctx.buf(result)}, {py_value(ctx.strides(result))})")

@@ -1,0 +1,290 @@
+"""GEMMs with nothing to fuse call cuBLAS on CUDA (codegen/library.py).
+
+CPU tests generate for an sm_90 target with no GPU present and check the plan record
+(`GeneratedModule.library`, never `fallbacks`), the source, the switch and the plan summary;
+the library lines are plain PyTorch, so they also run here on CPU tensors (the module's
+device type set to "cpu") against eager, at odd sizes and over symbolic M. `gpu` tests run
+the modules on the H200 against eager: bf16/fp16/fp32 with odd K and N, batched, F.linear
+with a bias, and fp32 under both of PyTorch's TF32 switches.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tol
+
+import minicomp
+from minicomp.api import compile_graph
+from minicomp.codegen import library
+from minicomp.frontend.dsl import load_dsl
+from minicomp.frontend.fx import capture
+from minicomp.plan.table import group_count
+from minicomp.runtime import cuda_graphs as cg
+from minicomp.target import Target
+
+SM90 = Target("cuda", (9, 0))
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _generate(fn, inputs, target: Target = SM90):
+    """`fn` captured and compiled for `target` without running it (no GPU needed); no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = capture(fn, inputs)
+        return compile_graph(g, inputs, device=target.device_type, load=False, target=target)
+
+
+def _run_on_cpu(generated, inputs):
+    """Run a CUDA module that holds no Triton kernel on CPU tensors: its lines are PyTorch."""
+    assert not generated.kernels, generated.kernel_names
+    ns: dict = {"__name__": "minicomp_library_test"}
+    exec(compile(generated.source, "<generated>", "exec"), ns)
+    ns["DEVICE_TYPE"] = "cpu"
+    ns["CONSTANTS"][:] = generated.constants
+    ns["OPAQUE"][:] = generated.opaque
+    return ns["call"](*inputs)
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=gen) * shape[-1] ** -0.5).to(dtype)
+
+
+PLAIN_CASES = {      # what the graph computes, the shapes, the cuBLAS call the module makes
+    "mm": (lambda a, b: a @ b, [(33, 29), (29, 17)], "torch.matmul(a, b)"),
+    "linear": (lambda x, w: F.linear(x, w), [(3, 7, 29), (19, 29)], "torch.nn.functional.linear(x, w)"),
+    "linear_bias_2d": (lambda x, w, b: F.linear(x, w, b), [(7, 29), (19, 29), (19,)],
+                       "torch.nn.functional.linear(x, w, b)"),
+    "linear_bias_3d": (lambda x, w, b: F.linear(x, w, b), [(3, 7, 29), (19, 29), (19,)],
+                       "torch.nn.functional.linear(x, w, b)"),
+    "bias_first": (lambda x, w, b: b + x @ w, [(7, 29), (29, 19), (19,)], "torch.addmm(b, x, w)"),
+    "bias_batched_a": (lambda x, w, b: x @ w + b, [(3, 7, 29), (29, 19), (19,)],
+                       "torch.nn.functional.linear(x, w.t(), b)"),
+    "bmm": (lambda a, b: torch.bmm(a, b), [(3, 9, 29), (3, 29, 17)], "torch.matmul(a, b)"),
+    "broadcast_batch": (lambda a, b: a @ b, [(2, 3, 9, 29), (29, 17)], "torch.matmul(a, b)"),
+    "transposed_a": (lambda a, b: a.t() @ b, [(29, 33), (29, 17)], "torch.matmul(buf2, b)"),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", sorted(PLAIN_CASES))
+def test_plain_gemms_call_cublas_and_give_eagers_answer(case, dtype):
+    fn, shapes, call = PLAIN_CASES[case]
+    inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
+    c = _generate(fn, inputs)
+    gen = c.generated
+    (gemm,) = [g for g in c.plan.groups if g.kind == "gemm"]
+    assert gen.library == {gemm.id: library.BIAS if "bias" in case else library.PLAIN}, gen.source
+    assert gen.fallbacks == {} and gen.kernel_names == [] and "@triton.jit" not in gen.source
+    assert call in gen.source and f"-> {gen.library[gemm.id]}" in gen.source
+    assert "through cuBLAS" in gen.source.splitlines()[1]
+    (out,) = _run_on_cpu(gen, inputs)
+    torch.testing.assert_close(out, fn(*inputs), **tol(dtype))
+
+
+def test_a_non_contiguous_operand_is_read_as_eager_reads_it():
+    a = _randn(40, 29)[::2]                       # rows two apart
+    b = _randn(17, 29, seed=1).t()                # column-major
+    c = _generate(lambda x, y: x @ y, [a, b])
+    assert c.generated.library and not c.generated.kernels
+    (out,) = _run_on_cpu(c.generated, [a, b])
+    torch.testing.assert_close(out, a @ b)
+
+
+EPILOGUE_CASES = {
+    "gelu": (lambda x, w: F.gelu(x @ w), [(33, 29), (29, 17)]),
+    "residual": (lambda x, w, r: x @ w + r, [(33, 29), (29, 17), (33, 17)]),
+    "scale": (lambda x, w: (x @ w) * 0.5, [(33, 29), (29, 17)]),
+    "bias_then_relu": (lambda x, w, b: torch.relu(F.linear(x, w, b)), [(7, 29), (19, 29), (19,)]),
+    "bias_over_batched_b": (lambda a, b, bias: torch.bmm(a, b) + bias, [(3, 9, 29), (3, 29, 17), (17,)]),
+    "swiglu": (lambda x, w1, w2: F.silu(x @ w1) * (x @ w2), [(33, 29), (29, 17), (29, 17)]),
+    "prologue_cast": (lambda x, w: x.half() @ w, [(33, 29), (29, 17)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EPILOGUE_CASES))
+def test_a_gemm_with_something_to_fuse_stays_our_kernel(case):
+    fn, shapes = EPILOGUE_CASES[case]
+    inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
+    if case == "prologue_cast":
+        inputs[1] = inputs[1].half()
+    gen = _generate(fn, inputs).generated
+    assert gen.library == {} and gen.fallbacks == {}
+    assert any(name.startswith("mc_gemm") for name in gen.kernel_names)
+    assert "torch.matmul(" not in gen.source and "torch.addmm(" not in gen.source
+
+
+def test_a_bias_of_another_dtype_is_an_epilogue_of_ours():
+    """bf16 matmul + fp32 bias promotes to fp32: not what addmm computes, so our kernel."""
+    x, w, b = _randn(7, 29, dtype=torch.bfloat16), _randn(29, 19, dtype=torch.bfloat16, seed=1), _randn(19, seed=2)
+    gen = _generate(lambda x, w, b: x @ w + b, [x, w, b]).generated
+    assert gen.library == {} and any(n.startswith("mc_gemm") for n in gen.kernel_names)
+
+
+def test_the_switch_off_gives_our_kernel_and_the_cpu_target_never_calls_cublas():
+    fn, inputs = (lambda a, b: a @ b), [_randn(33, 29), _randn(29, 17, seed=1)]
+    off = _generate(fn, inputs, replace(SM90, library_gemm=False)).generated
+    assert off.library == {} and off.fallbacks == {} and off.kernel_names == ["mc_gemm_matmul_0"]
+    cpu = _generate(fn, inputs, Target("cpu")).generated
+    assert Target("cpu").library_gemm and cpu.library == {} and cpu.kernel_names == ["mc_gemm_matmul_0"]
+
+
+def test_the_environment_sets_the_switch_and_the_compile_cache_keys_on_it(monkeypatch):
+    assert Target.for_device("cuda", {}).library_gemm
+    assert not Target.for_device("cuda", {"MINICOMP_LIBRARY_GEMM": "0"}).library_gemm
+    assert Target.for_device("cuda", {"MINICOMP_LIBRARY_GEMM": "1"}).library_gemm
+    # the GPU-true check of a CPU module compiles the GEMM kernels that module runs, not cuBLAS
+    assert not Target("cpu").for_check(90).library_gemm and SM90.for_check(90).library_gemm
+    f = minicomp.compile(lambda a, b: a @ b)
+    x, y = _randn(9, 5), _randn(5, 3, seed=1)
+    f(x, y)
+    first = f._need()
+    monkeypatch.setenv("MINICOMP_LIBRARY_GEMM", "0")
+    f(x, y)
+    assert f._need() is not first                # a flip compiles again, as a TF32 flip does
+    monkeypatch.delenv("MINICOMP_LIBRARY_GEMM")
+    f(x, y)
+    assert f._need() is first                    # and the first specialisation serves again
+
+
+def test_fp32_source_is_the_same_under_either_tf32_switch_it_is_read_when_the_call_runs():
+    """Our kernels bake the precision in at compile time (Target.matmul_precision); the cuBLAS
+    line reads PyTorch's switch when it runs, as eager does, so it has no precision of its own."""
+    inputs = [_randn(33, 29), _randn(29, 17, seed=1)]
+    fn = lambda a, b: a @ b  # noqa: E731
+    ieee = _generate(fn, inputs, replace(SM90, matmul_precision="ieee")).generated.source
+    tf32 = _generate(fn, inputs, replace(SM90, matmul_precision="tf32")).generated.source
+    assert ieee == tf32 and "input_precision" not in ieee
+
+
+def test_symbolic_m_is_one_cublas_module_for_every_length():
+    text = ("func lin(x: f32[B, S, K], w: f32[N, K], b: f32[N]) -> f32[B, S, N] {\n"
+            "  return x @ transpose(w, 0, 1) + b\n}\n")
+    graph = load_dsl(text, "lin", symbolic=True, dims={"K": 29, "N": 19})
+    c = compile_graph(graph, [None] * len(graph.inputs), device="cuda", load=False, target=SM90)
+    assert c.graph.symbolic and c.generated.library and not c.generated.fallbacks
+    assert "torch.nn.functional.linear(" in c.generated.source
+    w, b = _randn(19, 29, seed=1), _randn(19, seed=2)
+    for bsz, s in ((2, 2), (3, 7), (2, 65)):
+        x = _randn(bsz, s, 29, seed=s)
+        (out,) = _run_on_cpu(c.generated, [x, w, b])
+        torch.testing.assert_close(out, F.linear(x, w, b))
+
+
+def test_dynamic_true_gives_a_cublas_module_over_every_size():
+    """minicomp.compile(fn, dynamic=True): every size symbolic (M, K, N); the plan it made, written
+    for sm_90, is one cuBLAS line that serves every size."""
+    from minicomp.codegen import generate
+
+    fn = lambda x, w, b: F.linear(x, w, b)  # noqa: E731
+    f = minicomp.compile(fn, dynamic=True)
+    for s in (7, 13):
+        args = (_randn(2, s, 29, seed=s), _randn(19, 29, seed=1), _randn(19, seed=2))
+        torch.testing.assert_close(f(*args), fn(*args))
+    c = f._need()
+    assert c.graph.symbolic
+    gen = generate(c.graph, c.plan, SM90)
+    assert list(gen.library.values()) == [library.BIAS] and not gen.kernels and not gen.fallbacks
+    for bsz, s, k, n in ((2, 3, 29, 19), (3, 50, 8, 5)):
+        args = (_randn(bsz, s, k, seed=s), _randn(n, k, seed=1), _randn(n, seed=2))
+        (out,) = _run_on_cpu(gen, list(args))
+        torch.testing.assert_close(out, fn(*args))
+
+
+def test_library_groups_are_capture_safe_and_no_fallback():
+    c = _generate(lambda x, w, b: F.linear(x, w, b), [_randn(7, 29), _randn(19, 29, seed=1), _randn(19, seed=2)])
+    assert c.generated.device_type == "cuda" and cg.hazards(c) == []
+
+
+def test_the_plan_table_and_counts_say_cublas():
+    c = _generate(lambda x, w, r: torch.relu(x @ w) @ r, [_randn(33, 29), _randn(29, 17, seed=1), _randn(17, 5, seed=2)])
+    gen = c.generated
+    assert len(gen.library) == 1 and len(gen.kernel_names) == 1     # relu fuses into the first GEMM only
+    (gid,) = gen.library
+    table = c.plan.table(fallbacks=gen.fallbacks, library=gen.library)
+    assert f"  g{gid} calls cuBLAS: nothing to fuse" in table and "(cuBLAS)" in table
+    assert group_count(c.plan, gen.fallbacks, gen.library) == "2 groups (1 Triton kernel, 1 through cuBLAS)"
+    assert "# plan: 2 group(s), 1 Triton kernel(s), 0 through PyTorch, 1 through cuBLAS" in gen.source
+
+
+# --------------------------------------------------------------------------- GPU
+
+GPU_SHAPES = [((511, 4095), (4095, 1001)), ((4, 129, 777), (777, 333)), ((6, 65, 200), (6, 200, 97))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shapes", GPU_SHAPES, ids=["odd_k_n", "folded_batch", "bmm"])
+def test_gpu_plain_matmuls_match_eager(shapes, dtype):
+    a, b = (_randn(*s, dtype=dtype, seed=i).cuda() for i, s in enumerate(shapes))
+    f = minicomp.compile(lambda x, y: x @ y)
+    out = f(a, b)
+    gen = f._need().generated
+    assert gen.library and not gen.kernels and not gen.fallbacks
+    torch.testing.assert_close(out, a @ b, **tol(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("x_shape", [(2048, 768), (3, 100, 768)], ids=["2d", "3d"])
+def test_gpu_linear_with_bias_matches_eager(x_shape, dtype):
+    x = _randn(*x_shape, dtype=dtype).cuda()
+    w, b = _randn(50257, 768, dtype=dtype, seed=1).cuda(), _randn(50257, dtype=dtype, seed=2).cuda()
+    f = minicomp.compile(lambda x, w, b: F.linear(x, w, b))
+    out = f(x, w, b)
+    gen = f._need().generated
+    assert list(gen.library.values()) == [library.BIAS] and not gen.kernels
+    torch.testing.assert_close(out, F.linear(x, w, b), **tol(dtype))
+
+
+@pytest.mark.gpu
+def test_gpu_symbolic_m_linear_matches_eager_at_every_length():
+    w, b = _randn(1000, 512, dtype=torch.bfloat16, seed=1).cuda(), _randn(1000, dtype=torch.bfloat16).cuda()
+    f = minicomp.compile(lambda x, w, b: F.linear(x, w, b), dynamic=True)
+    for s in (7, 130, 1025):
+        x = _randn(2, s, 512, dtype=torch.bfloat16, seed=s).cuda()
+        torch.testing.assert_close(f(x, w, b), F.linear(x, w, b), **tol(torch.bfloat16))
+    assert f._need().graph.symbolic and f._need().generated.library
+
+
+@pytest.fixture
+def tf32_switch():
+    old = torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("allow", [False, True], ids=["ieee", "tf32"])
+def test_gpu_fp32_follows_the_tf32_switch_both_ways(allow, tf32_switch):
+    """The one module, run under either switch, gives eager's answer under that switch: the
+    two answers differ (K = 4096: TF32 rounds the inputs to 10 bits), ours matches each."""
+    a, b = _randn(1024, 4096).cuda(), _randn(4096, 1024, seed=1).cuda()
+    f = minicomp.compile(lambda x, y: x @ y)
+    torch.backends.cuda.matmul.allow_tf32 = not allow
+    f(a, b)
+    call = f._need().call                       # the module compiled under the other switch
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    (out,) = call(a, b)
+    want = a @ b
+    torch.backends.cuda.matmul.allow_tf32 = not allow
+    other = a @ b
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-6)
+    assert (want - other).abs().max() > 1e-4
+
+
+@pytest.mark.gpu
+def test_gpu_cublas_lines_replay_inside_a_cuda_graph():
+    w, b = _randn(333, 256, seed=1).cuda(), _randn(333, seed=2).cuda()
+    f = minicomp.compile(lambda x, w, b: F.linear(x, w, b), mode="reduce-overhead")
+    for i in range(5):
+        x = _randn(100, 256, seed=10 + i).cuda()
+        torch.testing.assert_close(f(x, w, b), F.linear(x, w, b), **tol(torch.float32))
+    assert f._need().generated.library
+    status = f.cuda_graphs
+    assert status.reason is None and status.captures == 1 and status.replays >= 3, status.describe()
