@@ -10,6 +10,7 @@ with a bias, and fp32 under both of PyTorch's TF32 switches.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import replace
 
@@ -288,3 +289,58 @@ def test_gpu_cublas_lines_replay_inside_a_cuda_graph():
     assert f._need().generated.library
     status = f.cuda_graphs
     assert status.reason is None and status.captures == 1 and status.replays >= 3, status.describe()
+
+
+# ---------------------------------------------------------------- few rows: the epilogue in PyTorch
+
+SMALL_CASES = {      # few rows over a long K: the weights' read is the work, cuBLAS spreads it
+    "swiglu": (lambda x, w1, w2: F.silu(x @ w1) * (x @ w2), [(16, 1024), (1024, 40), (1024, 40)]),
+    "residual": (lambda x, w, r: r + x @ w, [(2, 8, 1024), (1024, 24), (2, 8, 24)]),
+    "bias_gelu": (lambda x, w, b: F.gelu(F.linear(x, w, b)), [(1, 1100), (24, 1100), (24,)]),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", sorted(SMALL_CASES))
+def test_few_rows_over_a_long_k_call_cublas_with_the_epilogue_in_pytorch(case, dtype):
+    fn, shapes = SMALL_CASES[case]
+    inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
+    gen = _generate(fn, inputs).generated
+    assert gen.fallbacks == {} and not gen.kernels, gen.kernel_names
+    assert list(gen.library.values()) and all(why.startswith("cuBLAS, the epilogue in PyTorch") for why in gen.library.values())
+    rows = math.prod(shapes[0][:-1])
+    assert f"{rows} rows" in next(iter(gen.library.values()))
+    torch.testing.assert_close(_run_on_cpu(gen, inputs)[0], fn(*inputs), **tol(dtype))
+
+
+@pytest.mark.parametrize("shapes", [[(65, 1024), (1024, 40), (1024, 40)],      # more rows than SMALL_ROWS
+                                    [(16, 1000), (1000, 40), (1000, 40)]],     # a K under SMALL_MIN_K
+                         ids=["many_rows", "short_k"])
+def test_more_rows_or_a_short_k_keep_our_fused_kernel(shapes):
+    fn = SMALL_CASES["swiglu"][0]
+    inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
+    gen = _generate(fn, inputs).generated
+    assert gen.library == {} and any(name.startswith("mc_gemm") for name in gen.kernel_names)
+
+
+def test_few_rows_over_symbolic_sizes_keep_our_kernel():
+    x, w1, w2 = _randn(16, 1024), _randn(1024, 40, seed=1), _randn(1024, 40, seed=2)
+    f = minicomp.compile(SMALL_CASES["swiglu"][0], dynamic=True)
+    c = f.compile_for(x, w1, w2)
+    assert c.graph.symbolic
+    from minicomp.codegen import generate
+    gen = generate(c.graph, c.plan, SM90)
+    assert gen.library == {} and gen.kernel_names
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_gpu_few_rows_swiglu_matches_eager(dtype):
+    fn = SMALL_CASES["swiglu"][0]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x, w1, w2 = (torch.randn(*s, device="cuda", generator=g).to(dtype) * s[-1] ** -0.5
+                 for s in ((16, 2048), (2048, 5632), (2048, 5632)))
+    f = minicomp.compile(fn)
+    for _ in range(2):
+        torch.testing.assert_close(f(x, w1, w2), fn(x, w1, w2), **tol(dtype))
+    assert f.compile_for(x, w1, w2).generated.library

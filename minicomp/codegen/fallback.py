@@ -83,8 +83,13 @@ def aten_call_text(call: Any, operands: list[str]) -> str | None:
 
 def emit_torch(ctx: KernelCtx, reason: str, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
     """Write the group's nodes as PyTorch lines of call(), then fix its outputs' layouts."""
-    g = ctx.graph
     out.writeline(f"# runs through PyTorch: {comment_text(reason)}")
+    write_nodes(ctx, out, opaque_slot)
+
+
+def write_nodes(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
+    """The group's nodes as PyTorch lines, in graph order, then its outputs' layouts."""
+    g = ctx.graph
     order = {nid: i for i, nid in enumerate(g.topo_order())}
     for nid in sorted(ctx.group.nodes, key=order.__getitem__):
         node = g.node(nid)
