@@ -339,13 +339,21 @@ def test_hand_written_attention_at_decode(name, dtype):
 # --------------------------------------------------------------------------- GPU (the benchmark's shapes)
 
 
+def cuda_qkv(b, h, kvh, sk, seed):
+    """One decode step's bf16 q [B, H, 1, 128] and K/V cache [B, KVH, Sk, 128], drawn on the GPU."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, h, 1, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+    k, v = (torch.randn(b, kvh, sk, 128, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(2))
+    return q, k, v
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("kv", [4096, 32768])
+@pytest.mark.parametrize("kv", [4096, 32768, 5000])   # 5000: four chunks of 1280, the last ragged
 @pytest.mark.parametrize("how", ["repeat_kv", "enable_gqa"])
 def test_gpu_benchmark_decode_step(how, kv):
     """benchmarks/workloads_issue22.py's decode steps (B8, 32 query heads over 8 KV heads, 1
     query, d128, bf16) on the H200: the split form (4 chunks, combine) against eager."""
-    q, k, v = (t.cuda() for t in qkv(8, 32, 8, 1, kv, 128, torch.bfloat16, seed=13))
+    q, k, v = cuda_qkv(8, 32, 8, kv, seed=13)
     scale = 1 / math.sqrt(128)
     if how == "repeat_kv":
         fn = lambda q, k, v: F.scaled_dot_product_attention(q, repeat_kv(k, 4), repeat_kv(v, 4), scale=scale)  # noqa: E731
@@ -361,7 +369,7 @@ def test_gpu_benchmark_decode_step(how, kv):
 def test_gpu_one_launch_decode(sk):
     """Batch 32 (256 batch x KV heads fill the wave) or a short cache: the one-launch form."""
     b = 32 if sk == 4096 else 8
-    q, k, v = (t.cuda() for t in qkv(b, 32, 8, 1, sk, 128, torch.bfloat16, seed=14))
+    q, k, v = cuda_qkv(b, 32, 8, sk, seed=14)
     fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
     f = check(fn, (q, k, v), torch.bfloat16)
     assert "_combine" not in f.source and "1 KV chunk(s)" in f.source
