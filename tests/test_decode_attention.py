@@ -9,6 +9,7 @@ combine merges partials.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -182,20 +183,123 @@ func decode(q: bf16[8, 32, 1, 128], k: bf16[8, 8, T, 128], v: bf16[8, 8, T, 128]
 """
 
 
-@pytest.mark.parametrize("sizes", [{"T": 4096}, None], ids=["static", "symbolic"])
+@pytest.mark.parametrize("sizes", [{"T": 4096}, {"T": 32768}, None], ids=["static", "static-long", "symbolic"])
 def test_cuda_source_of_the_benchmark_shape(sizes):
     """The benchmark's shape (batch 8, 32 heads over 8 KV heads, 1 query, head dim 128, bf16),
     written for sm_90: the decode kernel, autotuned over BLOCK_N (keyed on the length, or its
-    bucket over a symbol), 64 x NCH programs filling about two per SM."""
+    bucket over a symbol), in one wave of 4 x 64 programs (two per SM), each over a quarter of
+    the cache, then the combine."""
     graph = load_dsl(DECODE, "decode.mc", dims=sizes) if sizes else load_dsl(DECODE, "decode.mc", symbolic=True)
     graph, plan = plan_only(graph)
     gen = generate(graph, plan, Target.for_device("cpu", verify_target="off").for_check(90))
     assert gen.fallbacks == {} and gen.kernel_names == ["mc_attn_decode_gqa_attention_0"]
-    assert f"_launch(mc_attn_decode_gqa_attention_0, ({33 if sizes is None else 16}, 64), q, k, v," in gen.source
+    assert "_launch(mc_attn_decode_gqa_attention_0, (4, 64), q, k, v," in gen.source
     assert "_launch(mc_attn_decode_gqa_attention_0_combine, (64,), " in gen.source
-    # 4096 keys: 16 chunks of 256 (MIN_CHUNK); over a symbol: 8 waves of 2 x 132 programs, 33 per KV program
-    assert ("33 KV chunk(s)" if sizes is None else "16 KV chunk(s)") in gen.source
+    assert "4 KV chunk(s)" in gen.source
+    if sizes:
+        assert f"    chunk = {sizes['T'] // 4}\n" in gen.source
     assert ("key=[\"sk_bucket\"]" in gen.source) == (sizes is None)
+
+
+@pytest.mark.parametrize("batch,sk", [(32, 4096), (8, 300)], ids=["batch32", "short-cache"])
+def test_cuda_source_is_one_launch_when_one_chunk_covers_the_keys(batch, sk):
+    """Where the batch x KV heads fill the wave alone (32 x 8 = 256 programs), or the cache is
+    shorter than two chunks, each program covers its KV head's whole cache and stores the
+    result: one launch, no scratch, no combine."""
+    text = DECODE.replace("8, 32, 1, 128", f"{batch}, 32, 1, 128").replace("8, 8, T, 128", f"{batch}, 8, T, 128")
+    graph, plan = plan_only(load_dsl(text, "decode.mc", dims={"T": sk}))
+    gen = generate(graph, plan, Target.for_device("cpu", verify_target="off").for_check(90))
+    assert gen.fallbacks == {} and gen.kernel_names == ["mc_attn_decode_gqa_attention_0"]
+    assert f"_launch(mc_attn_decode_gqa_attention_0, (1, {batch * 8}), q, k, v, buf" in gen.source
+    assert "_combine" not in gen.source and "scratch" not in gen.source and "1 KV chunk(s)" in gen.source
+
+
+def _kernel_text(source: str) -> str:
+    """The module's kernels and launches, with buffer names (node ids) made equal."""
+    start, end = source.index("@triton."), source.index("\nif __name__")
+    body = "\n".join(line for line in source[start:end].splitlines() if "takes 3 input(s)" not in line)
+    return re.sub(r"buf\d+|%\d+", "buf", body)
+
+
+@pytest.mark.parametrize("kv", [4096, 32768])
+def test_repeat_kv_and_enable_gqa_write_one_module_at_the_benchmark_shape(kv):
+    """The benchmark's two forms of one decode step (transformers' repeat_kv + SDPA, and
+    SDPA(enable_gqa=True)) compute the same thing, and minicomp writes the same kernels, grid
+    and launches for both (the matcher turns repeat_kv into enable_gqa): any difference in
+    their times is not in the generated code. Written for sm_90 from a CPU capture."""
+    q = torch.empty(8, 32, 1, 128, dtype=torch.bfloat16)
+    k, v = (torch.empty(8, 8, kv, 128, dtype=torch.bfloat16) for _ in range(2))
+    scale = 1 / math.sqrt(128)
+    forms = [lambda q, k, v: F.scaled_dot_product_attention(q, repeat_kv(k, 4), repeat_kv(v, 4), scale=scale),
+             lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)]
+    texts = []
+    for fn in forms:
+        c = minicomp.compile(fn).compile_for(q, k, v)
+        assert c.plan.kinds() == ["attention"]
+        gen = generate(c.graph, c.plan, Target.for_device("cpu", verify_target="off").for_check(90))
+        assert gen.fallbacks == {} and gen.kernel_names == ["mc_attn_decode_gqa_attention_0"]
+        texts.append(_kernel_text(gen.source))
+    assert texts[0] == texts[1]
+    assert "_launch(mc_attn_decode_gqa_attention_0, (4, 64), q, k, v," in texts[0]
+
+
+# one chunk under the interpreter: more than CPU_PROGRAMS / 2 = 12 batch x KV heads
+ONE_CHUNK = [
+    # (B, H, KVH, Sq, Sk, D, dtype)
+    (4, 8, 4, 1, 333, 32, torch.float32),
+    (2, 16, 8, 4, 201, 64, torch.bfloat16),
+    (8, 4, 2, 16, 150, 16, torch.float16),
+]
+
+
+@pytest.mark.parametrize("b,h,kvh,sq,sk,d,dtype", ONE_CHUNK, ids=[f"b{c[0]}-kvh{c[2]}-sq{c[3]}-{str(c[6])[6:]}"
+                                                                  for c in ONE_CHUNK])
+def test_one_chunk_is_one_launch_matching_eager(b, h, kvh, sq, sk, d, dtype):
+    """Enough batch x KV heads to fill the wave: pass 1 finishes the softmax and stores (one
+    launch, no combine), through a transposed query, with both KV forms."""
+    q, k, v = qkv(b, h, kvh, sq, sk, d, dtype, seed=9)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)        # [B, Sq, H, D] storage, read through strides
+    for fn in (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+               lambda q, k, v: F.scaled_dot_product_attention(q, repeat_kv(k, h // kvh), repeat_kv(v, h // kvh))):
+        f = check(fn, (qt, k, v), dtype)
+        src = f._need().generated.source
+        assert "_combine" not in src and "1 KV chunk(s)" in src
+
+
+def test_one_chunk_with_a_mask_an_empty_row_causal_and_an_epilogue():
+    """The one-launch form's tail is the combine's: a boolean mask per head with a row that keeps
+    no key (0, as SDPA), and a fused epilogue (scale, residual); is_causal top-left."""
+    b, h, kvh, sq, sk, d = 4, 4, 4, 4, 260, 32
+    q, k, v = qkv(b, h, kvh, sq, sk, d, torch.float32, seed=10)
+    gen = torch.Generator().manual_seed(11)
+    keep = torch.rand(b, h, sq, sk, generator=gen) > 0.3
+    keep[1, 2, 3] = False
+    res = torch.randn(b, h, sq, d, generator=gen)
+
+    def masked(q, k, v, keep, res):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep) * 0.5 + res
+    f = check(masked, (q, k, v, keep, res), torch.float32)
+    assert len(f.plan.groups) == 1 and "_combine" not in f.source
+    out = f(q, k, v, keep, res)
+    torch.testing.assert_close(out[1, 2, 3], res[1, 2, 3] + 0.0)      # the empty row: 0 * 0.5 + res
+    causal = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), torch.float32)
+    assert "_combine" not in causal.source
+
+
+def test_one_chunk_over_a_growing_cache():
+    """A symbolic key length with one chunk: the chunk is the whole cache, computed from SK."""
+    h, kvh, d = 8, 4, 16
+
+    def step(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    f = minicomp.compile(step)
+    gen = torch.Generator().manual_seed(12)
+    for length in (300, 333, 130):
+        q = torch.randn(4, h, 1, d, generator=gen)
+        k, v = (torch.randn(4, kvh, length, d, generator=gen) for _ in range(2))
+        torch.testing.assert_close(f(q, k, v), step(q, k, v), **tol(torch.float32))
+    assert f.compiles == 2 and f.graph.symbolic, f.dynamic.refused
+    assert "mc_attn_decode" in f.source and "_combine" not in f.source
 
 
 def _hand_written(name):
@@ -230,3 +334,42 @@ def test_hand_written_attention_at_decode(name, dtype):
     if name == "where":
         assert want[1].isnan().all() and got[1].isnan().all()
     torch.testing.assert_close(got, want, equal_nan=True, **tol(dtype))
+
+
+# --------------------------------------------------------------------------- GPU (the benchmark's shapes)
+
+
+def cuda_qkv(b, h, kvh, sk, seed):
+    """One decode step's bf16 q [B, H, 1, 128] and K/V cache [B, KVH, Sk, 128], drawn on the GPU."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, h, 1, 128, device="cuda", generator=gen, dtype=torch.bfloat16)
+    k, v = (torch.randn(b, kvh, sk, 128, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(2))
+    return q, k, v
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", [4096, 32768, 5000])   # 5000: four chunks of 1280, the last ragged
+@pytest.mark.parametrize("how", ["repeat_kv", "enable_gqa"])
+def test_gpu_benchmark_decode_step(how, kv):
+    """benchmarks/workloads_issue22.py's decode steps (B8, 32 query heads over 8 KV heads, 1
+    query, d128, bf16) on the H200: the split form (4 chunks, combine) against eager."""
+    q, k, v = cuda_qkv(8, 32, 8, kv, seed=13)
+    scale = 1 / math.sqrt(128)
+    if how == "repeat_kv":
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, repeat_kv(k, 4), repeat_kv(v, 4), scale=scale)  # noqa: E731
+    else:
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)  # noqa: E731
+    f = check(fn, (q, k, v), torch.bfloat16)
+    assert "_combine" in f.source and "4 KV chunk(s)" in f.source
+    torch.testing.assert_close(f(q, k, v), fn(q, k, v), **tol(torch.bfloat16))   # the fast path's launches
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sk", [4096, 300])
+def test_gpu_one_launch_decode(sk):
+    """Batch 32 (256 batch x KV heads fill the wave) or a short cache: the one-launch form."""
+    b = 32 if sk == 4096 else 8
+    q, k, v = cuda_qkv(b, 32, 8, sk, seed=14)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
+    f = check(fn, (q, k, v), torch.bfloat16)
+    assert "_combine" not in f.source and "1 KV chunk(s)" in f.source

@@ -16,13 +16,17 @@ programs stream the cache at once. Two launches:
    common max (M = max_c m_c; out = sum_c 2^(m_c - M) acc_c / sum_c 2^(m_c - M) l_c), applies
    the fused epilogue and stores.
 
+With one chunk (NCH = 1: the batch x KV heads fill the GPU alone, or the cache is short) the
+first launch is the only one: it finishes the softmax, applies the epilogue and stores, with
+no scratch.
+
 Invariants and decisions:
 - the chunk count NCH is fixed when the kernel is written (the grid and the scratch sizes are
-  numbers, `chunks`): on CUDA at least two programs per SM (`PROGRAMS`) and up to `WAVES` times
-  that for a long cache (the last wave's tail is then a small part of the time), never chunks
-  shorter than `MIN_CHUNK` keys of a concrete length; over a symbolic key length (the growing
-  cache of a decode loop) the kernel computes each chunk's bounds from SK at run time, so a
-  short cache leaves some chunks empty (m = -inf, l = 0: they weigh 0 in the combine);
+  numbers, `chunks`): on CUDA one wave of at most two programs per SM (`PROGRAMS`), each over
+  one long chunk, never chunks shorter than `MIN_CHUNK` keys of a concrete length; over a
+  symbolic key length (the growing cache of a decode loop) the kernel computes each chunk's
+  bounds from SK at run time, so a short cache leaves some chunks empty (m = -inf, l = 0:
+  they weigh 0 in the combine);
 - one scratch buffer holds every partial (the accumulators, then the (max, sum) pairs): one
   allocation per call;
 - a chunk with no visible key for a row keeps m = -inf (`m_safe` keeps 2^(-inf - -inf) out);
@@ -57,11 +61,13 @@ from minicomp.ir import dims
 MAX_QUERIES = 16      # query lengths that count as decoding (a prefill of 17+ rows has rows to fill a tile)
 MAX_ROWS = 128        # G x Sq rows in one tile
 MIN_KEYS = 128        # shorter caches: the prefill kernel's one launch beats two
-PROGRAMS = 2 * 132    # programs to fill the H200 (132 SMs), two per SM
-WAVES = 8             # ... this many times over where the cache is long enough: the last wave's tail is short
+SMS = 132             # the H200's SMs
+PROGRAMS = 2 * SMS    # one wave of programs: two per SM (every config fits two: `configs`)
 MIN_CHUNK = 256       # keys per chunk at least (a concrete length): each program amortises its setup
 ALIGN = 128           # chunks are a multiple of this many keys: of every config's BLOCK_N
-CPU_CHUNKS, CPU_ALIGN = 3, 32   # under the interpreter: a few chunks (the combine is exercised), no more work
+# under the interpreter: at most a few chunks (the combine is exercised, no more work), one where
+# more than CPU_PROGRAMS / 2 batch x KV heads would share them (the one-launch form is exercised)
+CPU_PROGRAMS, CPU_CHUNKS, CPU_ALIGN = 24, 3, 32
 
 
 def why_not(spec) -> str | None:
@@ -84,32 +90,39 @@ def why_not(spec) -> str | None:
 
 
 def chunks(spec, kv_programs: int, cuda: bool) -> tuple[int, int | None, int]:
-    """(NCH, the chunk length or None, the alignment): how the key axis is split. A concrete
-    length gets chunks of a fixed length (a multiple of the alignment, the last one ragged) and
-    as many as cover it; a symbolic one a fixed count, whose length the kernel computes from SK
-    (`None`): WAVES x PROGRAMS programs in all, so a long cache fills the GPU and a short one
-    leaves chunks empty."""
+    """(NCH, the chunk length or None, the alignment): how the key axis is split.
+
+    One wave: NCH x `kv_programs` programs, at most PROGRAMS (two per SM), each streaming one
+    long chunk. The kernel is memory-bound and two programs per SM keep enough loads in flight
+    (each has BLOCK_N x (D + Dv) x 2 bytes per stage ahead), so more, shorter chunks only add
+    what every program pays once (the query load, the pipeline's fill, the partials' stores)
+    and a last, partly filled wave. Where the batch x KV heads alone fill the wave (or the
+    cache is shorter than two MIN_CHUNKs) NCH is 1: one launch, no partials, no combine.
+    A concrete length gets chunks of one length (a multiple of the alignment, the last one
+    ragged), as many as cover it; a symbolic one the count, whose length the kernel computes
+    from SK (`None`)."""
     align = ALIGN if cuda else CPU_ALIGN
-    if not cuda:
-        want = CPU_CHUNKS
-    else:
-        want = max(1, -(-PROGRAMS * WAVES // kv_programs))
+    programs, most = (PROGRAMS, PROGRAMS) if cuda else (CPU_PROGRAMS, CPU_CHUNKS)
+    want = max(1, min(most, programs // kv_programs))
     if dims.is_symbolic(spec.sk):
         return want, None, align
-    nch = max(1, min(want, spec.sk // MIN_CHUNK)) if cuda else want
-    chunk = -(-(-(-spec.sk // nch)) // align) * align
+    if cuda:
+        want = max(1, min(want, spec.sk // MIN_CHUNK))
+    chunk = -(-(-(-spec.sk // want)) // align) * align
     return -(-spec.sk // chunk), chunk, align
 
 
 def configs(spec, cuda: bool) -> list[tuple[int, int, int]]:
     """(BLOCK_N, num_stages, num_warps) to try. The kernel is memory-bound: K and V blocks in
-    flight, in at most 128 KiB of shared memory (stages x BLOCK_N x (D + Dv) x 2 bytes in half
-    precision), so that two programs fit an SM."""
+    flight (num_stages - 1 of each, through 16-byte cp.async into shared memory), in at most
+    113 KiB of shared memory, so that two programs fit an SM (`PROGRAMS`). For sm_90 at head
+    dim 128 in bf16 the three take 70, 72 and 102 KiB (Triton 3.9's compile); (128, 3, 4),
+    136 KiB, would leave one program per SM."""
     if not cuda:
         return [(32, 1, 4)]
     if max(spec.d, spec.dv) > 128:
         return [(32, 3, 4), (64, 2, 4)]
-    return [(64, 3, 4), (128, 2, 4)]
+    return [(64, 3, 4), (128, 2, 4), (64, 4, 4)]
 
 
 def emit(ctx: KernelCtx, spec) -> Kernel:
@@ -127,10 +140,11 @@ def emit(ctx: KernelCtx, spec) -> Kernel:
     part_body = CodeBuilder()
     part = PartialWriter(ctx, spec, kv_batch, (nch, chunk, align), part_body)
     part.write(wide)
-    comb_body = CodeBuilder()
-    comb_low = combine_body(ctx, spec, part, comb_body, wide)
+    if not part.direct:
+        comb_body = CodeBuilder()
+        comb_low = combine_body(ctx, spec, part, comb_body, wide)
+        scratch = Scratch(f"{name}_part", nkv * nch * rows * (spec.dv + 2), torch.float32)   # part.ml_offset
 
-    scratch = Scratch(f"{name}_part", nkv * nch * rows * (spec.dv + 2), torch.float32)   # part.ml_offset
     touched = list(ctx.group.nodes) + list(ctx.group.inputs)
     sk_sym = dims.is_symbolic(spec.sk)
     sk_param = "SK" if sk_sym else "SK: tl.constexpr"
@@ -155,22 +169,27 @@ def emit(ctx: KernelCtx, spec) -> Kernel:
                       f"{tune_tail(fit)})")
     p_ptrs = list(part.low.pointers.values())
     sizes = size_params(g, touched)
-    params = ([p.name for p in p_ptrs] + ["ACC"] + sizes + [sk_param] + [b for b, _ in buckets]
+    acc = [] if part.direct else ["ACC"]
+    params = ([p.name for p in p_ptrs] + acc + sizes + [sk_param] + [b for b, _ in buckets]
               + ["BLOCK_N: tl.constexpr"])
     # SK bounds the chunks and masks keys across rows, never a contiguous run: not specialised
     src.writeline(jit_line(g, touched, params, free=("SK",)))
     with src.block(f"def {name}({', '.join(params)}):"):
         src.writeline(head)
-        src.writeline("# pass 1 of 2: each program writes its chunk's (max, sum, accumulator) to scratch")
+        if part.direct:
+            src.writeline("# one launch: each program covers its batch x KV head's keys and stores the result")
+        else:
+            src.writeline("# pass 1 of 2: each program writes its chunk's (max, sum, accumulator) to scratch")
         src.splice(part_body.getvalue())
-    src.writeline("")
-    src.writeline("")
-    c_ptrs = list(comb_low.pointers.values())
-    c_params = [p.name for p in c_ptrs] + ["ACC"] + sizes
-    src.writeline(jit_line(g, touched, c_params))
-    with src.block(f"def {name}_combine({', '.join(c_params)}):"):
-        src.writeline(f"# pass 2 of 2: merge the {nch} chunk(s) of each row (log-sum-exp rescale), epilogue, store")
-        src.splice(comb_body.getvalue())
+    if not part.direct:
+        src.writeline("")
+        src.writeline("")
+        c_ptrs = list(comb_low.pointers.values())
+        c_params = [p.name for p in c_ptrs] + ["ACC"] + sizes
+        src.writeline(jit_line(g, touched, c_params))
+        with src.block(f"def {name}_combine({', '.join(c_params)}):"):
+            src.writeline(f"# pass 2 of 2: merge the {nch} chunk(s) of each row (log-sum-exp rescale), epilogue, store")
+            src.splice(comb_body.getvalue())
 
     sz_args = size_args(g, touched)
     sk_arg = (("SK", spec.sk),)
@@ -178,8 +197,10 @@ def emit(ctx: KernelCtx, spec) -> Kernel:
     if not tuned:
         bn, stages, warps = cfgs[0]
         first_kwargs += (("BLOCK_N", bn),) + ((("num_stages", stages), ("num_warps", warps)) if cuda else ())
-    first = Launch(Grid.of(nch, nkv), tuple(Buf(p.nid) for p in p_ptrs) + (scratch,) + sz_args, first_kwargs)
+    first = Launch(Grid.of(nch, nkv), tuple(Buf(p.nid) for p in p_ptrs) + (() if part.direct else (scratch,)) + sz_args,
+                   first_kwargs)
+    if part.direct:
+        return Kernel(name, src.getvalue(), [first])
     second = Launch(Grid.of(nkv), tuple(Buf(p.nid) for p in c_ptrs) + (scratch,) + sz_args,
                     (("num_warps", 4),) if cuda else (), fn=f"{name}_combine")
     return Kernel(name, src.getvalue(), [first, second])
-

@@ -1,7 +1,8 @@
 """The bodies of the decode attention kernels (attention_decode.py has the plan and the launches).
 
 `PartialWriter` writes pass 1 (one KV chunk of one batch x KV head: online softmax over its key
-blocks, partials to scratch), `combine_body` pass 2 (merge the chunks, epilogue, store). The
+blocks, partials to scratch), `combine_body` pass 2 (merge the chunks, epilogue, store); with
+one chunk (`PartialWriter.direct`) pass 1 ends with `finish`, the combine's tail, instead. The
 score units and the empty-row rules are attention_body.py's; its docstring says why a kernel
 with a mask tensor keeps natural units (a `finfo.min` mask times log2(e) overflows to -inf).
 
@@ -75,6 +76,8 @@ class PartialWriter:
         self.masks = {"qg": "mask_r[:, None]", "qi": "mask_r[:, None]"}
         if self.block_dv != spec.dv:
             self.masks["od"] = f"(od < {spec.dv})"
+        self.dv_store_mask = "mask_r[:, None]" + (f" & (od < {spec.dv})" if self.block_dv != spec.dv else "")
+        self.direct = self.nch == 1            # one chunk: pass 1 finishes and stores (no scratch, no pass 2)
         reserved = LOCALS + tuple(f"z{i}" for i in range(len(kv_batch)))
         self.body = body
         self.low = TileLowering(ctx, body, self.masks, reserved=reserved)
@@ -122,7 +125,8 @@ class PartialWriter:
             b.writeline(f"qk_scale = {s.scale!r}  # scores in natural units (a mask is added): exp2((t - m) * log2(e))")
         else:
             b.writeline(f"qk_scale = {s.scale * LOG2E!r}  # scale * log2(e): softmax in base 2")
-        b.writeline(f"ML = ACC + {self.ml_offset}  # the (max, sum) pairs follow the accumulators")
+        if not self.direct:
+            b.writeline(f"ML = ACC + {self.ml_offset}  # the (max, sum) pairs follow the accumulators")
         b.writeline(f"# this program's chunk of the keys: [lo, hi), a multiple of BLOCK_N long ({self.nch} chunks)")
         if self.chunk is not None:
             b.writeline(f"chunk = {self.chunk}")
@@ -144,9 +148,12 @@ class PartialWriter:
         b.writeline("# the ragged last block (and, when causal, every block): per-element masks")
         with b.block("for start_n in range(hi_full, hi, BLOCK_N):"):
             self._block(b, masked=True)
+        if self.direct:
+            b.writeline("# one chunk covers the keys: this program's softmax is complete, no partials to merge")
+            finish(self.ctx, s, self, b, low)
+            return
         b.writeline(f"base = (pid_kv * {self.nch} + pid_c) * {self.rows}")
-        dv_mask = "mask_r[:, None]" + (f" & (od < {s.dv})" if self.block_dv != s.dv else "")
-        b.writeline(f"tl.store(ACC + (base + offs_r[:, None]) * {s.dv} + od, acc, mask={dv_mask})")
+        b.writeline(f"tl.store(ACC + (base + offs_r[:, None]) * {s.dv} + od, acc, mask={self.dv_store_mask})")
         b.writeline("tl.store(ML + (base + offs_r) * 2, m_i, mask=mask_r)")
         b.writeline("tl.store(ML + (base + offs_r) * 2 + 1, l_i, mask=mask_r)")
 
@@ -229,7 +236,7 @@ def combine_body(ctx: KernelCtx, spec, part: PartialWriter, b: CodeBuilder, wide
     b.writeline("m_safe = tl.where(m_c == float(\"-inf\"), 0.0, m_c)  # no chunk saw a key: every weight 0")
     b.writeline(f"l_i = tl.zeros([{part.block_r}], dtype=tl.float32)")
     b.writeline(f"acc = tl.zeros([{part.block_r}, {part.block_dv}], dtype=tl.float32)")
-    dv_mask = "mask_r[:, None]" + (f" & (od < {spec.dv})" if part.block_dv != spec.dv else "")
+    dv_mask = part.dv_store_mask
     with b.block(f"for c in range({nch}):"):
         b.writeline(f"m_i = tl.load(ML + (base + c * {rows} + offs_r) * 2, mask=mask_r, other=float(\"-inf\"))")
         b.writeline(f"l_c = tl.load(ML + (base + c * {rows} + offs_r) * 2 + 1, mask=mask_r, other=0.0)")
@@ -237,6 +244,13 @@ def combine_body(ctx: KernelCtx, spec, part: PartialWriter, b: CodeBuilder, wide
         b.writeline("l_i = l_i + w * l_c")
         b.writeline(f"acc = acc + w[:, None] * tl.load(ACC + (base + c * {rows} + offs_r[:, None]) * {spec.dv} + od, "
                     f"mask={dv_mask}, other=0.0)")
+    finish(ctx, spec, part, b, low)
+    return low
+
+
+def finish(ctx: KernelCtx, spec, part: PartialWriter, b: CodeBuilder, low: TileLowering) -> None:
+    """`o = acc / l_i` with the empty-row rule, then the fused epilogue and the stores of the
+    group's outputs through `low`: the combine's tail, or pass 1's when one chunk covers the keys."""
     if part.safe and spec.empty_rows == "zero":
         b.writeline("l_i = tl.where(l_i == 0.0, 1.0, l_i)  # no visible key: output 0, as SDPA")
     elif part.safe:
@@ -244,5 +258,4 @@ def combine_body(ctx: KernelCtx, spec, part: PartialWriter, b: CodeBuilder, wide
     b.writeline("o = acc / l_i[:, None]")
     low.leaves[spec.node.id] = (part.out_idx, Val("o", spec.node.dtype, frozenset({"qg", "qi", "od"})))
     for out in ctx.group.outputs:
-        low.store(out, part.out_idx, ("qg", "qi", "od"), dv_mask)
-    return low
+        low.store(out, part.out_idx, ("qg", "qi", "od"), part.dv_store_mask)
