@@ -82,6 +82,23 @@ def _bias(ctx: KernelCtx, spec: GemmSpec) -> int | None:
     return bias.id if same and tuple(bias.shape) == (mm.shape[-1],) else None
 
 
+def _aligned(ctx: KernelCtx, spec: GemmSpec) -> bool:
+    """Whether every static K and N of the group's matmuls is a whole number of 16 bytes.
+
+    cuBLAS's fast kernels read rows whose strides are 16-byte multiples; with K = 4095 in bf16
+    it took 0.969 ms on the H200 where our kernel (masked K tail) took 0.237 and torch.compile,
+    which pads, 0.217; F.linear to N = 50257 took 1.72 ms against our 0.301
+    (results/2026-12-01/session11-final-*.md). A symbolic K or N cannot be told here: cuBLAS."""
+    g = ctx.graph
+    for mm, (a, _) in zip(spec.matmuls, spec.operands):
+        node = g.node(mm)
+        size = node.dtype.itemsize
+        for d in (g.node(a).shape[-1], node.shape[-1]):
+            if not dims.any_symbolic((d,)) and (int(d) * size) % 16:
+                return False
+    return True
+
+
 def choice(ctx: KernelCtx) -> str | None:
     """Why the group calls cuBLAS (`PLAIN`, `BIAS`, or `SMALL` for few rows whatever the
     epilogue), or None when a kernel of ours computes it: another target, the switch off, a
@@ -92,6 +109,8 @@ def choice(ctx: KernelCtx) -> str | None:
     spec = group.spec
     if not isinstance(spec, GemmSpec):
         return None
+    if not _aligned(ctx, spec):
+        return None        # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS there
     return _plain(ctx, spec) or _small(ctx, spec)
 
 
