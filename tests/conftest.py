@@ -101,9 +101,10 @@ def pytest_collection_modifyitems(config, items):
 
 # The GPU-true check: every module a test generates also has its kernels compiled by Triton's
 # own compiler for sm_90, on this machine without a GPU (minicomp/codegen/target_check.py).
-# MINICOMP_VERIFY_TARGET=off turns it off for a run. At the "sampled" depth every (kernel,
-# config) goes through Triton's frontend and TritonGPU passes and one config per kernel down
-# to a cubin: about half the compile time of "full" (MINICOMP_VERIFY_DEPTH=full for every config).
+# MINICOMP_VERIFY_TARGET=off turns it off for a run. At the "sampled" depth a kernel's least
+# demanding config goes down to a cubin and its most demanding, first and last configs through
+# Triton's frontend and TritonGPU passes (target_worker.sample); MINICOMP_VERIFY_DEPTH=full
+# compiles every config to a cubin.
 os.environ.setdefault("MINICOMP_VERIFY_TARGET", "cuda:90")
 os.environ.setdefault("MINICOMP_VERIFY_DEPTH", "sampled")
 # The Gluon attention kernel wherever it fits: by default only attention big enough to pay for
@@ -112,14 +113,35 @@ os.environ.setdefault("MINICOMP_VERIFY_DEPTH", "sampled")
 os.environ.setdefault("MINICOMP_HOPPER_ATTENTION", "1")
 
 
+# Seconds each test spent waiting for the GPU-true check (its share of the test's duration):
+# the summary lists the largest, so a slow suite shows whether its time is the check's.
+_CHECK_SECONDS: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    from minicomp.codegen import target_check
+    before = target_check.stats()["seconds"]
+    yield
+    spent = target_check.stats()["seconds"] - before
+    if spent > 0:
+        _CHECK_SECONDS[item.nodeid] = spent
+
+
 def pytest_terminal_summary(terminalreporter):
     from minicomp.codegen import target_check
     s = target_check.stats()
     if s["configs"]:
+        top = sorted(_CHECK_SECONDS.items(), key=lambda kv: -kv[1])[:int(os.environ.get("MINICOMP_CHECK_DURATIONS", "15"))]
+        if top:
+            terminalreporter.write_line("slowest tests by time in the GPU-true check:")
+            for nodeid, seconds in top:
+                terminalreporter.write_line(f"  {seconds:7.2f}s  {nodeid}")
         terminalreporter.write_line(
             f"GPU-true check ({os.environ.get('MINICOMP_VERIFY_TARGET')}): {s['kernels']} distinct kernels, "
             f"{s['configs']} (kernel, config) compiles ({s['cubins']} to a cubin, depth "
-            f"{os.environ.get('MINICOMP_VERIFY_DEPTH', 'full')}), {s['seconds']:.1f} s waiting for Triton's compiler")
+            f"{os.environ.get('MINICOMP_VERIFY_DEPTH', 'full')}), {s['seconds']:.1f} s waiting for Triton's compiler ("
+            + ", ".join(f"{stage} {t:.1f} s" for stage, t in sorted(s["stages"].items())) + ")")
 
 
 def pytest_unconfigure(config):

@@ -165,9 +165,10 @@ def test_both_depths_reject_a_text_bug_in_every_config(monkeypatch):
 
 def test_a_sampled_check_compiles_one_config_per_kernel_to_a_cubin_and_never_serves_a_cut_one():
     """At depth "sampled" each kernel has exactly one config compiled to a cubin (its shared
-    memory measured); the other configs stop after the TritonGPU passes. The cut pipeline is
-    part of Triton's cache key, so a full check of the same module afterwards measures every
-    config: no empty binary from the cut compiles is ever handed out."""
+    memory measured), its least demanding; of the others, the most demanding and the table's
+    first and last stop after the TritonGPU passes, and the rest are not compiled. The cut
+    pipeline is part of Triton's cache key, so a full check of the same module afterwards
+    measures every config: no empty binary from the cut compiles is ever handed out."""
     g = Graph("g")
     x = g.add_input("x", (33, 70), torch.float32)
     g.set_outputs([g.add("sum", g.add("exp", x), axes=(1,), keepdim=True)])
@@ -181,7 +182,14 @@ def test_a_sampled_check_compiles_one_config_per_kernel_to_a_cubin_and_never_ser
         assert [e["stage"] for e in entries].count("cubin") == 1
         assert all((e["shared"] is None) == (e["stage"] == "ttgir") for e in entries)
     full = target_check._worker.results(check.source, 90, "full")
-    assert len(full) == len(results) and all(e["stage"] == "cubin" and e["shared"] is not None for e in full)
+    assert all(e["stage"] == "cubin" and e["shared"] is not None for e in full)
+    # the row kernel's table: (BLOCK_R 8, 1 warp) ... (BLOCK_R 64, 16 warps), least to most demanding
+    table = [e["config"] for e in full if e["kernel"] == "mc_red_sum_0"]
+    assert len(table) == 8, table
+    sampled = by_kernel["mc_red_sum_0"]
+    assert [e["config"] for e in sampled] == [table[0], table[-1]]
+    assert [e["stage"] for e in sampled] == ["cubin", "ttgir"]
+    assert {e["config"] for e in results} <= {e["config"] for e in full}
 
 
 def test_an_unknown_check_depth_is_a_clear_error():

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import minicomp  # noqa: F401  (first: on the CPU it turns Triton's interpreter on before transformers imports triton)
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -23,17 +25,42 @@ from benchmarks.measure import TOLERANCES  # noqa: E402
 from benchmarks.workloads import GROUPS, WORKLOADS, Built  # noqa: E402
 
 ISSUE22 = [n for n, w in WORKLOADS.items() if w.group]
+# The end-to-end run takes one workload of each group, each chosen for what the test asserts of
+# it (fp32 with TF32 off; an SDPA-best target and the reduce-overhead mode; the sweep's
+# report row; a transformers model at batch 1): the whole of --only issue22 (21 workloads,
+# several minutes under the interpreter) with MINICOMP_BENCH_TESTS=all.
+ONE_PER_GROUP = {"weak": "gemm_fp32_2048_ieee", "decode": "decode_attn_gqa_kv4096",
+                 "blocks_sweep": "gpt_block_small", "small_batch": "gpt2_b1x16"}
+ALL = os.environ.get("MINICOMP_BENCH_TESTS", "") == "all"
 
 
-def test_every_issue22_workload_builds_checks_and_reports_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("name", ISSUE22 + ["gpt_block", "llama_block"])
+def test_every_issue22_workload_builds_at_tiny_size_and_its_baselines_agree_with_it(name):
+    """What the end-to-end run below checks of the workloads it leaves out: each builds at its
+    tiny size, runs, and every extra baseline (the SDPA backends) computes what it computes."""
+    built = WORKLOADS[name].build("cpu", torch.float32, tiny=True)
+    out = built.fn(*built.inputs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    assert outs and all(torch.isfinite(o).all() for o in outs if isinstance(o, torch.Tensor)), name
+    dtype = str(outs[0].dtype).removeprefix("torch.")
+    for label, fn in built.baselines():
+        torch.testing.assert_close(fn(*built.inputs), out, **TOLERANCES[dtype], msg=f"{name}: {label}")
+
+
+def test_one_issue22_workload_per_group_builds_checks_and_reports_on_the_cpu(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1", MINICOMP_CACHE_DIR=str(tmp_path / "cache"))
+    only = "issue22" if ALL else ",".join(ONE_PER_GROUP.values())
     cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--device", "cpu", "--reps", "1",
-           "--only", "issue22", "--compile-time", "none", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+           "--only", only, "--compile-time", "none", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400 if ALL else 200)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rec = json.loads((tmp_path / "bench.json").read_text())
     got = [w["name"] for w in rec["workloads"]]
-    assert set(ISSUE22) <= set(got) and {"gpt_block", "llama_block"} <= set(got)   # the sweep's third size
+    if ALL:
+        assert set(ISSUE22) <= set(got) and {"gpt_block", "llama_block"} <= set(got)   # the sweep's third size
+    else:
+        assert got == list(ONE_PER_GROUP.values())
+        assert {WORKLOADS[n].group for n in got} == set(ONE_PER_GROUP) == {WORKLOADS[n].group for n in ISSUE22}
     md = (tmp_path / "bench.md").read_text()
     assert "## Issue 22's workloads" in md
     sweep_row = next(line for line in md.splitlines() if line.startswith("| gpt_block_small |"))

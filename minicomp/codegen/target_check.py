@@ -60,6 +60,7 @@ class _Worker:
         self.cubins = 0              # of which compiled all the way to a cubin
         self.kernels: set[str] = set()  # distinct kernel texts among them (name-independent hash)
         self.seconds = 0.0           # spent waiting for the worker
+        self.stage_seconds: dict[str, float] = {}   # the worker's compile time by stage ("cubin", "ttgir")
 
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ)
@@ -98,6 +99,8 @@ class _Worker:
                 raise CompileError("the generated module could not be loaded for the GPU-true check "
                                    f"(a minicomp bug):\n{reply['failure']}")
             results = reply["results"]
+            for stage, spent in reply.get("seconds", {}).items():
+                self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + spent
             self.compiled += len(results)
             self.cubins += sum(e.get("stage") == "cubin" for e in results)
             self.kernels.update(e["digest"] for e in results)
@@ -123,15 +126,17 @@ atexit.register(_worker.close)
 
 def stats() -> dict:
     """What this process has had compiled for a target so far: (kernel, config) pairs, how many
-    of them down to a cubin, distinct kernel texts, and seconds spent waiting for the worker."""
+    of them down to a cubin, distinct kernel texts, seconds spent waiting for the worker, and
+    the worker's compile seconds by stage (`stages`: "cubin", "ttgir")."""
     return {"configs": _worker.compiled, "cubins": _worker.cubins, "kernels": len(_worker.kernels),
-            "seconds": _worker.seconds}
+            "seconds": _worker.seconds, "stages": dict(_worker.stage_seconds)}
 
 
 def check_kernels(source: str, kernel_names: list[str], arch: int, depth: str = "full") -> list[KernelVerdict]:
     """One verdict per kernel of a CUDA module's `source` (module text with its `_WARM` list).
-    `depth` "sampled" compiles one config per kernel to a cubin and the rest through the
-    TritonGPU passes only (target_worker.py says why)."""
+    `depth` "sampled" compiles one config per kernel to a cubin and a sample of the others
+    through the TritonGPU passes only (target_worker.py says which and why); a verdict then
+    rests on the configs compiled."""
     by_kernel: dict[str, list[dict]] = {name: [] for name in kernel_names}
     for entry in _worker.results(source, arch, depth):
         by_kernel.setdefault(entry["kernel"], []).append(entry)
