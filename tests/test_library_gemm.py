@@ -302,26 +302,68 @@ def test_gpu_cublas_lines_replay_inside_a_cuda_graph():
     assert status.reason is None and status.captures == 1 and status.replays >= 3, status.describe()
 
 
-# ---------------------------------------------------------------- few rows: the epilogue in PyTorch
+# ---------------------------------------------------------------- few rows: cuBLAS, then the epilogue's kernel
 
 SMALL_CASES = {      # few rows over a long K: the weights' read is the work, cuBLAS spreads it
     "swiglu": (lambda x, w1, w2: F.silu(x @ w1) * (x @ w2), [(16, 1024), (1024, 40), (1024, 40)]),
     "residual": (lambda x, w, r: r + x @ w, [(2, 8, 1024), (1024, 24), (2, 8, 24)]),
     "bias_gelu": (lambda x, w, b: F.gelu(F.linear(x, w, b)), [(1, 1104), (24, 1104), (24,)]),
+    # the residual add joins the next norm's row kernel (a decoder layer's o_proj / down_proj)
+    "residual_norm": (lambda x, w, r, g: F.rms_norm(r + x @ w, (24,), g, 1e-6),
+                      [(3, 1024), (1024, 24), (3, 24), (24,)]),
 }
+SMALL_KERNELS = {"swiglu": ["pw_silu_mul"], "residual": ["pw_add"], "bias_gelu": ["pw_gelu"],
+                 "residual_norm": ["red_add"]}
+
+
+def _run_interpreted(generated, inputs, monkeypatch):
+    """Run a CUDA module on CPU tensors: its cuBLAS lines are PyTorch, its kernels run under
+    Triton's interpreter (launched plainly; autotuners take their first config untimed)."""
+    from minicomp.runtime import launcher
+    monkeypatch.setattr(launcher, "tune_bench", lambda fn, quantiles=None, **kw: [1.0, 1.0, 1.0])
+    ns: dict = {"__name__": "minicomp_library_test"}
+    exec(compile(generated.source, "<generated>", "exec"), ns)
+    ns["DEVICE_TYPE"] = "cpu"
+    ns["CONSTANTS"][:] = generated.constants
+    ns["OPAQUE"][:] = generated.opaque
+    ns["_launch"] = lambda kernel, grid, *args, **kwargs: kernel[grid](*args, **kwargs)
+    return ns["run"](*inputs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", sorted(SMALL_CASES))
-def test_few_rows_over_a_long_k_call_cublas_with_the_epilogue_in_pytorch(case, dtype):
+def test_few_rows_over_a_long_k_call_cublas_and_fuse_what_follows(case, dtype, monkeypatch):
     fn, shapes = SMALL_CASES[case]
     inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
-    gen = _generate(fn, inputs).generated
-    assert gen.fallbacks == {} and not gen.kernels, gen.kernel_names
-    assert list(gen.library.values()) and all(why.startswith("cuBLAS, the epilogue in PyTorch") for why in gen.library.values())
+    c = _generate(fn, inputs)
+    gen = c.generated
     rows = math.prod(shapes[0][:-1])
-    assert f"{rows} rows" in next(iter(gen.library.values()))
-    torch.testing.assert_close(_run_on_cpu(gen, inputs)[0], fn(*inputs), **tol(dtype))
+    assert gen.fallbacks == {} and gen.library, gen.kernel_names
+    assert all(why.startswith(f"cuBLAS: {rows} row") for why in gen.library.values()), gen.library
+    # each matmul is a group of its own; what follows is one kernel of ours, no GEMM kernel
+    assert len(gen.kernel_names) == len(SMALL_KERNELS[case]), gen.kernel_names
+    assert all(k.startswith(f"mc_{want}") for k, want in zip(gen.kernel_names, SMALL_KERNELS[case])), gen.kernel_names
+    for gid in gen.library:
+        group = c.plan.groups[gid]
+        assert [c.graph.node(n).op for n in group.nodes if c.graph.node(n).kind == "gemm"] == ["matmul"]
+    (out,) = _run_interpreted(gen, inputs, monkeypatch)
+    torch.testing.assert_close(out, fn(*inputs), **tol(dtype))
+
+
+def test_the_planner_says_why_a_few_rows_matmul_keeps_its_epilogue_out():
+    fn, shapes = SMALL_CASES["swiglu"]
+    c = _generate(fn, [_randn(*s, seed=i) for i, s in enumerate(shapes)])
+    reasons = [r.reason for r in c.plan.rejected]
+    assert any("is a cuBLAS call (16 rows, where reading the weights is the work)" in r for r in reasons), reasons
+
+
+def test_a_cast_before_a_few_rows_matmul_stays_out_of_its_group(monkeypatch):
+    fn = lambda x, w: (x.to(torch.bfloat16) @ w) * 2.0      # noqa: E731
+    inputs = [_randn(16, 1024), _randn(1024, 40, dtype=torch.bfloat16, seed=1)]
+    c = _generate(fn, inputs)
+    assert len(c.generated.library) == 1 and not any(k.startswith("mc_gemm") for k in c.generated.kernel_names)
+    (out,) = _run_interpreted(c.generated, inputs, monkeypatch)
+    torch.testing.assert_close(out, fn(*inputs), **tol(torch.bfloat16))
 
 
 @pytest.mark.parametrize("shapes", [[(65, 1024), (1024, 40), (1024, 40)],      # more rows than SMALL_ROWS
@@ -355,3 +397,27 @@ def test_gpu_few_rows_swiglu_matches_eager(dtype):
     for _ in range(2):
         torch.testing.assert_close(f(x, w1, w2), fn(x, w1, w2), **tol(dtype))
     assert f.compile_for(x, w1, w2).generated.library
+
+
+def test_a_llama_at_batch_1_x_16_fuses_around_its_cublas_projections(monkeypatch):
+    """transformers' Llama as users call it, at decode-like size (1 x 16 tokens, width 1024):
+    every projection is its own cuBLAS group, each residual add joins the next RMSNorm's row
+    kernel and SwiGLU's silu and product are one kernel; the module matches eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
+                                   num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval().requires_grad_(False)
+    ids = torch.randint(0, 256, (1, 16))
+    fn = lambda ids: model(input_ids=ids).logits      # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = capture(fn, [ids])
+        weights = g.binding.read()
+        gen = compile_graph(g, [ids, *weights], device="cuda", load=False, target=SM90).generated
+    assert len(gen.library) == 2 * 7 + 1, gen.library      # q k v o gate up down per layer, the lm_head
+    kinds = [name.split("_")[1] + "_" + name.split("_")[2] for name in gen.kernel_names]
+    assert kinds.count("red_add") >= 2 and "pw_silu" in kinds, gen.kernel_names
+    assert not any(name.startswith("mc_gemm") for name in gen.kernel_names), gen.kernel_names
+    (out,) = _run_interpreted(gen, [ids, *weights], monkeypatch)
+    torch.testing.assert_close(out, fn(ids), **tol(torch.float32))

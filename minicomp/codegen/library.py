@@ -12,7 +12,10 @@ module as a library choice (`GeneratedModule.library`), not as a fallback: it is
 minicomp chose, not something it could not compile, and it warns about nothing.
 
 `choice(ctx)` says whether (and why) a group goes to the library; `emit(ctx, out, slot)`
-writes its lines.
+writes its lines. `planned(graph, target)` names, before planning, the matmuls of few rows
+that go to cuBLAS whatever follows them (`few_rows`): the planner keeps each in a group of its
+own, so its epilogue fuses with what comes after it (the residual add with the next norm,
+SwiGLU's silu and product in one pointwise kernel), not as PyTorch ops of one launch each.
 
 Invariants:
 - only CUDA targets with `Target.library_gemm` on choose the library; the CPU target never
@@ -33,7 +36,6 @@ import torch
 
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
-from minicomp.codegen import fallback
 from minicomp.codegen.fallback import torch_text
 from minicomp.codegen.names import comment_text
 from minicomp.ir import dims
@@ -45,14 +47,17 @@ from minicomp.plan.specs import GemmSpec
 
 PLAIN = "cuBLAS: nothing to fuse"
 BIAS = "cuBLAS: nothing to fuse but a bias along N (addmm)"
-SMALL = "cuBLAS, the epilogue in PyTorch: {m} rows, where reading the weights is the work"
-# A GEMM of at most SMALL_ROWS output rows over K >= SMALL_MIN_K reads its weights (K x N) and
-# little else: fusing its epilogue saves 2 * M * N elements against K * N read (under 7% at
-# M = 64, K = 2048), while our tiles cover only N / BLOCK_N programs (32 of the H200's 132 SMs
-# for N = 2048) and cuBLAS splits K to spread the read over every SM. Measured on the H200
-# (results/2026-12-01/session11-models-early.md): a 4-layer Llama at batch 1 x 16 under CUDA
-# graphs took 0.534 ms with our fused GEMMs against torch.compile's 0.354 (cuBLAS + Triton
-# pointwise).
+# A GEMM of at most SMALL_ROWS output rows over K >= SMALL_MIN_K (`few_rows`) reads its
+# weights (K x N) and little else: fusing its epilogue saves 2 * M * N elements against K * N
+# read (under 7% at M = 64, K = 2048), while our tiles cover only N / BLOCK_N programs (32 of
+# the H200's 132 SMs for N = 2048) and cuBLAS splits K to spread the read over every SM.
+# Measured on the H200 (results/2026-12-01/session11-models-early.md): a 4-layer Llama at
+# batch 1 x 16 under CUDA graphs took 0.534 ms with our fused GEMMs against torch.compile's
+# 0.354 (cuBLAS + Triton pointwise). The planner keeps such a matmul in a group of its own
+# (`planned`, plan/rules.py), so what follows it fuses with what comes next.
+PLANNED = "{m}, where reading the weights is the work"
+FEW = "cuBLAS: " + PLANNED
+FEW_BIAS = "cuBLAS: " + PLANNED + ", and its bias (addmm)"
 SMALL_ROWS = 64
 SMALL_MIN_K = 1024
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)   # what cuBLAS multiplies and our kernels do too
@@ -100,9 +105,9 @@ def _aligned(ctx: KernelCtx, spec: GemmSpec) -> bool:
 
 
 def choice(ctx: KernelCtx) -> str | None:
-    """Why the group calls cuBLAS (`PLAIN`, `BIAS`, or `SMALL` for few rows whatever the
-    epilogue), or None when a kernel of ours computes it: another target, the switch off, a
-    dual GEMM, a prologue that computes, an epilogue over enough rows."""
+    """Why the group calls cuBLAS (`PLAIN` or `BIAS`; `FEW` or `FEW_BIAS` when its matmul has
+    few rows, which the planner kept alone), or None when a kernel of ours computes it:
+    another target, the switch off, a dual GEMM, a prologue that computes, an epilogue."""
     target, group = ctx.target, ctx.group
     if target.device_type != "cuda" or not target.library_gemm or group.kind != "gemm":
         return None
@@ -111,7 +116,9 @@ def choice(ctx: KernelCtx) -> str | None:
         return None
     if not _aligned(ctx, spec):
         return None        # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS there
-    return _plain(ctx, spec) or _small(ctx, spec)
+    plain = _plain(ctx, spec)
+    rows = None if plain is None else few_rows(ctx.graph, spec.matmuls[0])
+    return plain if rows is None else (FEW_BIAS if plain == BIAS else FEW).format(m=_rows(rows))
 
 
 def _plain(ctx: KernelCtx, spec: GemmSpec) -> str | None:
@@ -138,26 +145,35 @@ def _plain(ctx: KernelCtx, spec: GemmSpec) -> str | None:
         return None
 
 
-def _small(ctx: KernelCtx, spec: GemmSpec) -> str | None:
-    """`SMALL` for a group whose matmuls (one, or a dual GEMM's two) have at most SMALL_ROWS
-    static output rows over a static K of at least SMALL_MIN_K, operands of one supported dtype
-    and only strided views before the dots; else None."""
-    g = ctx.graph
-    mms = [g.node(m) for m in spec.matmuls]
-    try:
-        rows = {math.prod(mm.shape[:-1]) for mm in mms}
-        ks = {g.node(a).shape[-1] for a, _ in spec.operands}
-    except TypeError:
+def few_rows(graph, nid: int) -> int | None:
+    """The rows of matmul `nid` when the few-rows rule holds for the node alone: at most
+    SMALL_ROWS static rows over a static K of at least SMALL_MIN_K, both operands of its dtype
+    (one cuBLAS takes), K and N whole 16-byte multiples; else None."""
+    mm = graph.node(nid)
+    if mm.op != "matmul":
         return None
-    if any(dims.any_symbolic((r,)) for r in rows | ks) or max(rows) > SMALL_ROWS or min(ks) < SMALL_MIN_K:
+    a, b = (graph.node(x) for x in mm.args)
+    if len(a.shape) < 2 or len(b.shape) < 2 or not (a.dtype == b.dtype == mm.dtype and mm.dtype in DTYPES):
         return None
-    for mm, (a, b) in zip(mms, spec.operands):
-        if not (g.node(a).dtype == g.node(b).dtype == mm.dtype and mm.dtype in DTYPES):
-            return None
-    prologue = [n for n in ctx.group.nodes if n not in spec.matmuls and n not in spec.epilogue]
-    if any(g.node(n).op not in STRIDED for n in prologue):
+    rows, k, n = math.prod(mm.shape[:-1]), a.shape[-1], mm.shape[-1]
+    if dims.any_symbolic((rows, k, n)):
         return None
-    return SMALL.format(m=max(rows))
+    size = mm.dtype.itemsize
+    ok = rows <= SMALL_ROWS and k >= SMALL_MIN_K and (k * size) % 16 == 0 and (n * size) % 16 == 0
+    return int(rows) if ok else None
+
+
+def planned(graph, target) -> dict[int, str]:
+    """The matmuls the few-rows rule sends to cuBLAS on `target` (`few_rows`), each with why; empty
+    for a target that calls no library. The planner gives each a group of its own (plan/rules.py)."""
+    if target.device_type != "cuda" or not target.library_gemm:
+        return {}
+    rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
+    return {nid: PLANNED.format(m=_rows(m)) for nid, m in rows.items() if m is not None}
+
+
+def _rows(m: int) -> str:
+    return f"{m} row" if m == 1 else f"{m} rows"
 
 
 def _weight(ctx: KernelCtx, b: int) -> int | None:
@@ -178,10 +194,6 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
     `F.linear(a, b.t(), bias)` over batched A (which folds the batch into M where it can)."""
     g, spec = ctx.graph, ctx.group.spec
     why = choice(ctx)
-    if why is not None and why.startswith("cuBLAS, the epilogue in PyTorch"):
-        # every node as eager computes it: the matmuls through cuBLAS, the epilogue's ops after
-        out.writeline(f"# calls cuBLAS through PyTorch ({comment_text(why)})")
-        return fallback.write_nodes(ctx, out, opaque_slot)
     out.writeline(f"# calls cuBLAS through PyTorch ({comment_text(why)})")
     mm = g.node(spec.matmuls[0])
     a_id, b_id = spec.operands[0]
@@ -193,7 +205,7 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
             out.writeline(f"{ctx.buf(nid)} = {torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)}"
                           f"  # {node.op}")
     a, b = ctx.buf(a_id), ctx.buf(b_id)
-    bias = ctx.buf(_bias(ctx, spec)) if why == BIAS else None
+    bias = ctx.buf(_bias(ctx, spec)) if spec.epilogue else None    # `_plain` admits only a bias
     if weight is not None:
         text = f"torch.nn.functional.linear({a}, {ctx.buf(weight)}{f', {bias}' if bias else ''})"
     elif bias is None:

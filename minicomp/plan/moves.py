@@ -124,7 +124,7 @@ def _check_cluster(after: State | Preview, cid: int) -> str | None:
     checks = after.ctx.checks
     key = (c.nodes, outputs)
     if key not in checks:
-        checks[key] = check(after.graph, set(c.nodes), set(outputs))
+        checks[key] = check(after.graph, set(c.nodes), set(outputs), after.ctx.library)
     return checks[key]
 
 

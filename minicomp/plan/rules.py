@@ -22,6 +22,9 @@ contracts.md:
   the dual GEMM of SwiGLU); a prologue of views and casts on its operands; an epilogue of
   pointwise nodes of the matmul's output shape that depend on it, reading other operands
   straight from memory (through strided views at most).
+  A matmul the caller hands the planner as a library call (`library`: cuBLAS computes it,
+  codegen/library.py chose it) keeps a group of its own: strided views before it, and after
+  it nothing, or only the one bias add cuBLAS does itself; its epilogue is another kernel.
 - attention: one attention node, prologue views on q/k/v/mask, pointwise epilogue.
 - indirect loads (index, gather) in any kind: plan/indirect.py (their indices must be known
   good; in a row kernel they read nothing that depends on its reductions); a GEMM folds one
@@ -90,8 +93,9 @@ def topo(graph: Graph, nodes: set[int]) -> list[int]:
     return out
 
 
-def check(graph: Graph, nodes: set[int], outputs: set[int]) -> str | None:
-    """None if one kernel may compute `nodes` and write `outputs`; else why not."""
+def check(graph: Graph, nodes: set[int], outputs: set[int], library: dict[int, str] | None = None) -> str | None:
+    """None if one kernel may compute `nodes` and write `outputs`; else why not. `library`:
+    the matmuls a library call computes, each with why (see the module docstring)."""
     ops_ = [graph.node(n) for n in nodes]
     opaque = [n for n in ops_ if n.kind == "opaque"]
     if opaque and len(nodes) > 1:
@@ -116,7 +120,8 @@ def check(graph: Graph, nodes: set[int], outputs: set[int]) -> str | None:
     if attention:
         return _check_anchored(graph, nodes, outputs, attention, "attention")
     if matmuls:
-        return _check_anchored(graph, nodes, outputs, matmuls, "gemm")
+        return _check_library(graph, nodes, matmuls, library or {}) or _check_anchored(
+            graph, nodes, outputs, matmuls, "gemm")
     if reductions:
         return _check_reduction(graph, nodes, outputs, reductions)
     return _check_pointwise(graph, nodes, outputs)
@@ -239,6 +244,33 @@ def _descendants_in(graph: Graph, starts: Iterable[int], nodes: set[int]) -> set
                 out.add(u)
                 stack.append(u)
     return out
+
+
+def _check_library(graph: Graph, nodes: set[int], matmuls: list[int], library: dict[int, str]) -> str | None:
+    """Why a group holding a library matmul breaks its rule (module docstring); None if it keeps it."""
+    called = [m for m in matmuls if m in library]
+    if not called:
+        return None
+    mm = graph.node(called[0])
+    what = f"{describe(graph, mm.id)} is a cuBLAS call ({library[mm.id]})"
+    if len(matmuls) > 1:
+        return f"{what}: it shares its kernel with no other matmul"
+    before = _ancestors_in(graph, mm.args, nodes)
+    for p in sorted(before):
+        if graph.node(p).op not in STRIDED_VIEWS:
+            return f"{what}: only strided views come before it, and {describe(graph, p)} computes a value"
+    after = nodes - before - {mm.id}
+    if not after:
+        return None
+    if len(after) == 1:
+        add = graph.node(next(iter(after)))
+        bias = [graph.node(a) for a in add.args if a != mm.id]
+        if (add.op == "add" and len(add.args) == 2 and mm.id in add.args and len(bias) == 1
+                and bias[0].id not in nodes and tuple(bias[0].shape) == (mm.shape[-1],)
+                and bias[0].dtype == mm.dtype == add.dtype and tuple(add.shape) == tuple(mm.shape)):
+            return None     # the bias along N that addmm adds itself
+    first = min(after)
+    return f"{what}: its epilogue ({describe(graph, first)} and after) is a kernel of its own"
 
 
 def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: list[int], kind: str) -> str | None:

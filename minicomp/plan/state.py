@@ -51,8 +51,9 @@ class Context:
     index stays exact; `node` has `Graph.node`'s meaning, so the ledger functions
     (`cost.group_cost`, which only look nodes up) take the context as their graph."""
 
-    def __init__(self, graph: Graph, topo: list[int] | None = None):
+    def __init__(self, graph: Graph, topo: list[int] | None = None, library: dict[int, str] | None = None):
         self.graph = graph
+        self.library = dict(library or {})    # matmul -> why a library call computes it (rules.check)
         topo = graph.topo_order() if topo is None else topo
         self.order = {nid: i for i, nid in enumerate(topo)}
         self.graph_outputs = frozenset(graph.outputs)
@@ -301,12 +302,13 @@ def live_nodes(graph: Graph) -> set[int]:
     return live
 
 
-def initial_state(graph: Graph) -> State:
-    """Eager: one cluster per node; views owned only where memory needs them."""
+def initial_state(graph: Graph, library: dict[int, str] | None = None) -> State:
+    """Eager: one cluster per node; views owned only where memory needs them. `library`: the
+    matmuls a library call computes (rules.check keeps their epilogues out of their groups)."""
     live = live_nodes(graph)
     owned_views = materialised_views(graph, live)
     topo = graph.topo_order()
-    ctx = Context(graph, topo)
+    ctx = Context(graph, topo, library)
     clusters: dict[int, Cluster] = {}
     for nid in topo:
         kind = ctx.kind[nid]
