@@ -218,6 +218,49 @@ def test_module_attributes_and_train_eval_are_guarded():
     same(f, m, x)
 
 
+def test_guards_read_together_see_each_change():
+    """binding.py reads the guards on one dict's keys (a module's attributes) with one
+    itemgetter: each key still counts, a removed one included, and the same one twice."""
+    m = Scaled().eval()
+    f = minicomp.compile(m)
+    x = rand(12)
+    same(f, m, x)
+    for name, value in (("eps", 2.0), ("scale", 0.25), ("eps", 1e-5)):
+        setattr(m, name, value)
+        same(f, m, x)
+    compiles = f.compiles
+    del m.__dict__["scale"]
+    with pytest.raises(Exception):      # eager raises too: no attribute
+        m(x)
+    with pytest.raises(Exception):
+        f(x)
+    m.scale = 4.0
+    same(f, m, x)
+    assert f.compiles > compiles
+
+
+def _twice(x):
+    return x * FACTOR
+
+
+def helper_read_twice(x):
+    return _twice(x) + _twice(x * 2)
+
+
+def test_a_global_read_through_two_functions_is_guarded_once_and_still_seen():
+    global _twice
+    f = minicomp.compile(helper_read_twice)
+    x = rand(2, 5)
+    same(f, helper_read_twice, x)
+    saved = _twice
+    try:
+        _twice = lambda x: x - 1.0      # noqa: E731
+        same(f, helper_read_twice, x)
+    finally:
+        _twice = saved
+    same(f, helper_read_twice, x)
+
+
 OFFSET = torch.arange(5.0)
 FACTOR = 3.0
 

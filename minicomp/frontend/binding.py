@@ -2,11 +2,15 @@
 
 Built by capture from a `params.Walk` (see params.py for what is watched and what is not).
 Reading is the hot path of every compiled call: each read is a C-level callable
-(`dict.get` of the very dict, `getattr` of the very cell), mapped in one pass.
+(`dict.get` of the very dict, `getattr` of the very cell), mapped in one pass. Guards that
+read keys of one dict (a module's `__dict__`, its `_modules`) or attributes of one object are
+read together, by one `operator.itemgetter` / `attrgetter` bound to it (`_grouped`).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +32,48 @@ def _state(t: torch.Tensor) -> tuple:
     """What a frozen weight must keep: its version (in-place writes), storage (`.data = ...`)
     and grad flag (gradients still reach frozen weights, runtime/boundary.py)."""
     return t._version, t.data_ptr(), t.requires_grad
+
+
+def _place(read: Read) -> tuple[Any, Any, Any] | None:
+    """(getter maker, container, key) when `read` is `partial(dict.get, d, key, MISSING)` or
+    `partial(getattr, obj, name)`; else None (it stays a read of its own)."""
+    if not isinstance(read, functools.partial) or read.keywords:
+        return None
+    if read.func is dict.get and len(read.args) == 3 and read.args[2] is MISSING and type(read.args[0]) is dict:
+        return operator.itemgetter, read.args[0], read.args[1]
+    if read.func is getattr and len(read.args) == 2 and isinstance(read.args[1], str):
+        return operator.attrgetter, read.args[0], read.args[1]
+    return None
+
+
+def _grouped(guards: list[tuple[Read, Any]]) -> tuple[list[Read], list[Any], list[Read], list[tuple]]:
+    """The guards' reads as (single reads, their values, grouped reads, their values' tuples):
+    reads of two or more keys of one dict, or attributes of one object, become one
+    `itemgetter(*keys)` / `attrgetter(*names)` bound to it, a C-level call giving the tuple of
+    their values; a key read again for the same object is read once. An expected MISSING (a key guarded absent) stays single: itemgetter raises
+    KeyError where `dict.get` gives MISSING (a raising read fails the guard, as it should)."""
+    places: dict[tuple, tuple[Any, Any, list[tuple[Read, Any, Any]], set]] = {}
+    single_reads, single_values = [], []
+    for read, value in guards:
+        place = _place(read) if value is not MISSING else None
+        if place is None:
+            single_reads.append(read)
+            single_values.append(value)
+        else:
+            maker, container, key = place
+            _, _, items, seen = places.setdefault((maker, id(container)), (maker, container, [], set()))
+            if (key, id(value)) not in seen:      # the same global read through two functions: once
+                seen.add((key, id(value)))
+                items.append((read, key, value))
+    grouped_reads, grouped_values = [], []
+    for maker, container, items, _ in places.values():
+        if len(items) == 1:
+            single_reads.append(items[0][0])
+            single_values.append(items[0][2])
+        else:
+            grouped_reads.append(functools.partial(maker(*(key for _, key, _ in items)), container))
+            grouped_values.append(tuple(value for _, _, value in items))
+    return single_reads, single_values, grouped_reads, grouped_values
 
 
 class _Tied:
@@ -58,10 +104,13 @@ class Binding:
     frozen: list[tuple[Read, torch.Tensor, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._equal_reads = [r for r, _, _ in self.equal]
-        self._equal_values = [v for _, v, _ in self.equal]
-        self._same_reads = [r for r, _, _ in self.same]
-        self._same_objects = [v for _, v, _ in self.same]
+        # equality: each read's value (or each group's tuple of values) against what it was
+        reads, values, group_reads, group_values = _grouped([(r, v) for r, v, _ in self.equal])
+        self._equal_reads, self._equal_values = reads + group_reads, values + group_values
+        # identity: the objects read, single reads' then the groups' flattened, against the objects
+        reads, objects, group_reads, group_objects = _grouped([(r, v) for r, v, _ in self.same])
+        self._same_reads, self._same_groups = reads, group_reads
+        self._same_objects = objects + [o for group in group_objects for o in group]
         self._frozen_reads = [r for r, _, _ in self.frozen]
         self._frozen_objects = [t for _, t, _ in self.frozen]
         self._storage = [t.detach() for t in self._frozen_objects]
@@ -89,7 +138,9 @@ class Binding:
         try:
             if self._equal_values and list(map(_call, self._equal_reads)) != self._equal_values:
                 return None
-            if self._same_objects and not all(map(operator.is_, map(_call, self._same_reads), self._same_objects)):
+            if self._same_objects and not all(map(operator.is_, itertools.chain(
+                    map(_call, self._same_reads), itertools.chain.from_iterable(map(_call, self._same_groups))),
+                    self._same_objects)):
                 return None
             if self._frozen_objects and not self._frozen_unchanged():
                 return None
