@@ -256,6 +256,24 @@ def test_what_the_kernel_does_not_read_is_not_checked():
     assert "_rt.check_index(ids[:, 0:2:1], 0, 9," in c.generated.source, c.generated.source
 
 
+def test_one_index_tensor_read_by_two_kernels_is_checked_once_per_call():
+    # the GEMM folds one gather into its loads, the row kernel gathers from another table
+    # through the same ids: two kernels, one check (index_check.lines), and a bad index still raises
+    def f(w1, w2, ids, lw):
+        return F.embedding(ids, w1) @ lw, F.embedding(ids, w2).softmax(-1)
+    w1, w2, lw = torch.randn(30, 16), torch.randn(30, 8), torch.randn(16, 5)
+    ids = torch.randint(0, 30, (4, 3))
+    (got, want, c) = compiled(f, w1, w2, ids, lw)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol(torch.float32))
+    assert len(gather_groups(c)) == 2, str(c.plan)
+    assert c.generated.source.count("_rt.check_index(ids, 0, 29,") == 1, c.generated.source
+    cf = minicomp.compile(f)
+    cf(w1, w2, ids, lw)
+    with pytest.raises(IndexError, match="size 30"):
+        cf(w1, w2, torch.tensor([[0, 30, 1]]), lw)
+
+
 def test_a_bad_index_in_a_gemm_prologue_and_a_row_kernel():
     emb, wl = torch.randn(12, 8), torch.randn(8, 8)
     cf = minicomp.compile(lambda ids: F.embedding(ids, emb) @ wl)

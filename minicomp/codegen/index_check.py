@@ -6,7 +6,9 @@ take_along_dim's modulo), or read from a tensor in memory (`memory_sources`): th
 that tensor, as the kernel reads it (through the same views: a slice checks only the part
 the kernel reads), before launching: `_rt.check_index(ids.reshape((6,)), 0, 50256, 0, 50257,
 'IndexError', '%5 (index) from model.py:12 (F.embedding(idx, w))')` (minicomp/runtime/checks.py).
-One index tensor checked for one range is checked once per group.
+One index tensor checked for one range is checked once per call: a later group reading it
+again (an embedding the planner recomputes in two kernels) finds it checked (`lines(ctx, done)`).
+On CUDA a check is a few small launches (two comparisons, `all`, an asynchronous assert).
 
 Why in call() and not in the kernel: Triton's interpreter ignores `tl.device_assert`, and on
 a GPU it is compiled only in debug mode; a check here raises eager's kind of error on the CPU
@@ -82,10 +84,17 @@ def _read_text(ctx: KernelCtx, check: IndexCheck) -> str:
     return text
 
 
-def lines(ctx: KernelCtx) -> list[str]:
-    """call()'s lines checking the group's index tensors (none when it needs none)."""
+def lines(ctx: KernelCtx, done: set | None = None) -> list[str]:
+    """call()'s lines checking the group's index tensors (none when it needs none), leaving out
+    those `done` holds: the module's checks so far, which run before this group in every call
+    (groups' lines are not conditional; a buffer's name is one value). `done` gains this group's."""
     out = []
+    done = set() if done is None else done
     for c in checks(ctx):
+        key = (_read_text(ctx, c), c.lo, c.hi)
+        if key in done:
+            continue
+        done.add(key)
         node = ctx.graph.node(c.node)
         mode = MODES[node.attrs["mode"]]
         what = f"{node.describe()} ({mode.eager})"

@@ -104,6 +104,7 @@ class ModuleWriter:
         self.call = CodeBuilder()
         self.body = CodeBuilder()          # the groups' part of call(), written before the bindings
         self.scalars_used: set[int] = set()  # scalar constants PyTorch code needs as tensors
+        self.index_checked: set = set()    # index tensors call() has checked already (index_check.lines)
         self.summary: list[str] = []
         self.fallbacks: dict[int, str] = {}
         self.library: dict[int, str] = {}     # groups with nothing to fuse that call cuBLAS (not fallbacks)
@@ -239,8 +240,8 @@ class ModuleWriter:
             n = g.node(o)
             b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
                         f"dtype={n.dtype}, device=device)")
-        # index tensors the kernel reads through, checked first: eager's error for a bad index
-        b.writelines(index_check.lines(ctx) if kernel.launches else [])
+        # index tensors the kernel reads through, checked first (once a call): eager's error for a bad index
+        b.writelines(index_check.lines(ctx, self.index_checked) if kernel.launches else [])
         b.writelines(scratch_lines(kernel.launches))
         cuda = self.device_type == "cuda"
         if not kernel.launches:
@@ -254,9 +255,8 @@ class ModuleWriter:
                 later = [e for e in later if e not in self.later]
             self.later += later
             if kernel.shared and not later:
-                # a library kernel (the Gluon attention kernel) compiles longest (4.3 s on the H200's
-                # host, against 2-3 s for a block-language kernel): first into the warm-up pool, so
-                # it is not queued behind the others (benchmarks/ablations/first_call.py)
+                # a library kernel (Gluon attention) compiles longest (4.3 s on the H200's host, a block-language
+                # one 2-3 s): first into the warm-up pool, not queued behind others (benchmarks/ablations/first_call.py)
                 self.warm[:0] = entries
             else:
                 self.warm += entries
