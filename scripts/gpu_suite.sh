@@ -3,6 +3,8 @@
 # registry: wheels carried in .whl/ are installed into .site/ first, see BENCHMARKS.md).
 # Writes its logs under $OUT (default /tmp/minicomp-gpu) and prints one line per part.
 #   bash scripts/gpu_suite.sh            # `pytest -m gpu`, the zoo in bf16, then property tests and samples on CUDA
+#   bash scripts/gpu_suite.sh FILE...    # `pytest -m gpu` over these test files only, nothing else (a device
+#                                        # call is 10 minutes at most: split the suite over two calls)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minicomp-gpu}
@@ -16,6 +18,11 @@ if [ -d .whl ]; then
     export PYTHONPATH=$PWD/.site:$PWD
 fi
 export PYTHONUNBUFFERED=1
+if [ $# -gt 0 ]; then
+    python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=15 "$@" > "$OUT/gpu-tests.log" 2>&1
+    echo "pytest -m gpu $*: rc=$? $(tail -1 "$OUT/gpu-tests.log")"
+    exit 0
+fi
 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=15 --ignore=tests/test_zoo_lowp.py \
     > "$OUT/gpu-tests.log" 2>&1
 echo "pytest -m gpu: rc=$? $(tail -1 "$OUT/gpu-tests.log")"
