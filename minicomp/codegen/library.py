@@ -43,6 +43,7 @@ from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.graph import Node
 from minicomp.ir.ops.text import py_value
 from minicomp.ir.ops.views import STRIDED
+from minicomp.plan.rules import topo
 from minicomp.plan.specs import GemmSpec
 
 PLAIN = "cuBLAS: nothing to fuse"
@@ -198,8 +199,7 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
     mm = g.node(spec.matmuls[0])
     a_id, b_id = spec.operands[0]
     weight = _weight(ctx, b_id)
-    order = {nid: i for i, nid in enumerate(g.topo_order())}
-    for nid in sorted(ctx.group.nodes, key=order.__getitem__):
+    for nid in topo(g, set(ctx.group.nodes)):          # the group's own order (not the graph's: 9 ms a group)
         node = g.node(nid)
         if node.op in STRIDED and not (weight is not None and nid == b_id):
             out.writeline(f"{ctx.buf(nid)} = {torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)}"
