@@ -4,7 +4,8 @@ Invariants:
 - A backend's first call is checked against eager before it is timed, and one call after
   timing is checked again (`check_after_timing`): the timed calls take other paths.
 - An extra backend runs only when its base backend is in the run's --backends
-  (`EXTRA_BASE`): the reduce-overhead modes and the Dynamo backend are variants of their base.
+  (`EXTRA_BASE`): the reduce-overhead modes, the Dynamo backend and `minicomp_cublas`
+  (`minicomp.compile(fn, library="all")`: cuBLAS for every GEMM) are variants of their base.
 - `minicomp_ro` is feature-detected: where `minicomp.compile(fn, mode="reduce-overhead")`
   itself refuses the option (ValueError, TypeError, or minicomp's usage error for an unknown
   option), the backend raises `NotApplicable` and the run reports it as "n/a", not as an
@@ -21,7 +22,8 @@ from benchmarks.measure import compare, ledger, poison_allocator, sync, time_fn
 from benchmarks.workloads_models import minicomp_backend
 
 # extra backend -> the --backends entry it needs
-EXTRA_BASE = {"minicomp_dynamo": "minicomp", "inductor_ro": "inductor", "minicomp_ro": "minicomp"}
+EXTRA_BASE = {"minicomp_dynamo": "minicomp", "inductor_ro": "inductor", "minicomp_ro": "minicomp",
+              "minicomp_cublas": "minicomp"}
 REDUCE_OVERHEAD = "reduce-overhead"
 
 
@@ -64,6 +66,9 @@ def make_backend(name: str, built) -> Callable:
         return minicomp.compile(built.fn)
     if name == "minicomp_ro":
         return minicomp_reduce_overhead(built.fn)
+    if name == "minicomp_cublas":          # every GEMM through cuBLAS, what follows fused forward (an experiment)
+        import minicomp
+        return minicomp.compile(built.fn, library="all")
     if name == "minicomp_dynamo":          # the torch.compile backend (entry point "minicomp")
         return torch.compile(built.fn, backend=minicomp_backend())
     for ref_name, ref_fn in built.baselines():

@@ -69,7 +69,9 @@ def compile_time_runs(names: list[str], args, record: dict, started: float, save
         if WORKLOADS[name].group:            # issue 22's: the whole run must fit one 10-minute call
             ct.update({b: {"skipped": "no fresh-process run for issue 22's workloads"} for b in backends})
             continue
-        for backend in backends + [b for b in WORKLOADS[name].extra_backends if b not in backends]:
+        # the library="all" variant is an experiment on steady-state time: no fresh-process run
+        extras = [b for b in WORKLOADS[name].extra_backends if b not in backends and b != "minicomp_cublas"]
+        for backend in backends + extras:
             if backend in wrec["backends"]:
                 jobs.append((name, backend, ct))
             else:

@@ -26,6 +26,7 @@ from typing import Any
 BACKEND_TITLES = {"eager": "eager", "inductor": "torch.compile", "minicomp": "minicomp", "sdpa": "SDPA",
                   "minicomp_dynamo": "minicomp backend", "inductor_ro": "torch.compile reduce-overhead",
                   "minicomp_ro": "minicomp reduce-overhead", "sdpa_flash": "SDPA flash",
+                  "minicomp_cublas": "minicomp, cuBLAS for every GEMM",
                   "sdpa_cudnn": "SDPA cuDNN", "sdpa_math": "SDPA math", "sdpa_best": "SDPA (faster backend)"}
 TARGETS = {
     "memory": "≥ 90% of copy bandwidth and no slower than torch.compile",
@@ -281,6 +282,14 @@ def markdown(record: dict) -> str:
                       f"over eager {_f(dyn / eager if ok and dyn and eager else None)}, over torch.compile "
                       f"{_f(dyn / ind if ok and dyn and ind and _ok(w, 'inductor') else None)}; first call, fresh "
                       f"process: {_ct_cell(w.get('compile_time', {}).get('minicomp_dynamo'))}"]
+    for w in record.get("workloads", []):
+        if "minicomp_cublas" in w.get("backends", {}) or "minicomp_cublas" in w.get("errors", {}):
+            mc, ind, lib = (_ms(w, b) for b in ("minicomp", "inductor", "minicomp_cublas"))
+            ok = _ok(w, "minicomp_cublas")
+            lines += ["", f"{w['name']}: minicomp.compile(fn, library=\"all\") (cuBLAS for every GEMM) "
+                      f"{_time_cell(w, 'minicomp_cublas')} ms; over minicomp "
+                      f"{_f(lib / mc if ok and lib and mc and _ok(w, 'minicomp') else None)}, over torch.compile "
+                      f"{_f(lib / ind if ok and lib and ind and _ok(w, 'inductor') else None)}"]
     from benchmarks.report_issue22 import issue22_table
     lines += issue22_table(record)
     lines += ["", f"Geometric mean of speedup over torch.compile: {_f(s.get('geomean_speedup_vs_compile'))} "

@@ -7,9 +7,10 @@ Invariants (with those of `workloads.py`):
   base geometry, 12 layers at width 768); `tiny` ones are for the CPU smoke run.
 - The timed function is `model(input_ids)` returning the logits (BERT: the last hidden
   state), called the plain way a user calls it, with attention implementation "sdpa".
-- Every model workload is also timed through `torch.compile(fn, backend="minicomp")`
-  (`EXTRA_BACKENDS`), so one run times eager, torch.compile, minicomp's own capture and the
-  minicomp backend.
+- Every model workload is also timed through `torch.compile(fn, backend="minicomp")` and
+  through `minicomp.compile(fn, library="all")` (cuBLAS for every GEMM, its epilogue fused
+  with what follows: how torch.compile's default mode splits a layer), `EXTRA_BACKENDS`, so one
+  run times eager, torch.compile, minicomp's own capture, the minicomp backend and that variant.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-EXTRA_BACKENDS = ("minicomp_dynamo",)
+EXTRA_BACKENDS = ("minicomp_dynamo", "minicomp_cublas")
 
 
 def minicomp_backend():

@@ -31,7 +31,7 @@ VERIFY_DEPTHS = ("full", "sampled")
 CAPTURE_ENV = "MINICOMP_CAPTURE"                     # "fake": capture with make_fx only
 PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (runtime/prime.py)
 TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile kernel compiles before its first launch
-LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": GEMMs with nothing to fuse are our kernels too, not cuBLAS
+LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": our GEMM kernels only; "all": cuBLAS for every GEMM (library_mode)
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 MATMUL_PRECISIONS = ("ieee", "tf32")                 # fp32 `tl.dot` input precision
@@ -56,11 +56,22 @@ def read_matmul_precision() -> str:
         return "ieee"
 
 
-def read_library_gemm(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_LIBRARY_GEMM lets a CUDA module call cuBLAS for a GEMM with nothing to
-    fuse (codegen/library.py): on unless it is "0"."""
+LIBRARY_MODES = ("off", "on", "all")
+
+
+def library_mode(environ: dict | None = None) -> str:
+    """Which GEMMs of a CUDA module call cuBLAS (codegen/library.py), as $MINICOMP_LIBRARY_GEMM
+    says: "off" for "0"; "all" for "all" (every GEMM, its epilogue fused with what follows: an
+    experiment to measure against our kernels); else "on" (those with nothing to fuse, and
+    those of few rows)."""
     env = os.environ if environ is None else environ
-    return env.get(LIBRARY_GEMM_ENV, "").strip() != "0"
+    value = env.get(LIBRARY_GEMM_ENV, "").strip()
+    return "off" if value == "0" else "all" if value == "all" else "on"
+
+
+def read_library_gemm(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_LIBRARY_GEMM lets a CUDA module call cuBLAS at all (`library_mode`)."""
+    return library_mode(environ) != "off"
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,7 @@ class Target:
     # never does, so the interpreter keeps testing our GEMM kernels. MINICOMP_LIBRARY_GEMM=0 turns
     # it off; the compile cache keys on it (api._modes)
     library_gemm: bool = True
+    library_all: bool = False      # every GEMM calls cuBLAS (library mode "all"; needs library_gemm)
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -133,12 +145,16 @@ class Target:
 
     @staticmethod
     def for_device(device_type: str, environ: dict | None = None, verify_target: str | None = None,
-                   row_form: RowForm | None = None) -> "Target":
+                   row_form: RowForm | None = None, library: str | None = None) -> "Target":
         """The target of kernels that will run on this machine's `device_type` ("cuda": the
         current device's capability), with the switches of `environ` (default: the process's
         environment). `verify_target` ("cuda:90") overrides $MINICOMP_VERIFY_TARGET; `row_form`
-        (default `RowForm()`) shapes the row kernels."""
+        (default `RowForm()`) shapes the row kernels; `library` (one of LIBRARY_MODES) overrides
+        $MINICOMP_LIBRARY_GEMM."""
         env = os.environ if environ is None else environ
+        library = library or library_mode(env)
+        if library not in LIBRARY_MODES:
+            raise MinicompError(f"library={library!r}: expected one of {', '.join(LIBRARY_MODES)}")
         capability = None
         if device_type == "cuda":
             import torch
@@ -149,14 +165,15 @@ class Target:
                       verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full",
                       row_form=row_form or RowForm(), capture=capture_mode(env),
                       prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0",
-                      library_gemm=read_library_gemm(env))
+                      library_gemm=library != "off", library_all=library == "all")
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":
         """`for_device` with the switches of a compile's `minicomp.api.Options` (`verify_target`,
         `row_form`) and the process's environment, read now: once per compile, before capture,
         whose tracer and priming the record also decides."""
-        return Target.for_device(device_type, verify_target=options.verify_target, row_form=options.row_form)
+        return Target.for_device(device_type, verify_target=options.verify_target, row_form=options.row_form,
+                                 library=getattr(options, "library", None))
 
     def for_check(self, arch: int) -> "Target":
         """This target's switches, for a CUDA device of capability `arch` (what the GPU-true

@@ -421,3 +421,40 @@ def test_a_llama_at_batch_1_x_16_fuses_around_its_cublas_projections(monkeypatch
     assert not any(name.startswith("mc_gemm") for name in gen.kernel_names), gen.kernel_names
     (out,) = _run_interpreted(gen, [ids, *weights], monkeypatch)
     torch.testing.assert_close(out, fn(ids), **tol(torch.float32))
+
+
+# ---------------------------------------------------------------- library="all": cuBLAS for every GEMM
+
+def test_library_all_sends_every_gemm_to_cublas_and_fuses_what_follows(monkeypatch):
+    """A post-norm encoder layer as BERT writes it, at a prefill size: in mode "all" each linear
+    is cuBLAS (its bias by addmm), the residual add joins the LayerNorm's row kernel; the module
+    run on CPU tensors matches eager. The default mode keeps our fused GEMM kernels there."""
+    def layer(x, w1, b1, w2, b2, g, beta):
+        h = F.gelu(F.linear(x, w1, b1))
+        return F.layer_norm(x + F.linear(h, w2, b2), (48,), g, beta)
+    shapes = [(2, 40, 48), (96, 48), (96,), (48, 96), (48,), (48,), (48,)]
+    inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
+    every = replace(Target.for_device("cuda", {}, library="all"), capability=(9, 0))
+    assert every.library_gemm and every.library_all
+    c = _generate(layer, inputs, every)
+    gen = c.generated
+    assert list(gen.library.values()) == [library.ALL] * 2, gen.library
+    assert len(gen.kernel_names) == 2 and not any(k.startswith("mc_gemm") for k in gen.kernel_names)
+    assert any(k.startswith("mc_red_add_layernorm") for k in gen.kernel_names), gen.kernel_names
+    (out,) = _run_interpreted(gen, inputs, monkeypatch)
+    torch.testing.assert_close(out, layer(*inputs), **tol(torch.float32))
+    default = _generate(layer, inputs).generated
+    assert any(k.startswith("mc_gemm") for k in default.kernel_names), default.kernel_names
+
+
+def test_the_library_mode_comes_from_the_option_or_the_environment():
+    assert Target.for_device("cuda", {"MINICOMP_LIBRARY_GEMM": "all"}).library_all
+    assert not Target.for_device("cuda", {}).library_all
+    off = Target.for_device("cuda", {"MINICOMP_LIBRARY_GEMM": "all"}, library="off")
+    assert not off.library_gemm and not off.library_all
+    with pytest.raises(minicomp.errors.MinicompError, match="library='some'"):
+        minicomp.compile(lambda x: x, library="some")
+    f = minicomp.compile(lambda a, b: a @ b, library="all")     # the CPU target runs our kernels
+    a, b = _randn(5, 32), _randn(32, 8, seed=1)
+    torch.testing.assert_close(f(a, b), a @ b, **tol(torch.float32))
+    assert f.compile_for(a, b).generated.library == {}

@@ -161,8 +161,8 @@ def test_model_workloads_build_tiny_and_run_eagerly():
 
 
 def test_a_model_workload_is_timed_through_both_minicomp_entry_points(tmp_path):
-    """GPT-2 (tiny) through eager, minicomp.compile and torch.compile(backend="minicomp"), each
-    checked against eager before timing."""
+    """GPT-2 (tiny) through eager, minicomp.compile (also with library="all") and
+    torch.compile(backend="minicomp"), each checked against eager before timing."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1",
                MINICOMP_CACHE_DIR=str(tmp_path / "cache"))
     cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--device", "cpu", "--only", "gpt2_model",
@@ -172,7 +172,8 @@ def test_a_model_workload_is_timed_through_both_minicomp_entry_points(tmp_path):
     rec = json.loads((tmp_path / "bench.json").read_text())
     (w,) = rec["workloads"]
     assert not w["errors"], w["errors"]
-    for backend in ("eager", "minicomp", "minicomp_dynamo"):
+    for backend in ("eager", "minicomp", "minicomp_dynamo", "minicomp_cublas"):
         assert w["backends"][backend]["check"]["ok"], (backend, w["backends"][backend]["check"])
         assert w["backends"][backend]["ms"] > 0
     assert 'torch.compile(backend="minicomp")' in (tmp_path / "bench.md").read_text()
+    assert 'minicomp.compile(fn, library="all")' in (tmp_path / "bench.md").read_text()

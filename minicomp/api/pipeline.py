@@ -18,7 +18,7 @@ from minicomp.errors import MinicompError, ModeError
 from minicomp.ir import dims
 from minicomp.ir.graph import Graph
 from minicomp.ir.verify import verify
-from minicomp.target import RowForm, Target
+from minicomp.target import LIBRARY_MODES, RowForm, Target
 
 
 MODES = ("default", "reduce-overhead")
@@ -36,8 +36,11 @@ class Options:
     row_form: RowForm | None = None          # row-kernel form knobs (None: RowForm(); tests force the looped form)
     dynamic: bool | None = None              # symbolic sizes: None after a size changes, True always, False never (api/dynamic.py)
     mode: str = "default"                    # "reduce-overhead": replay each call as a CUDA graph (runtime/cuda_graphs.py)
+    library: str | None = None               # which GEMMs call cuBLAS on CUDA: "off", "on", "all" (None: $MINICOMP_LIBRARY_GEMM)
 
     def __post_init__(self) -> None:
+        if self.library is not None and self.library not in LIBRARY_MODES:
+            raise ModeError(f"library={self.library!r}: expected one of {', '.join(map(repr, LIBRARY_MODES))}")
         if self.mode not in MODES:
             raise ModeError(f"unknown mode {self.mode!r}; minicomp's modes are {', '.join(map(repr, MODES))} "
                             "('reduce-overhead' replays each call on CUDA as a CUDA graph)")

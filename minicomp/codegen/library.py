@@ -59,6 +59,7 @@ BIAS = "cuBLAS: nothing to fuse but a bias along N (addmm)"
 PLANNED = "{m}, where reading the weights is the work"
 FEW = "cuBLAS: " + PLANNED
 FEW_BIAS = "cuBLAS: " + PLANNED + ", and its bias (addmm)"
+ALL = "cuBLAS: library mode 'all' (every GEMM; what follows fuses with the next kernel)"
 SMALL_ROWS = 64
 SMALL_MIN_K = 1024
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)   # what cuBLAS multiplies and our kernels do too
@@ -119,7 +120,9 @@ def choice(ctx: KernelCtx) -> str | None:
         return None        # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS there
     plain = _plain(ctx, spec)
     rows = None if plain is None else few_rows(ctx.graph, spec.matmuls[0])
-    return plain if rows is None else (FEW_BIAS if plain == BIAS else FEW).format(m=_rows(rows))
+    if rows is not None:
+        return (FEW_BIAS if plain == BIAS else FEW).format(m=_rows(rows))
+    return ALL if plain is not None and target.library_all else plain
 
 
 def _plain(ctx: KernelCtx, spec: GemmSpec) -> str | None:
@@ -165,12 +168,28 @@ def few_rows(graph, nid: int) -> int | None:
 
 
 def planned(graph, target) -> dict[int, str]:
-    """The matmuls the few-rows rule sends to cuBLAS on `target` (`few_rows`), each with why; empty
-    for a target that calls no library. The planner gives each a group of its own (plan/rules.py)."""
+    """The matmuls the few-rows rule sends to cuBLAS on `target` (`few_rows`), each with why; in
+    library mode "all" (`Target.library_all`) every matmul cuBLAS takes (`_takes`). Empty for a
+    target that calls no library. The planner gives each a group of its own (plan/rules.py)."""
     if target.device_type != "cuda" or not target.library_gemm:
         return {}
+    if target.library_all:
+        return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
     return {nid: PLANNED.format(m=_rows(m)) for nid, m in rows.items() if m is not None}
+
+
+def _takes(graph, nid: int) -> bool:
+    """Whether cuBLAS takes matmul `nid` as well as our kernel would: operands of its dtype, and
+    every static K and N a whole number of 16 bytes (see `_aligned`)."""
+    mm = graph.node(nid)
+    if mm.op != "matmul":
+        return False
+    a, b = (graph.node(x) for x in mm.args)
+    if len(a.shape) < 2 or len(b.shape) < 2 or not (a.dtype == b.dtype == mm.dtype and mm.dtype in DTYPES):
+        return False
+    size = mm.dtype.itemsize
+    return all(dims.any_symbolic((d,)) or (int(d) * size) % 16 == 0 for d in (a.shape[-1], mm.shape[-1]))
 
 
 def _rows(m: int) -> str:
