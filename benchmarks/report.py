@@ -38,6 +38,22 @@ OWN_COMPILE_TARGET_S = 0.3
 GEOMEAN_TARGET = 1.15
 
 
+def _variant_line(w: dict, backend: str, title: str, base: str) -> list[str]:
+    """The report's line for a variant backend of a workload that ran it: its time, over `base`'s
+    and over torch.compile's (each only where both passed their checks); the Dynamo backend's
+    also gives its fresh-process first call."""
+    if backend not in w.get("backends", {}) and backend not in w.get("errors", {}):
+        return []
+    ours, ind, other = (_ms(w, b) for b in (backend, "inductor", base))
+    ok = _ok(w, backend)
+    over = (lambda ref, name: _f(ours / ref if ok and ours and ref and _ok(w, name) else None))
+    line = (f"{w['name']}: {title} {_time_cell(w, backend)} ms; over {base} {over(other, base)}, "
+            f"over torch.compile {over(ind, 'inductor')}")
+    if backend == "minicomp_dynamo":
+        line += f"; first call, fresh process: {_ct_cell(w.get('compile_time', {}).get(backend))}"
+    return ["", line]
+
+
 def _ok(w: dict, backend: str) -> bool:
     b = w.get("backends", {}).get(backend)
     return bool(b) and b.get("check", {}).get("ok", False)
@@ -275,21 +291,9 @@ def markdown(record: dict) -> str:
                       f"{_time_cell(w, 'sdpa')} ms; minicomp/SDPA {_f(d.get('minicomp_over_sdpa'))} "
                       f"(target ≤ 1.10)"]
     for w in record.get("workloads", []):
-        if "minicomp_dynamo" in w.get("backends", {}) or "minicomp_dynamo" in w.get("errors", {}):
-            eager, ind, dyn = (_ms(w, b) for b in ("eager", "inductor", "minicomp_dynamo"))
-            ok = _ok(w, "minicomp_dynamo")
-            lines += ["", f"{w['name']}: torch.compile(backend=\"minicomp\") {_time_cell(w, 'minicomp_dynamo')} ms; "
-                      f"over eager {_f(dyn / eager if ok and dyn and eager else None)}, over torch.compile "
-                      f"{_f(dyn / ind if ok and dyn and ind and _ok(w, 'inductor') else None)}; first call, fresh "
-                      f"process: {_ct_cell(w.get('compile_time', {}).get('minicomp_dynamo'))}"]
-    for w in record.get("workloads", []):
-        if "minicomp_cublas" in w.get("backends", {}) or "minicomp_cublas" in w.get("errors", {}):
-            mc, ind, lib = (_ms(w, b) for b in ("minicomp", "inductor", "minicomp_cublas"))
-            ok = _ok(w, "minicomp_cublas")
-            lines += ["", f"{w['name']}: minicomp.compile(fn, library=\"all\") (cuBLAS for every GEMM) "
-                      f"{_time_cell(w, 'minicomp_cublas')} ms; over minicomp "
-                      f"{_f(lib / mc if ok and lib and mc and _ok(w, 'minicomp') else None)}, over torch.compile "
-                      f"{_f(lib / ind if ok and lib and ind and _ok(w, 'inductor') else None)}"]
+        lines += _variant_line(w, "minicomp_dynamo", 'torch.compile(backend="minicomp")', "eager")
+        lines += _variant_line(w, "minicomp_cublas", 'minicomp.compile(fn, library="all") (cuBLAS for every GEMM)',
+                               "minicomp")
     from benchmarks.report_issue22 import issue22_table
     lines += issue22_table(record)
     lines += ["", f"Geometric mean of speedup over torch.compile: {_f(s.get('geomean_speedup_vs_compile'))} "

@@ -150,21 +150,16 @@ def _plain(ctx: KernelCtx, spec: GemmSpec) -> str | None:
 
 
 def few_rows(graph, nid: int) -> int | None:
-    """The rows of matmul `nid` when the few-rows rule holds for the node alone: at most
-    SMALL_ROWS static rows over a static K of at least SMALL_MIN_K, both operands of its dtype
-    (one cuBLAS takes), K and N whole 16-byte multiples; else None."""
+    """The rows of matmul `nid` when the few-rows rule holds for the node alone: cuBLAS takes it
+    (`_takes`), and it has at most SMALL_ROWS static rows over a static K of at least
+    SMALL_MIN_K (and a static N); else None."""
+    if not _takes(graph, nid):
+        return None
     mm = graph.node(nid)
-    if mm.op != "matmul":
-        return None
-    a, b = (graph.node(x) for x in mm.args)
-    if len(a.shape) < 2 or len(b.shape) < 2 or not (a.dtype == b.dtype == mm.dtype and mm.dtype in DTYPES):
-        return None
-    rows, k, n = math.prod(mm.shape[:-1]), a.shape[-1], mm.shape[-1]
+    rows, k, n = math.prod(mm.shape[:-1]), graph.node(mm.args[0]).shape[-1], mm.shape[-1]
     if dims.any_symbolic((rows, k, n)):
         return None
-    size = mm.dtype.itemsize
-    ok = rows <= SMALL_ROWS and k >= SMALL_MIN_K and (k * size) % 16 == 0 and (n * size) % 16 == 0
-    return int(rows) if ok else None
+    return int(rows) if rows <= SMALL_ROWS and k >= SMALL_MIN_K else None
 
 
 def planned(graph, target) -> dict[int, str]:
