@@ -488,3 +488,23 @@ def test_zoo_models_with_every_gemm_through_cublas_match_eager(name, attn, kind,
         want = fn(*args)
     assert gen.library and not any(k.startswith("mc_gemm") for k in gen.kernel_names), gen.kernel_names
     torch.testing.assert_close(out[valid], want[valid], **tol(torch.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_gpu_a_llama_at_batch_1_x_16_matches_eager(mode):
+    """The few-rows plan on the H200: cuBLAS for every projection, the residual adds in the
+    norms' kernels, SwiGLU one kernel; under CUDA graphs too (fp32, eager's cuBLAS precision)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=1024, hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
+                                   num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").cuda().eval()
+    model.requires_grad_(False)
+    fn = lambda ids: model(input_ids=ids).logits      # noqa: E731
+    f = minicomp.compile(fn, mode=mode)
+    for step in range(4):
+        ids = torch.randint(0, 1024, (1, 16), device="cuda", generator=torch.Generator("cuda").manual_seed(step))
+        torch.testing.assert_close(f(ids), fn(ids), **tol(torch.float32))
+    gen = f.compile_for(ids).generated
+    assert len(gen.library) == 2 * 7 + 1 and any(k.startswith("mc_red_add_rmsnorm") for k in gen.kernel_names)
