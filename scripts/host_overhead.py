@@ -3,7 +3,8 @@ Python before any kernel runs.
 
     .venv/bin/python scripts/host_overhead.py [WIDTH]     # default width 1024
 
-Two figures for transformers' `LlamaForCausalLM` (4 layers, batch 1 x 16 tokens, tiny vocab):
+Figures for transformers' `LlamaForCausalLM` (4 layers, batch 1 x 16 tokens, tiny vocab), and
+for the decoder layer of benchmarks/dynamic_lengths.py compiled static and over symbols:
 
 - **run()**: the module generated for an sm_90 target (cuBLAS lines for the few-rows GEMMs,
   Triton kernels for the rest), executed on CPU tensors with every launch's fast path a no-op
@@ -64,20 +65,15 @@ class Logits(torch.nn.Module):
         return self.model(input_ids=input_ids).logits
 
 
-def module_run_us(model, ids) -> tuple[float, str]:
-    fn = Logits(model)
-    g = capture(fn, [ids])
-    weights = g.binding.read()
-    gen = compile_graph(g, [ids, *weights], device="cuda", load=False, target=Target("cuda", (9, 0))).generated
-    body = gen.source[gen.source.index("def run("):]
-    counts = (f"{body.count('_launch(')} launches, "
-              f"{body.count('functional.linear(') + body.count('torch.matmul(')} cuBLAS lines, "
-              f"{body.count('empty_strided')} empty_strided, {body.count('_as_layout(')} as_layout")
+def stubbed(gen):
+    """The namespace of generated module `gen` run on CPU tensors, every launch's fast path a
+    no-op after the first (interpreted) launch, cuBLAS lines returning `torch.empty`."""
     launcher.tune_bench = lambda fn, quantiles=None, **kw: [1.0, 1.0, 1.0]     # autotuners take their first config
     launcher.Launcher.fast_launcher = lambda self, *a: ((lambda *args: None), (), 0)
     fake = types.ModuleType("torch")
     fake.__dict__.update({k: v for k, v in vars(torch).items() if not k.startswith("__")})
     fake.matmul = lambda a, b: torch.empty(a.shape[:-1] + (b.shape[-1],), dtype=a.dtype)
+    fake.addmm = lambda c, a, b: torch.empty(a.shape[:-1] + (b.shape[-1],), dtype=a.dtype)
     fake.nn = types.SimpleNamespace(functional=types.SimpleNamespace(
         linear=lambda a, w, b=None: torch.empty(a.shape[:-1] + (w.shape[0],), dtype=a.dtype)))
     ns: dict = {"__name__": "minicomp_host_overhead"}
@@ -85,9 +81,42 @@ def module_run_us(model, ids) -> tuple[float, str]:
     ns.update(DEVICE_TYPE="cpu", torch=fake)
     ns["CONSTANTS"][:], ns["OPAQUE"][:], ns["_WARM"][:] = gen.constants, gen.opaque, []
     ns["_launch"].current_device = lambda: 0
-    inputs = [ids, *weights]
+    return ns
+
+
+def counts(gen) -> str:
+    body = gen.source[gen.source.index("def run("):]
+    return (f"{body.count('_launch(')} launches, "
+            f"{body.count('functional.linear(') + body.count('torch.matmul(') + body.count('torch.addmm(')} "
+            f"cuBLAS lines, {body.count('empty_strided')} empty_strided, {body.count('_as_layout(')} as_layout")
+
+
+def module_run_us(model, ids) -> tuple[float, str]:
+    fn = Logits(model)
+    g = capture(fn, [ids])
+    weights = g.binding.read()
+    gen = compile_graph(g, [ids, *weights], device="cuda", load=False, target=Target("cuda", (9, 0))).generated
+    ns, inputs = stubbed(gen), [ids, *weights]
     ns["run"](*inputs)               # the first call interprets each kernel once and keeps its fast path
-    return best_us(lambda: ns["run"](*inputs)), counts
+    return best_us(lambda: ns["run"](*inputs)), counts(gen)
+
+
+def layer_run_us(dynamic: bool) -> tuple[float, str]:
+    """run() of benchmarks/dynamic_lengths.py's Llama decoder layer (width 256, batch 2 x 24)
+    compiled static or over symbolic sizes, for an sm_90 target."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+    from dynamic_lengths import build
+
+    from minicomp.codegen import generate
+    step, make = build(256, "cpu", torch.float32)
+    x = make(2, 24)
+    f = minicomp.compile(step, dynamic=dynamic)
+    c = f.compile_for(*x)
+    _, tensors, weights = f._find(x)
+    gen = generate(c.graph, c.plan, Target("cuda", (9, 0)))
+    ns, inputs = stubbed(gen), [*tensors, *weights]
+    ns["run"](*inputs)
+    return best_us(lambda: ns["run"](*inputs)), counts(gen)
 
 
 def api_us(model, ids) -> tuple[float, float, int]:
@@ -107,8 +136,11 @@ def main() -> None:
     model, ids = llama(width), torch.randint(0, 512, (1, 16))
     call, read, guards = api_us(model, ids)
     print(f"api: a call with its launch stubbed {call:.0f} us, of which Binding.read {read:.0f} us ({guards} guards)")
-    run, counts = module_run_us(model, ids)
-    print(f"run(): {run:.0f} us of host Python for {counts} (launches and cuBLAS stubbed)")
+    run, what = module_run_us(model, ids)
+    print(f"run(): {run:.0f} us of host Python for {what} (launches and cuBLAS stubbed)")
+    for dynamic in (False, True):
+        run, what = layer_run_us(dynamic)
+        print(f"decoder layer, {'symbolic' if dynamic else 'static'} sizes: run() {run:.0f} us for {what}")
 
 
 if __name__ == "__main__":
