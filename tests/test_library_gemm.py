@@ -508,3 +508,39 @@ def test_gpu_a_llama_at_batch_1_x_16_matches_eager(mode):
         torch.testing.assert_close(f(ids), fn(ids), **tol(torch.float32))
     gen = f.compile_for(ids).generated
     assert len(gen.library) == 2 * 7 + 1 and any(k.startswith("mc_red_add_rmsnorm") for k in gen.kernel_names)
+
+
+def test_a_decode_step_over_a_symbolic_past_plans_its_one_row_projections_for_cublas(monkeypatch):
+    """One token against a growing K/V past (dynamic=True: the past length is a symbol, the
+    token's rows are not): every projection is a 1-row cuBLAS group, the residual adds and
+    silu fuse forward, and the module serves two past lengths against eager."""
+    from minicomp.codegen import generate
+    from minicomp.plan import assign_layout, plan_graph
+    d, heads = 1024, 8
+    torch.manual_seed(0)
+    wq, wk, wv, wo = (torch.randn(d, d) * d ** -0.5 for _ in range(4))
+    w1, w2 = torch.randn(2816, d) * d ** -0.5, torch.randn(d, 2816) * 2816 ** -0.5
+
+    def step(x, k_past, v_past):
+        b, t, _ = x.shape
+        q = F.linear(x, wq).view(b, t, heads, d // heads).transpose(1, 2)
+        k = torch.cat([k_past, F.linear(x, wk).view(b, t, heads, d // heads).transpose(1, 2)], 2)
+        v = torch.cat([v_past, F.linear(x, wv).view(b, t, heads, d // heads).transpose(1, 2)], 2)
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        h = x + F.linear(a, wo)
+        return h + F.linear(F.silu(F.linear(F.rms_norm(h, (d,)), w1)), w2), k, v
+
+    f = minicomp.compile(step, dynamic=True)
+    args = [torch.randn(1, 1, d), torch.randn(1, heads, 5, d // heads), torch.randn(1, heads, 5, d // heads)]
+    c = f.compile_for(*args)
+    assert c.graph.symbolic
+    plan = plan_graph(c.graph, library=library.planned(c.graph, SM90))
+    gen = generate(assign_layout(c.graph, plan), plan, SM90)
+    assert len(gen.library) == 6 and all(why == library.FEW.format(m="1 row") for why in gen.library.values())
+    assert not any(k.startswith("mc_gemm") for k in gen.kernel_names), gen.kernel_names
+    for past in (5, 9):
+        args = [torch.randn(1, 1, d), torch.randn(1, heads, past, d // heads), torch.randn(1, heads, past, d // heads)]
+        _, tensors, weights = f._find(tuple(args))
+        outs = _run_interpreted(gen, [*tensors, *weights], monkeypatch)
+        for got, want in zip(outs, step(*args)):
+            torch.testing.assert_close(got, want, **tol(torch.float32))
