@@ -515,3 +515,46 @@ def test_gpu_dual_gemm_swiglu():
     (out,), _, _ = run_gemm(g, [xv, a, b], device="cuda")
     ref = (F.silu((xv @ a.t()).float()) * (xv @ b.t()).float()).to(dtype)
     torch.testing.assert_close(out, ref, **tol(dtype))
+
+
+# --------------------------------------------------------------------------- rows regrouped in the epilogue
+
+def _conv1d_mlp(x, w1, b1, w2, b2):
+    """GPT-2's MLP as transformers writes it: Conv1D is addmm over the flattened rows, viewed back."""
+    h = torch.addmm(b1, x.view(-1, x.size(-1)), w1).view(x.size()[:-1] + (w1.shape[1],))
+    h = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * torch.pow(h, 3.0))))
+    return torch.addmm(b2, h.view(-1, h.size(-1)), w2).view(h.size()[:-1] + (w2.shape[1],))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_an_epilogue_after_a_view_that_regroups_the_rows_joins_the_gemm(dtype):
+    import minicomp
+    x = randn(2, 7, 33, dtype=dtype)
+    w1, b1 = randn(33, 65, dtype=dtype, scale=0.2), randn(65, dtype=dtype)
+    w2, b2 = randn(65, 31, dtype=dtype, scale=0.1), randn(31, dtype=dtype)
+    f = minicomp.compile(_conv1d_mlp)
+    torch.testing.assert_close(f(x, w1, b1, w2, b2), _conv1d_mlp(x, w1, b1, w2, b2), **tol(dtype))
+    c = f.compile_for(x, w1, b1, w2, b2)
+    assert c.plan.kinds() == ["gemm", "gemm"] and not c.generated.fallbacks, str(c.plan)
+    assert c.generated.kernel_names[0].startswith("mc_gemm_bias_scale_pow"), c.generated.kernel_names
+
+
+def test_a_residual_read_through_other_strides_after_the_regroup():
+    import minicomp
+    def f(x, w, b, r):
+        return torch.addmm(b, x.view(-1, 24), w).view(3, 5, 40) + r.transpose(0, 1)
+    x, w, b = randn(3, 5, 24), randn(24, 40, scale=0.2), randn(40)
+    r = randn(5, 3, 40)
+    cf = minicomp.compile(f)
+    torch.testing.assert_close(cf(x, w, b, r), f(x, w, b, r), **tol(torch.float32))
+    assert cf.compile_for(x, w, b, r).plan.kinds() == ["gemm"]
+
+
+def test_a_view_that_splits_the_columns_keeps_its_epilogue_apart():
+    import minicomp
+    def f(x, w):
+        return (x @ w).view(6, 20, 2).relu()
+    x, w = randn(6, 24), randn(24, 40)
+    cf = minicomp.compile(f)
+    torch.testing.assert_close(cf(x, w), f(x, w), **tol(torch.float32))
+    assert cf.compile_for(x, w).plan.kinds() == ["gemm", "pointwise"]

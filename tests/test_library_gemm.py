@@ -544,3 +544,15 @@ def test_a_decode_step_over_a_symbolic_past_plans_its_one_row_projections_for_cu
         outs = _run_interpreted(gen, [*tensors, *weights], monkeypatch)
         for got, want in zip(outs, step(*args)):
             torch.testing.assert_close(got, want, **tol(torch.float32))
+
+
+def test_a_linear_viewed_back_to_its_rows_calls_cublas_then_views():
+    """`addmm(b, x.view(-1, k), w).view(*lead, n)` (GPT-2's Conv1D) with nothing else to fuse:
+    the view after it joins the group, and the library writes addmm, then the view."""
+    fn = lambda x, w, b: torch.addmm(b, x.view(-1, 32), w).view(2, 7, 24)    # noqa: E731
+    inputs = [_randn(2, 7, 32), _randn(32, 24, seed=1), _randn(24, seed=2)]
+    gen = _generate(fn, inputs).generated
+    assert list(gen.library.values()) == [library.BIAS] and not gen.kernels, gen.kernel_names
+    body = gen.source[gen.source.index("def run("):]
+    assert body.index("torch.addmm(") < body.index(".reshape((2, 7, 24))"), body
+    torch.testing.assert_close(_run_on_cpu(gen, inputs)[0], fn(*inputs), **tol(torch.float32))

@@ -257,8 +257,10 @@ def _write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
     body.writeline("mask_n = offs_n < N")
     for mm, acc in zip(spec.mms, accs):
         low.leaves[mm] = (spec.out_idx, Val(acc, ctx.graph.node(mm).dtype, frozenset({"rm", "rn"})))
-    for out in ctx.group.outputs:
-        low.store(out, spec.out_idx, ("rm", "rn"), "mask_m[:, None] & mask_n[None, :]")
+    for out in ctx.group.outputs:      # an output after a reshape that regroups the rows: the same element
+        shape = tuple(ctx.graph.node(out).shape)
+        idx = spec.out_idx if shape == tuple(spec.out_idx.shape) else ix.reshape(spec.out_idx, shape)
+        low.store(out, idx, ("rm", "rn"), "mask_m[:, None] & mask_n[None, :]")
 
 
 def _pad_functions(name: str, spec: GemmForm,

@@ -30,6 +30,7 @@ from minicomp.codegen.common import KernelCtx, Unsupported, group_spec, next_pow
 from minicomp.codegen.epilogue import Operand, fold_operand
 from minicomp.ir import dims
 from minicomp.ir.graph import contiguous_strides
+from minicomp.plan.rules import regroups
 from minicomp.plan.specs import GemmSpec
 
 DOT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -126,8 +127,8 @@ def analyse(ctx: KernelCtx) -> GemmForm:
             raise Unsupported(f"{node.describe()}: matmul of {a.dtype} x {b.dtype}")
         if node.shape != shape:
             raise Unsupported(f"{node.describe()}: the matmuls of one group differ in shape")
-    for out in group.outputs:
-        if g.node(out).shape != shape:
+    for out in group.outputs:       # or the rows grouped otherwise (plan/rules.py): the same elements
+        if g.node(out).shape != shape and not regroups(g.node(out).shape, shape):
             raise Unsupported(f"{g.node(out).describe()}: output shape differs from the matmul's")
 
     batch, (m, n) = shape[:-2], shape[-2:]

@@ -30,6 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -138,15 +139,26 @@ def _plain(ctx: KernelCtx, spec: GemmSpec) -> str | None:
     if any(g.node(n).op not in STRIDED for n in prologue):
         # a cast, or a view that copies in PyTorch (cat, flip, roll, pad): our kernel folds it into its loads
         return None
-    last = spec.epilogue[-1] if spec.epilogue else mm.id
+    core, views = _trailing_views(ctx, spec)
+    last = (views or core or [mm.id])[-1]
     if list(group.outputs) != [last]:
         return None
-    if not spec.epilogue:
+    if not core:
         return PLAIN
     try:
-        return BIAS if _bias(ctx, spec) is not None else None
+        return BIAS if _bias(ctx, replace(spec, epilogue=tuple(core))) is not None else None
     except SymbolicDim:   # a bias length the symbols' ranges do not settle: our kernel
         return None
+
+
+def _trailing_views(ctx: KernelCtx, spec: GemmSpec) -> tuple[list[int], list[int]]:
+    """The epilogue split into what computes and the reshapes after it, each of the one before
+    (`addmm(b, x.view(-1, k), w).view(*lead, n)`, as GPT-2's Conv1D writes a linear)."""
+    g, core, views = ctx.graph, list(spec.epilogue), []
+    while core and g.node(core[-1]).op == "reshape" and \
+            g.node(core[-1]).args[0] == (core[-2] if len(core) > 1 else spec.matmuls[0]):
+        views.insert(0, core.pop())
+    return core, views
 
 
 def few_rows(graph, nid: int) -> int | None:
@@ -213,13 +225,18 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
     mm = g.node(spec.matmuls[0])
     a_id, b_id = spec.operands[0]
     weight = _weight(ctx, b_id)
-    for nid in topo(g, set(ctx.group.nodes)):          # the group's own order (not the graph's: 9 ms a group)
+    core, views = _trailing_views(ctx, spec)
+
+    def view_line(nid: int) -> None:
         node = g.node(nid)
-        if node.op in STRIDED and not (weight is not None and nid == b_id):
-            out.writeline(f"{ctx.buf(nid)} = {torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)}"
-                          f"  # {node.op}")
+        out.writeline(f"{ctx.buf(nid)} = {torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)}"
+                      f"  # {node.op}")
+    prologue = set(ctx.group.nodes) - {mm.id} - set(spec.epilogue)
+    for nid in topo(g, prologue):          # the group's own order (not the graph's: 9 ms a group)
+        if g.node(nid).op in STRIDED and not (weight is not None and nid == b_id):
+            view_line(nid)
     a, b = ctx.buf(a_id), ctx.buf(b_id)
-    bias = ctx.buf(_bias(ctx, spec)) if spec.epilogue else None    # `_plain` admits only a bias
+    bias = ctx.buf(_bias(ctx, replace(spec, epilogue=tuple(core)))) if core else None    # `_plain` admits only a bias
     if weight is not None:
         text = f"torch.nn.functional.linear({a}, {ctx.buf(weight)}{f', {bias}' if bias else ''})"
     elif bias is None:
@@ -228,7 +245,10 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
         text = f"torch.addmm({bias}, {a}, {b})"
     else:
         text = f"torch.nn.functional.linear({a}, {b}.t(), {bias})"
-    result = spec.epilogue[0] if bias else mm.id
+    result = core[0] if bias else mm.id
     note = f"%{mm.id} matmul" + (f", %{result} add" if bias else "")
     out.writeline(f"{ctx.buf(result)} = {text}  # {note}")
-    out.writeline(f"{ctx.buf(result)} = _as_layout({ctx.buf(result)}, {py_value(ctx.strides(result))})")
+    for nid in views:                      # the rows grouped back as the program had them
+        view_line(nid)
+    last = (views or [result])[-1]
+    out.writeline(f"{ctx.buf(last)} = _as_layout({ctx.buf(last)}, {py_value(ctx.strides(last))})")

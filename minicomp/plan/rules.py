@@ -21,7 +21,9 @@ contracts.md:
 - gemm: one matmul (or two sharing operand A whose results meet in one pointwise join:
   the dual GEMM of SwiGLU); a prologue of views and casts on its operands; an epilogue of
   pointwise nodes of the matmul's output shape that depend on it, reading other operands
-  straight from memory (through strided views at most).
+  straight from memory (through strided views at most). A reshape in the epilogue that only
+  groups the rows otherwise (`[B*S, N] -> [B, S, N]`, static sizes) keeps every element
+  where it is: what follows it may have that shape too (GPT-2's Conv1D: addmm, view, gelu).
   A matmul the caller hands the planner as a library call (`library`: cuBLAS computes it,
   codegen/library.py chose it) keeps a group of its own: strided views before it, and after
   it nothing, or only the one bias add cuBLAS does itself; its epilogue is another kernel.
@@ -33,8 +35,10 @@ contracts.md:
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
+from minicomp.ir import dims
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.views import STRIDED
 from minicomp.plan import indirect
@@ -273,6 +277,14 @@ def _check_library(graph: Graph, nodes: set[int], matmuls: list[int], library: d
     return f"{what}: its epilogue ({describe(graph, first)} and after) is a kernel of its own"
 
 
+def regroups(shape: tuple, out_shape: tuple) -> bool:
+    """Whether `shape` is the GEMM output's `out_shape` with its rows grouped otherwise: the same
+    last dim (N) and the same number of rows, static sizes (a tile's element stays its own)."""
+    if dims.any_symbolic(tuple(shape) + tuple(out_shape)) or not shape or not out_shape:
+        return False
+    return shape[-1] == out_shape[-1] and math.prod(shape[:-1]) == math.prod(out_shape[:-1])
+
+
 def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: list[int], kind: str) -> str | None:
     """gemm and attention: anchor(s), prologue on their operands, pointwise epilogue."""
     if kind == "gemm" and len(anchors) > 2:
@@ -288,6 +300,7 @@ def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: l
         bad = min(epilogue & prologue)
         return f"{describe(graph, bad)} both consumes and feeds the {kind} anchor"
     out_shape = graph.node(anchors[0]).shape
+    shapes = {tuple(out_shape)}
     allowed = ("view",) if kind == "attention" else ("view", "cast")
     for p in prologue:
         n = graph.node(p)
@@ -300,9 +313,13 @@ def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: l
             return f"the {kind} prologue holds only {what}; {describe(graph, p)} computes a value"
         if p in outputs:
             return f"{describe(graph, p)} is a prologue value; the {kind} kernel cannot write it"
-    for e in epilogue:
+    for e in topo(graph, epilogue):
         n = graph.node(e)
-        if n.kind != "pointwise" or n.shape != out_shape:
+        if kind == "gemm" and n.op == "reshape" and regroups(n.shape, out_shape) and \
+                all(a in epilogue or a in anchors for a in n.args):
+            shapes.add(tuple(n.shape))      # `addmm(b, x.view(-1, k), w).view(*lead, n)`: the same rows
+            continue
+        if n.kind != "pointwise" or tuple(n.shape) not in shapes:
             return (f"the {kind} epilogue holds pointwise ops of shape {list(out_shape)}; "
                     f"{describe(graph, e)} {n.type} is not one")
         if n.op in indirect.OPS and n.args[0] in nodes:
