@@ -556,3 +556,17 @@ def test_a_linear_viewed_back_to_its_rows_calls_cublas_then_views():
     body = gen.source[gen.source.index("def run("):]
     assert body.index("torch.addmm(") < body.index(".reshape((2, 7, 24))"), body
     torch.testing.assert_close(_run_on_cpu(gen, inputs)[0], fn(*inputs), **tol(torch.float32))
+
+
+def test_a_few_rows_conv1d_keeps_its_view_and_fuses_the_gelu_after_it(monkeypatch):
+    """GPT-2's Conv1D at one token (addmm over the flattened rows, viewed back, then gelu): the
+    cuBLAS group holds the addmm and the view; the gelu is the next kernel; eager's answer."""
+    def fn(x, w, b):
+        h = torch.addmm(b, x.view(-1, 1024), w).view(1, 3, 48)
+        return F.gelu(h, approximate="tanh")
+    inputs = [_randn(1, 3, 1024), _randn(1024, 48, seed=1), _randn(48, seed=2)]
+    gen = _generate(fn, inputs).generated
+    assert list(gen.library.values()) == [library.FEW_BIAS.format(m="3 rows")], gen.library
+    assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_pw_gelu"), gen.kernel_names
+    (out,) = _run_interpreted(gen, inputs, monkeypatch)
+    torch.testing.assert_close(out, fn(*inputs), **tol(torch.float32))

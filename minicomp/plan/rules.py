@@ -26,7 +26,8 @@ contracts.md:
   where it is: what follows it may have that shape too (GPT-2's Conv1D: addmm, view, gelu).
   A matmul the caller hands the planner as a library call (`library`: cuBLAS computes it,
   codegen/library.py chose it) keeps a group of its own: strided views before it, and after
-  it nothing, or only the one bias add cuBLAS does itself; its epilogue is another kernel.
+  it nothing, or only the one bias add cuBLAS does itself, then reshapes that regroup the
+  rows; its epilogue is another kernel.
 - attention: one attention node, prologue views on q/k/v/mask, pointwise epilogue.
 - indirect loads (index, gather) in any kind: plan/indirect.py (their indices must be known
   good; in a row kernel they read nothing that depends on its reductions); a GEMM folds one
@@ -263,18 +264,21 @@ def _check_library(graph: Graph, nodes: set[int], matmuls: list[int], library: d
     for p in sorted(before):
         if graph.node(p).op not in STRIDED_VIEWS:
             return f"{what}: only strided views come before it, and {describe(graph, p)} computes a value"
-    after = nodes - before - {mm.id}
-    if not after:
-        return None
-    if len(after) == 1:
-        add = graph.node(next(iter(after)))
+    after = topo(graph, nodes - before - {mm.id})
+    last = mm.id
+    if after:
+        add = graph.node(after[0])
         bias = [graph.node(a) for a in add.args if a != mm.id]
         if (add.op == "add" and len(add.args) == 2 and mm.id in add.args and len(bias) == 1
                 and bias[0].id not in nodes and tuple(bias[0].shape) == (mm.shape[-1],)
                 and bias[0].dtype == mm.dtype == add.dtype and tuple(add.shape) == tuple(mm.shape)):
-            return None     # the bias along N that addmm adds itself
-    first = min(after)
-    return f"{what}: its epilogue ({describe(graph, first)} and after) is a kernel of its own"
+            last = after.pop(0)     # the bias along N that addmm adds itself
+    while after and graph.node(after[0]).op == "reshape" and graph.node(after[0]).args[0] == last \
+            and regroups(graph.node(after[0]).shape, mm.shape):
+        last = after.pop(0)         # the rows viewed back as the program has them (no computation)
+    if not after:
+        return None
+    return f"{what}: its epilogue ({describe(graph, after[0])} and after) is a kernel of its own"
 
 
 def regroups(shape: tuple, out_shape: tuple) -> bool:
