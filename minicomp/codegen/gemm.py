@@ -18,7 +18,8 @@ Invariants and decisions:
 - a dual GEMM (matmuls sharing operand A: SwiGLU) loads A once per K step and keeps one
   accumulator per matmul;
 - the epilogue is codegen's pointwise lowering with the accumulators as leaves; every
-  group output has the matmul's shape and is stored once, masked;
+  group output has the matmul's shape, or its rows regrouped (`[B*S, N]` viewed as
+  `[B, S, N]`: the same elements, plan/rules.py), and is stored once, masked;
 - fp32 operands use the dot precision of the Target (`matmul_precision`: PyTorch's TF32
   switches, read when the record is made; the compile cache keys on them, api._modes);
   under the CPU interpreter half operands are widened to fp32 before the dot;
