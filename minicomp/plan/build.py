@@ -80,7 +80,7 @@ def group_name(graph: Graph, kind: str, nodes: list[int], anchor: int | None) ->
             node = graph.node(n)
             if node.op == "add":
                 others = [graph.node(a) for a in node.args if a not in nodes]
-                full = any(o.shape == out_shape for o in others)
+                full = any(o.numel == node.numel and o.shape[-1:] == out_shape[-1:] for o in others)   # rows regrouped too
                 tokens.append("residual" if full else "bias" if others else "add")
             elif node.op in ("mul", "div") and any(graph.node(a).numel == 1 for a in node.args):
                 tokens.append("scale")
