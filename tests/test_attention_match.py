@@ -194,3 +194,24 @@ def test_samples(name, gqa):
     ins = call_inputs(g, ins)
     for a, b in zip(run(g, ins), run(after, ins)):
         torch.testing.assert_close(b, a, **tol(a.dtype))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_written_with_einsum_is_one_node(causal):
+    """torch.einsum's lowering moves unit axes around its bmm (reshape, permute, reshape):
+    simplify makes those reshapes, and the pattern is found through them."""
+    import minicomp
+
+    def attn(q, k, v):
+        s = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.triu(torch.ones(q.shape[2], k.shape[2], dtype=torch.bool), 1), float("-inf"))
+        return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, S, D, generator=gen) for _ in range(3))
+    f = minicomp.compile(attn)
+    torch.testing.assert_close(f(q, k, v), attn(q, k, v), **tol(F32))
+    c = f.compile_for(q, k, v)
+    assert c.plan.kinds() == ["attention"], str(c.plan)
+    (node,) = attention_nodes(c.graph)
+    assert node.attrs.get("is_causal", False) == causal

@@ -113,6 +113,21 @@ def test_permutes_compose_and_identity_disappears():
         }""", {"permute_permute": 2, "permute_identity": 1})
 
 
+def test_a_permute_of_unit_axes_only_is_a_reshape():
+    # einsum's bmm lowering: reshape to [.., 1], move the unit axis, reshape back
+    g = Graph("units")
+    x = g.add_input("x", (6, 9, 9), f32)
+    r = g.add("reshape", x, shape=(2, 3, 9, 1, 9))
+    moved = g.add("permute", r, dims=(0, 1, 2, 4, 3))                     # only the unit axis moves
+    back = g.add("reshape", moved, shape=(2, 3, 9, 9))
+    swapped = g.add("permute", r, dims=(0, 1, 4, 3, 2))                   # 9 and 9 swap: a transpose
+    g.set_outputs([back, swapped])
+    out = check_pass("simplify", g, None, None)
+    ops = [out.node(n).op for n in out.topo_order()]
+    assert ops.count("permute") == 1 and out.node(out.outputs[0]).op == "reshape", out.dump()
+    assert out.node(out.node(out.outputs[0]).args[0]).op == "input", out.dump()
+
+
 def test_reshapes_expands_and_slices():
     g = Graph("views")
     x = g.add_input("x", (2, 6), f32)

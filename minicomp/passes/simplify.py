@@ -14,6 +14,9 @@ floating results, `add` drops only a negative zero and `sub` only a positive one
 integer zero counts as positive); `x + 0.0` stays. For integer and boolean results any
 zero is dropped. (A frontend that writes `x + 0.0` gets an add; the cost is one flop.)
 
+Views: a permute that moves only size-1 axes is a reshape (`permute_units`), and chains of
+reshapes, permutes and expands fold into one.
+
 Casts: `cast(cast(x, a), b)` becomes `cast(x, b)` when x -> a loses nothing (every value
 of x's dtype is exactly representable in a: bf16 -> f32, i8 -> f16, bool -> anything ...);
 so `bf16 -> f32 -> bf16` is the identity while `f32 -> bf16 -> f32` (a rounding) stays.
@@ -160,6 +163,22 @@ def permute_permute(g: Graph, n: Node) -> int | None:
     return g.add("permute", inner.args[0], dims=dims, origin=n.origin)
 
 
+def permute_units(g: Graph, n: Node) -> int | None:
+    # permute(x, p) -> reshape(x, n.shape) when p moves only size-1 axes: the other axes keep
+    # their order, so every element keeps its row-major position (einsum's bmm lowering moves
+    # unit axes around: reshape, permute, reshape becomes one reshape)
+    src = g.node(n.args[0]).shape
+    rank = len(src)
+    kept = [d % rank for d in n.attrs["dims"] if not _unit(src[d % rank])]
+    if kept != sorted(kept) or tuple(d % rank for d in n.attrs["dims"]) == tuple(range(rank)):
+        return None
+    return g.add("reshape", n.args[0], shape=tuple(n.shape), origin=n.origin)
+
+
+def _unit(d) -> bool:
+    return isinstance(d, int) and d == 1
+
+
 def reshape_same(g: Graph, n: Node) -> int | None:
     # reshape(x, x.shape) -> x
     return n.args[0] if n.shape == g.node(n.args[0]).shape else None
@@ -233,6 +252,7 @@ RULES: list[Rule] = [
     Rule("neg", neg_neg),
     Rule("permute", permute_identity),
     Rule("permute", permute_permute),
+    Rule("permute", permute_units),
     Rule("reshape", reshape_same),
     Rule("reshape", reshape_reshape),
     Rule("expand", expand_same),
