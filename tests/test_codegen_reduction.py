@@ -284,3 +284,43 @@ def test_gpu_masked_softmax():
     a = rand((4, 128, 128), torch.bfloat16)
     mask = torch.ones(128, 128, dtype=torch.bool).tril()
     _gpu_check(g, [a], [torch.softmax(a.masked_fill(~mask, float("-inf")), -1)])
+
+
+# --------------------------------------------------------------------------- outputs viewed after the row kernel
+
+VIEWED = {
+    "softmax_view": (lambda x: x.softmax(-1).view(2, 3, 9), (6, 9)),
+    "centred_flat": (lambda x: (x - x.mean(-1, keepdim=True)).reshape(-1), (5, 7)),
+    "softmax_t": (lambda x: x.softmax(-1).transpose(0, 1), (4, 11)),
+    "logits_flat": (lambda x: torch.log_softmax(x, -1).view(-1, x.shape[-1]), (2, 3, 13)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", sorted(VIEWED))
+def test_a_row_kernel_stores_a_view_of_its_result_itself(case, dtype):
+    """`softmax(x).view(...)` and the like: the view's elements are stored at its own index
+    by the row kernel (codegen/row_kernel.py), not copied by a second kernel."""
+    fn, shape = VIEWED[case]
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(dtype)
+    f = minicomp.compile(fn)
+    torch.testing.assert_close(f(x), fn(x), **tol(dtype))
+    assert f.compile_for(x).plan.kinds() == ["reduction"], str(f.compile_for(x).plan)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape,groups,affine", [((2, 16, 5, 5), 4, True), ((3, 6, 7), 3, False),
+                                                  ((2, 8), 2, True), ((1, 12, 2, 3, 2), 6, True)])
+def test_group_norm_is_one_row_kernel(shape, groups, affine, dtype):
+    torch.manual_seed(0)
+    gn = torch.nn.GroupNorm(groups, shape[1], affine=affine).to(dtype).eval()
+    if affine:
+        with torch.no_grad():
+            gn.weight.normal_()
+            gn.bias.normal_()
+    x = torch.randn(*shape).to(dtype)
+    f = minicomp.compile(gn)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), gn(x), **tol(dtype))
+    c = f.compile_for(x)
+    assert c.plan.kinds() == ["reduction"] and not c.generated.fallbacks, str(c.plan)

@@ -59,6 +59,26 @@ def _layer_norm(cx: Ctx, x, normalized_shape, weight=None, bias=None, eps=1e-5, 
                                  origin=cx.origin)
 
 
+def _static_rank2(cx: Ctx, x: T) -> None:
+    shape = tuple(cx.graph.node(x.id).shape)
+    if len(shape) < 2 or dims.any_symbolic(shape):
+        raise Unmapped("group_norm of fewer than 2 dims or over symbolic sizes")
+
+
+@lowers("native_group_norm.default")
+def _native_group_norm(cx: Ctx, x, weight, bias, n, c, hw, group, eps):
+    # (out, mean, rstd): only `out` is lowered
+    _static_rank2(cx, x)
+    return [composites.group_norm(cx.graph, x.id, int(group), _opt(weight), _opt(bias), eps, origin=cx.origin),
+            None, None]
+
+
+@lowers("group_norm.default")
+def _group_norm(cx: Ctx, x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    _static_rank2(cx, x)
+    return composites.group_norm(cx.graph, x.id, int(num_groups), _opt(weight), _opt(bias), eps, origin=cx.origin)
+
+
 @lowers("rms_norm.default")
 def _rms_norm(cx: Ctx, x, normalized_shape, weight=None, eps=None):
     return composites.rms_norm(cx.graph, x.id, len(normalized_shape), _opt(weight), eps, origin=cx.origin)

@@ -115,6 +115,30 @@ def layer_norm(g: Graph, x: int, ndim: int, weight: int | None, bias: int | None
     return _downcast(g, y, dt, origin)
 
 
+def group_norm(g: Graph, x: int, groups: int, weight: int | None, bias: int | None, eps: float,
+               origin=None) -> int:
+    """GroupNorm of x [N, C, *spatial]: each of `groups` groups of C // groups channels
+    normalised over its channels and positions, then the per-channel affine. Computed on the
+    view [N, G, C // G, HW] reduced over its last two axes (one row kernel: the weight and bias
+    are read as [1, G, C // G, 1]); half types in fp32, rounded once, as eager's kernels do."""
+    shape = tuple(g.node(x).shape)
+    n, c = shape[0], shape[1]
+    hw = math.prod(shape[2:])
+    grouped = (n, groups, c // groups, hw)
+    x32, dt = _upcast(g, g.add("reshape", x, shape=grouped, origin=origin), origin)
+    mean = reduce(g, "mean", x32, (2, 3), keepdim=True, origin=origin)
+    centred = g.add("sub", x32, mean, origin=origin)
+    var = reduce(g, "mean", g.add("mul", centred, centred, origin=origin), (2, 3), keepdim=True, origin=origin)
+    inv = g.add("rsqrt", g.add("add", var, g.constant(float(eps)), origin=origin), origin=origin)
+    y = g.add("mul", centred, inv, origin=origin)
+    per_channel = (1, groups, c // groups, 1)
+    if weight is not None:
+        y = g.add("mul", y, g.add("reshape", weight, shape=per_channel, origin=origin), origin=origin)
+    if bias is not None:
+        y = g.add("add", y, g.add("reshape", bias, shape=per_channel, origin=origin), origin=origin)
+    return g.add("reshape", _downcast(g, y, dt, origin), shape=shape, origin=origin)
+
+
 def rms_norm(g: Graph, x: int, ndim: int, weight: int | None, eps: float | None, origin=None) -> int:
     """RMSNorm over the last `ndim` axes: x * rsqrt(mean(x^2) + eps) * w (eps defaults to finfo.eps)."""
     rank = len(g.node(x).shape)

@@ -16,8 +16,9 @@ contracts.md:
   with the rows it is broadcast back to (a keepdim=False statistic of shape [M] may not
   broadcast against [M, N] as numpy would, along the wrong axis); a row kernel may
   re-shape a value it computes only by adding or dropping unit axes, or expand it;
-  outputs have shape S or the reduced shape. A row too wide for one block stays legal:
-  the emitter loops over it (recorded in the group's reason).
+  outputs have shape S or the reduced shape, or are a reshape or permute of such a value that
+  nothing in the kernel reads (`x.softmax(-1).view(...)`: stored at the view's index). A row
+  too wide for one block stays legal: the emitter loops over it (recorded in the group's reason).
 - gemm: one matmul (or two sharing operand A whose results meet in one pointwise join:
   the dual GEMM of SwiGLU); a prologue of views and casts on its operands; an epilogue of
   pointwise nodes of the matmul's output shape that depend on it, reading other operands
@@ -173,6 +174,15 @@ def _unit_reshape(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
     return [d for d in src if d != 1] == [d for d in dst if d != 1]
 
 
+def _stored_view(graph: Graph, n: Node, nodes: set[int], outputs: set[int], shapes: tuple) -> bool:
+    """Whether view `n` (a reshape or permute) is an output of the row kernel that nothing in it
+    reads, of a value it computes that has the domain's or a row's shape (not another view):
+    the kernel stores each element at the view's index for it (codegen/row_kernel.py)."""
+    src = graph.node(n.args[0])
+    return (n.op in ("reshape", "permute") and n.id in outputs and src.kind != "view"
+            and tuple(src.shape) in {tuple(x) for x in shapes} and not any(u in nodes for u in graph.users(n.id)))
+
+
 def _check_reduction(graph: Graph, nodes: set[int], outputs: set[int], reductions: list[int]) -> str | None:
     domains = {r: reduction_domain(graph, r) for r in reductions}
     first = reductions[0]
@@ -186,11 +196,15 @@ def _check_reduction(graph: Graph, nodes: set[int], outputs: set[int], reduction
     drop = tuple(d for i, d in enumerate(S) if i not in A)
     drop_aligned = _pad(drop, rank) == keep   # a leading-axes reduction broadcasts back like numpy
     tag: dict[int, str] = {}   # per node that depends on a reduction here: "row", "drop" or "full"
+    stored: set[int] = set()   # outputs that are a reshape or permute of a value of the domain or a row
     for nid in topo(graph, nodes):
         n = graph.node(nid)
         deps = [a for a in in_group_args(graph, n, nodes) if a in tag]
         if n.kind == "view" and in_group_args(graph, n, nodes) and not roots_outside(graph, nid, nodes):
             src = graph.node(n.args[0])
+            if _stored_view(graph, n, nodes, outputs, (S, keep, drop)):
+                stored.add(nid)       # written at the element's own place: `softmax(x).view(...)`
+                continue
             if not (n.op == "expand" or (n.op == "reshape" and _unit_reshape(src.shape, n.shape))):
                 return (f"a row kernel cannot {n.op} {describe(graph, src.id)}, a value it computes "
                         f"({describe(graph, nid)})")
@@ -216,7 +230,7 @@ def _check_reduction(graph: Graph, nodes: set[int], outputs: set[int], reduction
             return f"{describe(graph, nid)} {n.type} is outside the reduction domain {list(S)}"
         padded = _pad(n.shape, rank)
         tag[nid] = "row" if all(padded[i] == 1 for i in A) else "full"
-    for o in outputs:
+    for o in outputs - stored:
         shape = graph.node(o).shape
         if shape not in (S, keep, drop):
             return (f"{describe(graph, o)} {graph.node(o).type} would be written by a row kernel over "

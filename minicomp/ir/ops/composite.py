@@ -49,6 +49,9 @@ composite(Composite("log_softmax", "reduction", ("amax", "sub", "exp", "sum", "l
                     ("_log_softmax.default", "log_softmax.int"), "half types computed in fp32"))
 composite(Composite("layer_norm", "reduction", ("mean", "sub", "mul", "add", "rsqrt"),
                     ("native_layer_norm.default", "layer_norm.default"), "only the normalised output is lowered"))
+composite(Composite("group_norm", "reduction", ("reshape", "mean", "sub", "mul", "add", "rsqrt"),
+                    ("native_group_norm.default", "group_norm.default"),
+                    "reduced over [N, G, C/G, HW]; only the normalised output is lowered"))
 composite(Composite("rms_norm", "reduction", ("mean", "mul", "add", "rsqrt"),
                     ("rms_norm.default", "_fused_rms_norm.default"), "only the normalised output is lowered"))
 composite(Composite("linear", "gemm", ("permute", "matmul", "add"),
