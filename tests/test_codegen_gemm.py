@@ -558,3 +558,47 @@ def test_a_view_that_splits_the_columns_keeps_its_epilogue_apart():
     cf = minicomp.compile(f)
     torch.testing.assert_close(cf(x, w), f(x, w), **tol(torch.float32))
     assert cf.compile_for(x, w).plan.kinds() == ["gemm", "pointwise"]
+
+
+# --------------------------------------------------------------------------- a fused projection cut in two
+
+def _gate_up(x, w):
+    """Phi-3's MLP: one gate/up projection, chunked, the halves joined by SwiGLU."""
+    gate, up = (x @ w).chunk(2, dim=-1)
+    return up * F.silu(gate)
+
+
+def _gate_up_flat(x, w):
+    """The same as aten graphs spell it: the rows flattened for the mm, viewed back, split."""
+    h = (x.reshape(-1, x.shape[-1]) @ w).view(*x.shape[:-1], w.shape[-1])
+    gate, up = h.split(w.shape[-1] // 2, dim=-1)
+    return up * torch.sigmoid(gate) * gate
+
+
+@pytest.mark.parametrize("fn", [_gate_up, _gate_up_flat], ids=["chunk", "view_split"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_projection_cut_in_two_and_joined_is_one_dual_gemm(fn, dtype):
+    import minicomp
+    x, w = randn(2, 5, 24, dtype=dtype), randn(24, 2 * 19, dtype=dtype, scale=0.2)
+    f = minicomp.compile(fn)
+    torch.testing.assert_close(f(x, w), fn(x, w), **tol(dtype))
+    c = f.compile_for(x, w)
+    assert c.plan.kinds() == ["gemm"], str(c.plan)
+    assert [c.graph.node(n).op for n in c.plan.groups[0].nodes].count("matmul") == 2
+
+
+def test_a_qkv_split_or_halves_not_joined_stay_one_gemm():
+    import minicomp
+    def qkv(x, w):
+        q, k, v = (x @ w).chunk(3, dim=-1)
+        return q + 1, k * 2, v - 1
+    def halves(x, w):
+        a, b = (x @ w).chunk(2, dim=-1)
+        return a.relu(), b.exp()
+    x, w = randn(7, 16), randn(16, 24, scale=0.3)
+    for fn in (qkv, halves):
+        f = minicomp.compile(fn)
+        for got, want in zip(f(x, w), fn(x, w)):
+            torch.testing.assert_close(got, want, **tol(torch.float32))
+        g = f.compile_for(x, w).graph
+        assert sum(g.node(n).op == "matmul" for n in g.nx.nodes) == 1, g.dump()

@@ -213,6 +213,50 @@ def slice_whole(g: Graph, n: Node) -> int | None:
     return n.args[0] if n.shape == g.node(n.args[0]).shape else None
 
 
+def _pointwise_join(g: Graph, x: int, y: int, depth: int = 4) -> bool:
+    """Whether some pointwise node depends on both `x` and `y` through pointwise nodes only
+    (at most `depth` steps from each): where a dual GEMM's two results meet."""
+    def reach(start: int) -> set[int]:
+        seen, frontier = set(), {start}
+        for _ in range(depth):
+            frontier = {u for f in frontier for u in g.users(f) if g.node(u).kind == "pointwise"} - seen
+            seen |= frontier
+        return seen
+    return bool(reach(x) & reach(y))
+
+
+def slice_of_matmul(g: Graph, n: Node) -> int | None:
+    # slice(A @ B, last dim) -> A @ slice(B, last dim) when A @ B is cut in two along its
+    # last dim and a pointwise node joins the halves: each output column is the same dot
+    # product either way. A fused gate/up projection (Phi-3's `gate_up_proj(x).chunk(2, -1)`)
+    # becomes two matmuls sharing A, which the planner makes one dual GEMM with their join
+    # (also through a reshape that regroups only the rows: aten's view -> mm -> view linears)
+    if n.attrs["dim"] % len(n.shape) != len(n.shape) - 1:
+        return None
+    src = g.node(n.args[0])
+    view = src if src.op == "reshape" and src.id not in g.outputs else None
+    mm = _operand(g, view, "matmul") if view is not None else _operand(g, n, "matmul")
+    if mm is None or len(g.node(mm.args[1]).shape) < 2 or mm.id in g.outputs:
+        return None
+    if view is not None and (view.shape[-1:] != mm.shape[-1:] or g.users(mm.id) != [view.id]):
+        return None
+    users = [g.node(u) for u in g.users(src.id)]
+    if any(u.op != "slice" or u.attrs["dim"] % len(u.shape) != len(u.shape) - 1 for u in users):
+        return None
+    if len(users) != 2 or not _pointwise_join(g, users[0].id, users[1].id):
+        return None     # a q/k/v split stays one GEMM: three would read A three times for nothing
+    a, b = mm.args
+
+    def columns(sl: Node) -> int:
+        cols = g.add("slice", b, dim=-1, start=sl.attrs["start"], end=sl.attrs["end"], step=sl.attrs["step"],
+                     origin=sl.origin)
+        out = g.add("matmul", a, cols, origin=sl.origin)
+        return out if view is None else g.add("reshape", out, shape=tuple(sl.shape), origin=sl.origin)
+    other = next(u for u in users if u.id != n.id)
+    g.replace_all_uses(other.id, columns(other))    # both halves at once: the pair is the pattern
+    return columns(n)
+
+
 def cast_same(g: Graph, n: Node) -> int | None:
     # cast(x, x.dtype) -> x
     return n.args[0] if n.dtype == g.node(n.args[0]).dtype else None
@@ -258,6 +302,7 @@ RULES: list[Rule] = [
     Rule("expand", expand_same),
     Rule("expand", expand_expand),
     Rule("slice", slice_whole),
+    Rule("slice", slice_of_matmul),
     Rule("cast", cast_same),
     Rule("cast", cast_chain),
 ]
