@@ -324,3 +324,16 @@ def test_group_norm_is_one_row_kernel(shape, groups, affine, dtype):
         torch.testing.assert_close(f(x), gn(x), **tol(dtype))
     c = f.compile_for(x)
     assert c.plan.kinds() == ["reduction"] and not c.generated.fallbacks, str(c.plan)
+
+
+def test_group_norm_then_silu_is_one_row_kernel():
+    """A diffusion UNet's norm and activation: the view back to [N, C, H, W] sinks below the
+    SiLU (simplify's reshape_sink), which then joins the row kernel."""
+    torch.manual_seed(0)
+    gn = torch.nn.GroupNorm(4, 16).eval()
+    fn = lambda x: F.silu(gn(x))      # noqa: E731
+    x = torch.randn(2, 16, 5, 3)
+    f = minicomp.compile(fn)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), fn(x), **tol(torch.float32))
+    assert f.compile_for(x).plan.kinds() == ["reduction"]

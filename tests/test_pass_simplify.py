@@ -128,6 +128,19 @@ def test_a_permute_of_unit_axes_only_is_a_reshape():
     assert out.node(out.node(out.outputs[0]).args[0]).op == "input", out.dump()
 
 
+def test_a_reshape_sinks_below_the_unary_op_that_reads_it():
+    g = Graph("sink")
+    x = g.add_input("x", (2, 8, 3), f32)
+    y = g.add("exp", x)                                       # computed: the reshape may sink
+    act = g.add("sigmoid", g.add("reshape", y, shape=(2, 24)))
+    kept = g.add("sigmoid", g.add("reshape", x, shape=(6, 8)))   # of an input: nothing gains
+    g.set_outputs([act, kept])
+    out = check_pass("simplify", g, None, None)
+    first = out.node(out.outputs[0])
+    assert first.op == "reshape" and out.node(first.args[0]).op == "sigmoid", out.dump()
+    assert out.node(out.outputs[1]).op == "sigmoid", out.dump()
+
+
 def test_reshapes_expands_and_slices():
     g = Graph("views")
     x = g.add_input("x", (2, 6), f32)

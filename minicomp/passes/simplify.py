@@ -257,6 +257,23 @@ def slice_of_matmul(g: Graph, n: Node) -> int | None:
     return columns(n)
 
 
+def reshape_sink(g: Graph, n: Node) -> int | None:
+    # f(reshape(x)) -> reshape(f(x)) for a unary elementwise f (not a cast) that is the
+    # reshape's only user: the same values at the same row-major positions. The reshape moves
+    # past the op, so a row kernel computing x also computes f (GroupNorm's view back to
+    # [N, C, H, W], then SiLU: one kernel)
+    if n.kind != "pointwise" or n.op == "cast" or len(n.args) != 1:
+        return None
+    r = _operand(g, n, "reshape")
+    if r is None or g.users(r.id) != [n.id] or r.id in g.outputs:
+        return None
+    src = g.node(r.args[0])
+    if src.kind in ("input", "constant", "view"):
+        return None      # nothing computes it here: no kernel gains
+    inner = g.add(n.op, src.id, origin=n.origin, **n.attrs)
+    return g.add("reshape", inner, shape=tuple(n.shape), origin=r.origin)
+
+
 def cast_same(g: Graph, n: Node) -> int | None:
     # cast(x, x.dtype) -> x
     return n.args[0] if n.dtype == g.node(n.args[0]).dtype else None
@@ -280,7 +297,7 @@ def cast_chain(g: Graph, n: Node) -> int | None:
 
 @dataclass(frozen=True)
 class Rule:
-    op: str
+    op: str                     # the op it looks at; "*": every op (the rule checks itself)
     fn: Callable[[Graph, Node], int | None]
 
     @property
@@ -303,6 +320,7 @@ RULES: list[Rule] = [
     Rule("expand", expand_expand),
     Rule("slice", slice_whole),
     Rule("slice", slice_of_matmul),
+    Rule("*", reshape_sink),          # any unary elementwise op
     Rule("cast", cast_same),
     Rule("cast", cast_chain),
 ]
@@ -324,7 +342,7 @@ def _sweep(g: Graph, counts: Counter) -> bool:
         if nid not in g or _is_dead(g, nid):
             continue
         n = g.node(nid)
-        for rule in _BY_OP.get(n.op, ()):
+        for rule in (*_BY_OP.get(n.op, ()), *_BY_OP.get("*", ())):
             new = rule.fn(g, n)
             if new is None:
                 continue
