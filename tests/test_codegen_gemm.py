@@ -575,7 +575,13 @@ def _gate_up_flat(x, w):
     return up * torch.sigmoid(gate) * gate
 
 
-@pytest.mark.parametrize("fn", [_gate_up, _gate_up_flat], ids=["chunk", "view_split"])
+def _gate_up_bias(x, w):
+    """With a bias (F.linear(x, W, b).chunk(2)): each half takes its part of the bias."""
+    gate, up = F.linear(x, w.t(), w[0]).chunk(2, dim=-1)
+    return gate * F.silu(up)
+
+
+@pytest.mark.parametrize("fn", [_gate_up, _gate_up_flat, _gate_up_bias], ids=["chunk", "view_split", "bias"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_a_projection_cut_in_two_and_joined_is_one_dual_gemm(fn, dtype):
     import minicomp

@@ -226,20 +226,20 @@ def _pointwise_join(g: Graph, x: int, y: int, depth: int = 4) -> bool:
 
 
 def slice_of_matmul(g: Graph, n: Node) -> int | None:
-    # slice(A @ B, last dim) -> A @ slice(B, last dim) when A @ B is cut in two along its
-    # last dim and a pointwise node joins the halves: each output column is the same dot
-    # product either way. A fused gate/up projection (Phi-3's `gate_up_proj(x).chunk(2, -1)`)
+    # slice(A @ B [+ bias], last dim) -> A @ slice(B) [+ slice(bias)] when A @ B is cut in two
+    # along its last dim and a pointwise node joins the halves: each output column is the same
+    # dot product either way. A fused gate/up projection (Phi-3's `gate_up_proj(x).chunk(2, -1)`)
     # becomes two matmuls sharing A, which the planner makes one dual GEMM with their join
-    # (also through a reshape that regroups only the rows: aten's view -> mm -> view linears)
+    # (also through a reshape that regroups only the rows: aten's view -> addmm -> view linears)
     if n.attrs["dim"] % len(n.shape) != len(n.shape) - 1:
         return None
     src = g.node(n.args[0])
     view = src if src.op == "reshape" and src.id not in g.outputs else None
-    mm = _operand(g, view, "matmul") if view is not None else _operand(g, n, "matmul")
-    if mm is None or len(g.node(mm.args[1]).shape) < 2 or mm.id in g.outputs:
+    inner = g.node(view.args[0]) if view is not None else src
+    found = _projection(g, inner)
+    if found is None or (view is not None and (view.shape[-1:] != inner.shape[-1:] or g.users(inner.id) != [view.id])):
         return None
-    if view is not None and (view.shape[-1:] != mm.shape[-1:] or g.users(mm.id) != [view.id]):
-        return None
+    mm, bias = found
     users = [g.node(u) for u in g.users(src.id)]
     if any(u.op != "slice" or u.attrs["dim"] % len(u.shape) != len(u.shape) - 1 for u in users):
         return None
@@ -248,13 +248,30 @@ def slice_of_matmul(g: Graph, n: Node) -> int | None:
     a, b = mm.args
 
     def columns(sl: Node) -> int:
-        cols = g.add("slice", b, dim=-1, start=sl.attrs["start"], end=sl.attrs["end"], step=sl.attrs["step"],
-                     origin=sl.origin)
-        out = g.add("matmul", a, cols, origin=sl.origin)
+        cut = dict(dim=-1, start=sl.attrs["start"], end=sl.attrs["end"], step=sl.attrs["step"], origin=sl.origin)
+        out = g.add("matmul", a, g.add("slice", b, **cut), origin=sl.origin)
+        if bias is not None:
+            out = g.add("add", out, g.add("slice", bias, **cut), origin=sl.origin)
         return out if view is None else g.add("reshape", out, shape=tuple(sl.shape), origin=sl.origin)
     other = next(u for u in users if u.id != n.id)
     g.replace_all_uses(other.id, columns(other))    # both halves at once: the pair is the pattern
     return columns(n)
+
+
+def _projection(g: Graph, node: Node) -> tuple[Node, int | None] | None:
+    """(the matmul, its bias or None) when `node` is A @ B with a 2-D or batched B, or
+    A @ B + bias with a 1-D bias along N that is the matmul's only user; else None."""
+    bias = None
+    if node.op == "add" and len(node.args) == 2:
+        mm = next((g.node(x) for x in node.args if g.node(x).op == "matmul"), None)
+        other = next((g.node(x) for x in node.args if mm is None or x != mm.id), None)
+        if mm is None or other is None or tuple(other.shape) != tuple(mm.shape[-1:]) or \
+                g.users(mm.id) != [node.id] or mm.id in g.outputs or node.dtype != mm.dtype:
+            return None
+        node, bias = mm, other.id
+    if node.op != "matmul" or len(g.node(node.args[1]).shape) < 2 or node.id in g.outputs:
+        return None
+    return node, bias
 
 
 def reshape_sink(g: Graph, n: Node) -> int | None:
