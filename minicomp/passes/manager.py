@@ -40,7 +40,7 @@ from minicomp.passes.registry import PASSES, Changes, Pass
 __all__ = ["PASSES", "DEFAULT_PIPELINE", "CLEANUP_PIPELINE", "PassRecord", "run_pipeline", "resolve_pipeline", "describe_passes"]
 
 # Pass modules, imported (in this order) to fill PASSES.
-PASS_MODULES = ("constant_fold", "simplify", "cse", "dce", "attention_match", "pretranspose")
+PASS_MODULES = ("constant_fold", "simplify", "cse", "dce", "attention_match", "pretranspose", "complex_arith")
 
 # The cleanup passes, run together to a fixed point.
 CLEANUP_PIPELINE: list[str] = ["constant_fold", "simplify", "cse", "dce"]
@@ -248,9 +248,10 @@ def _load_pass_modules() -> None:
 
 
 def _default_pipeline() -> list[str]:
-    """Cleanup; then attention matching and cleanup again (its rewrite leaves permutes and
-    constants to tidy); then pre-transposition, last, once the graph no longer changes shape."""
-    return CLEANUP_PIPELINE + ["attention"] + CLEANUP_PIPELINE + ["pretranspose"]
+    """Complex products as real arithmetic first (what follows sees real pairs); cleanup; then
+    attention matching and cleanup again (its rewrite leaves permutes and constants to tidy);
+    then pre-transposition, last, once the graph no longer changes shape."""
+    return ["complex"] + CLEANUP_PIPELINE + ["attention"] + CLEANUP_PIPELINE + ["pretranspose"]
 
 
 # At the end, so a pass module that imports this one (for run_pipeline) finds it complete.
