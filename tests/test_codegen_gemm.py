@@ -550,14 +550,20 @@ def test_a_residual_read_through_other_strides_after_the_regroup():
     assert cf.compile_for(x, w, b, r).plan.kinds() == ["gemm"]
 
 
-def test_a_view_that_splits_the_columns_keeps_its_epilogue_apart():
+def test_a_view_that_splits_the_columns_is_stored_after_the_epilogue():
+    # no regroup: the relu cannot follow the view in the tile; simplify sinks the view below
+    # the relu (reshape_sink) and the GEMM stores relu's tile at the view's index
     import minicomp
     def f(x, w):
         return (x @ w).view(6, 20, 2).relu()
-    x, w = randn(6, 24), randn(24, 40)
-    cf = minicomp.compile(f)
+    def g(x, w, r):
+        return (x @ w).view(6, 20, 2) + r          # a binary op: the view stays, the add apart
+    x, w, r = randn(6, 24), randn(24, 40), randn(6, 20, 2)
+    cf, cg = minicomp.compile(f), minicomp.compile(g)
     torch.testing.assert_close(cf(x, w), f(x, w), **tol(torch.float32))
-    assert cf.compile_for(x, w).plan.kinds() == ["gemm", "pointwise"]
+    torch.testing.assert_close(cg(x, w, r), g(x, w, r), **tol(torch.float32))
+    assert cf.compile_for(x, w).plan.kinds() == ["gemm"]
+    assert cg.compile_for(x, w, r).plan.kinds() == ["gemm", "pointwise"]
 
 
 # --------------------------------------------------------------------------- a fused projection cut in two
@@ -608,3 +614,22 @@ def test_a_qkv_split_or_halves_not_joined_stay_one_gemm():
             torch.testing.assert_close(got, want, **tol(torch.float32))
         g = f.compile_for(x, w).graph
         assert sum(g.node(n).op == "matmul" for n in g.nx.nodes) == 1, g.dump()
+
+
+def test_a_permute_of_the_gemm_result_is_stored_by_the_gemm():
+    """nn.MultiheadAttention with batch_first: out_proj over [S*B, E], viewed [S, B, E] and
+    transposed back to [B, S, E]; the GEMM stores each element at the transposed index."""
+    import minicomp
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    fn = lambda x: mha(x, x, x, need_weights=False)[0]     # noqa: E731
+    x = torch.randn(2, 7, 32)
+    f = minicomp.compile(fn)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), fn(x), **tol(torch.float32))
+    assert f.compile_for(x).plan.kinds() == ["gemm", "attention", "gemm"]
+    def g(x, w):
+        return (x @ w).t() * 2.0          # a square transpose: the shape alone does not say
+    x2, w2 = randn(12, 12), randn(12, 12)
+    cg = minicomp.compile(g)
+    torch.testing.assert_close(cg(x2, w2), g(x2, w2), **tol(torch.float32))

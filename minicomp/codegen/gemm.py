@@ -258,10 +258,22 @@ def _write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
     body.writeline("mask_n = offs_n < N")
     for mm, acc in zip(spec.mms, accs):
         low.leaves[mm] = (spec.out_idx, Val(acc, ctx.graph.node(mm).dtype, frozenset({"rm", "rn"})))
-    for out in ctx.group.outputs:      # an output after a reshape that regroups the rows: the same element
-        shape = tuple(ctx.graph.node(out).shape)
-        idx = spec.out_idx if shape == tuple(spec.out_idx.shape) else ix.reshape(spec.out_idx, shape)
-        low.store(out, idx, ("rm", "rn"), "mask_m[:, None] & mask_n[None, :]")
+    for out in ctx.group.outputs:
+        low.store(out, _output_index(ctx, spec.out_idx, out), ("rm", "rn"), "mask_m[:, None] & mask_n[None, :]")
+
+
+def _output_index(ctx: KernelCtx, out_idx: ix.Index, nid: int) -> ix.Index:
+    """Where the tile's element lands in output `nid`: the matmul's index, the same element of
+    a reshape that regroups the rows, or the index in a reshape or permute of an epilogue value
+    (stored at the view's own index, plan/rules.py)."""
+    node = ctx.graph.node(nid)
+    shape = tuple(node.shape)
+    if node.op == "permute" and node.args[0] in ctx.group.nodes:
+        dims = _output_index(ctx, out_idx, node.args[0]).to_dims()
+        return ix.dims_index(shape, [dims[p % len(dims)] for p in node.attrs["dims"]])
+    if node.op == "reshape" and node.args[0] in ctx.group.nodes:
+        return ix.Index(shape, flat=_output_index(ctx, out_idx, node.args[0]).to_flat())
+    return out_idx if shape == tuple(out_idx.shape) else ix.reshape(out_idx, shape)
 
 
 def _pad_functions(name: str, spec: GemmForm,

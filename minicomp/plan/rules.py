@@ -175,11 +175,12 @@ def _unit_reshape(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
 
 
 def _stored_view(graph: Graph, n: Node, nodes: set[int], outputs: set[int], shapes: tuple) -> bool:
-    """Whether view `n` (a reshape or permute) is an output of the row kernel that nothing in it
-    reads, of a value it computes that has the domain's or a row's shape (not another view):
-    the kernel stores each element at the view's index for it (codegen/row_kernel.py)."""
+    """Whether view `n` (a reshape or permute) is an output of the kernel that nothing in it
+    reads, of a value of the group with one of `shapes` (a row kernel's domain or row, a GEMM
+    tile's): the kernel stores each element at the view's index for it (codegen/row_kernel.py,
+    codegen/gemm.py). Each earlier view of a chain was admitted on its own."""
     src = graph.node(n.args[0])
-    return (n.op in ("reshape", "permute") and n.id in outputs and src.kind != "view"
+    return (n.op in ("reshape", "permute") and n.id in outputs and src.id in nodes
             and tuple(src.shape) in {tuple(x) for x in shapes} and not any(u in nodes for u in graph.users(n.id)))
 
 
@@ -337,6 +338,8 @@ def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: l
                 all(a in epilogue or a in anchors for a in n.args):
             shapes.add(tuple(n.shape))      # `addmm(b, x.view(-1, k), w).view(*lead, n)`: the same rows
             continue
+        if kind == "gemm" and _stored_view(graph, n, nodes, outputs, tuple(shapes)):
+            continue                        # an output stored at the view's index: `(x @ w).view(s, b, e).transpose(0, 1)`
         if n.kind != "pointwise" or tuple(n.shape) not in shapes:
             return (f"the {kind} epilogue holds pointwise ops of shape {list(out_shape)}; "
                     f"{describe(graph, e)} {n.type} is not one")
