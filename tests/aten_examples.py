@@ -348,6 +348,7 @@ EXAMPLES: dict[str, Example] = {
     "log_softmax.int": lambda: call(r(3, 5, 7), -1),
     "native_layer_norm.default": lambda: call(r(3, 5, 7), [7], r(7), r(7), 1e-5),
     "layer_norm.default": lambda: call(r(3, 5, 7, dtype=torch.bfloat16), [5, 7]),
+    "nll_loss_forward.default": lambda: call(torch.log_softmax(r(6, 5), -1), ix(5, 6), r(5).abs(), 1, 2),
     "native_group_norm.default": lambda: call(r(2, 6, 5, 3), r(6), r(6), 2, 6, 15, 3, 1e-5),
     "group_norm.default": lambda: call(r(3, 4, 7, dtype=torch.bfloat16), 2),
     "rms_norm.default": lambda: call(r(3, 5, 7), [7], r(7), 1e-6),

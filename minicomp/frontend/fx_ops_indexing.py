@@ -116,3 +116,30 @@ def refuse_data_dependent(g: Graph, node: Any, args: tuple, origin: str | None) 
     raise MinicompError(f"{origin or node.name}: {what} has an output shape that depends on the values of its "
                         "inputs (how many elements are selected), and minicomp compiles graphs of static shapes. "
                         "Keep the shape (torch.where(mask, x, 0), masked_fill) or run this part in PyTorch")
+
+
+@lowers("nll_loss_forward.default")
+def _nll_loss_forward(cx: Ctx, x, target, weight, reduction, ignore_index):
+    """(output, total_weight) of log-probabilities x [N, C] and classes target [N]:
+    -x[i, t_i] weighted by weight[t_i] (1 without weights), 0 where t_i == ignore_index;
+    summed, or over the total weight for the mean. The class read is a gather at
+    where(t == ignore, 0, t), which reaches it through memory, so call() checks it against
+    [0, C-1] first: eager's error for a class out of range. Only `output` is lowered."""
+    if len(cx.shape(x)) != 2 or len(cx.shape(target)) != 1 or reduction not in (0, 1, 2):
+        raise Unmapped("nll_loss of other than [N, C] log-probabilities and [N] classes")
+    n = cx.shape(x)[0]
+    target = _index_tensor(cx, target)
+    ignore = cx.const(int(ignore_index), dtype=cx.dtype(target))
+    kept = cx.add("ne", target, ignore)
+    classes = cx.add("where", kept, target, cx.const(0, dtype=cx.dtype(target)))
+    picked = cx.reshape(cx.add("gather", x, cx.reshape(classes, (n, 1)), dim=1, mode="nll_loss"), (n,))
+    w = cx.cast(kept, cx.dtype(x))
+    if weight is not None:
+        w = cx.add("mul", w, cx.add("gather", weight, classes, dim=0, mode="nll_loss"))
+    loss = cx.add("mul", cx.add("neg", picked), w)
+    if reduction == 0:
+        return [loss, None]
+    total = cx.add("sum", loss, axes=(0,), keepdim=False)
+    if reduction == 2:
+        return [total, None]
+    return [cx.add("div", total, cx.add("sum", w, axes=(0,), keepdim=False)), None]

@@ -274,6 +274,29 @@ def _projection(g: Graph, node: Node) -> tuple[Node, int | None] | None:
     return node, bias
 
 
+def gather_of_row_shift(g: Graph, n: Node) -> int | None:
+    # gather(a -/+ b, idx, dim) -> gather(a, idx, dim) -/+ b when b is one value per gathered
+    # row (b's shape is the gather's: extent 1 along dim): the same element, shifted the same.
+    # log_softmax's shift (x - max - log sum exp) then comes after the gather, which reads x
+    # itself: cross entropy's picked log-probability needs no [N, C] log-softmax in memory
+    # (a is gathered again, not recomputed: a - b may have other users, exp(x - max) does;
+    # a cast commutes with the gather too: a half log_softmax is rounded after its shift)
+    p = g.node(n.args[0])
+    if p.op == "cast":
+        return g.add("cast", g.add("gather", p.args[0], n.args[1], origin=n.origin, **n.attrs),
+                     dtype=p.attrs["dtype"], origin=p.origin)
+    if p.op not in ("sub", "add") or len(p.args) != 2:
+        return None
+    a, b = (g.node(x) for x in p.args)
+    for row, other, first in ((b, a, False), (a, b, True)):
+        if tuple(row.shape) == tuple(n.shape) and tuple(other.shape) == tuple(p.shape) and row.dtype == p.dtype \
+                and other.dtype == p.dtype:
+            picked = g.add("gather", other.id, n.args[1], origin=n.origin, **n.attrs)
+            args = (row.id, picked) if first else (picked, row.id)
+            return g.add(p.op, *args, origin=p.origin)
+    return None
+
+
 def reshape_sink(g: Graph, n: Node) -> int | None:
     # f(reshape(x)) -> reshape(f(x)) for a unary elementwise f (not a cast) that is the
     # reshape's only user: the same values at the same row-major positions. The reshape moves
@@ -337,6 +360,7 @@ RULES: list[Rule] = [
     Rule("expand", expand_expand),
     Rule("slice", slice_whole),
     Rule("slice", slice_of_matmul),
+    Rule("gather", gather_of_row_shift),
     Rule("*", reshape_sink),          # any unary elementwise op
     Rule("cast", cast_same),
     Rule("cast", cast_chain),

@@ -67,6 +67,9 @@ composite(Composite("glu", "pointwise", ("slice", "sigmoid", "mul"), ("glu.defau
 composite(Composite("batch_norm", "pointwise", ("add", "rsqrt", "mul", "sub", "reshape"),
                     ("native_batch_norm.default", "_native_batch_norm_legit_no_training.default"),
                     "inference only (running statistics); the saved statistics are not lowered"))
+composite(Composite("nll_loss", "reduction", ("ne", "where", "gather", "reshape", "cast", "neg", "mul", "sum", "div"),
+                    ("nll_loss_forward.default",),
+                    "[N, C] log-probabilities and [N] classes; ignore_index and class weights; only the loss is lowered"))
 composite(Composite("mse_loss", "reduction", ("sub", "mul", "mean", "sum"), ("mse_loss.default",),
                     "reduction none (pointwise), mean or sum"))
 composite(Composite("smooth_l1_loss", "reduction", ("sub", "abs", "lt", "mul", "div", "where", "mean", "sum"),

@@ -58,9 +58,10 @@ MODES: dict[str, Mode] = {
     "index_select": Mode("error", "RuntimeError", "torch.index_select(x, dim, idx)"),
     "gather": Mode("error", "RuntimeError", "torch.gather(x, dim, idx)"),
     "take_along_dim": Mode("modulo", "RuntimeError", "torch.take_along_dim(x, idx, dim)"),
+    "nll_loss": Mode("error", "IndexError", "F.nll_loss(x, target)"),   # a class read by the loss
 }
 INDEX_MODES = ("index", "embedding", "index_select")
-GATHER_MODES = ("gather", "take_along_dim")
+GATHER_MODES = ("gather", "take_along_dim", "nll_loss")
 
 
 def index_shape(shape: Sequence[int], dims: Sequence[int], bshape: Sequence[int]) -> tuple[int, ...]:
