@@ -226,3 +226,18 @@ def test_nothing_to_simplify():
     y = g.add("cast", g.add("permute", x, dims=(1, 0)), dtype=f32)
     g.set_outputs([g.add("mul", y, g.constant(2.0)), g.add("neg", x)])
     unchanged(g)
+
+
+def test_a_gather_moves_past_a_per_row_shift_only():
+    import torch as _t
+    g = Graph("shift")
+    x = g.add_input("x", (4, 6), f32)
+    m = g.add_input("m", (4, 1), f32)
+    full = g.add_input("full", (4, 6), f32)
+    i1 = g.constant(_t.tensor([[0], [5], [2], [3]]))
+    i6 = g.constant(_t.randint(0, 6, (4, 6), generator=_t.Generator().manual_seed(0)))
+    row = g.add("gather", g.add("sub", x, m), i1, dim=1, mode="gather")       # m is one value per row
+    elem = g.add("gather", g.add("sub", x, full), i6, dim=1, mode="gather")   # full is not: stays
+    g.set_outputs([row, elem])
+    out = check_pass("simplify", g, None, None)
+    assert out.node(out.outputs[0]).op == "sub" and out.node(out.outputs[1]).op == "gather", out.dump()

@@ -288,9 +288,10 @@ def gather_of_row_shift(g: Graph, n: Node) -> int | None:
     if p.op not in ("sub", "add") or len(p.args) != 2:
         return None
     a, b = (g.node(x) for x in p.args)
+    dim = n.attrs["dim"] % len(n.shape)
     for row, other, first in ((b, a, False), (a, b, True)):
-        if tuple(row.shape) == tuple(n.shape) and tuple(other.shape) == tuple(p.shape) and row.dtype == p.dtype \
-                and other.dtype == p.dtype:
+        if tuple(row.shape) == tuple(n.shape) and row.shape[dim] == 1 and tuple(other.shape) == tuple(p.shape) \
+                and row.dtype == p.dtype and other.dtype == p.dtype:
             picked = g.add("gather", other.id, n.args[1], origin=n.origin, **n.attrs)
             args = (row.id, picked) if first else (picked, row.id)
             return g.add(p.op, *args, origin=p.origin)
