@@ -268,11 +268,8 @@ def _output_index(ctx: KernelCtx, out_idx: ix.Index, nid: int) -> ix.Index:
     (stored at the view's own index, plan/rules.py)."""
     node = ctx.graph.node(nid)
     shape = tuple(node.shape)
-    if node.op == "permute" and node.args[0] in ctx.group.nodes:
-        dims = _output_index(ctx, out_idx, node.args[0]).to_dims()
-        return ix.dims_index(shape, [dims[p % len(dims)] for p in node.attrs["dims"]])
-    if node.op == "reshape" and node.args[0] in ctx.group.nodes:
-        return ix.Index(shape, flat=_output_index(ctx, out_idx, node.args[0]).to_flat())
+    if node.op in ("permute", "reshape") and node.args[0] in ctx.group.nodes:
+        return ix.stored_through(_output_index(ctx, out_idx, node.args[0]), node.op, node.attrs, shape)
     return out_idx if shape == tuple(out_idx.shape) else ix.reshape(out_idx, shape)
 
 

@@ -96,6 +96,15 @@ def reshape(idx: Index, shape: tuple[int, ...]) -> Index:
     return Index(tuple(shape), flat=idx.to_flat())
 
 
+def stored_through(idx: Index, op: str, attrs, shape: tuple[int, ...]) -> Index:
+    """Where the element at `idx` of a value lands in its view (a reshape or permute to
+    `shape`): the index a kernel stores that view's output at (row kernels, GEMM tiles)."""
+    if op == "reshape":
+        return Index(tuple(shape), flat=idx.to_flat())
+    dims = idx.to_dims()
+    return dims_index(shape, [dims[p % len(dims)] for p in attrs["dims"]])
+
+
 def permute(idx: Index, perm, shape: tuple[int, ...]) -> Index:
     """`idx` indexes x.permute(perm); returns the index into x (of `shape`)."""
     dims = idx.to_dims()

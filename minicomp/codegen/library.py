@@ -40,6 +40,7 @@ from minicomp.codegen.common import KernelCtx
 from minicomp.codegen.fallback import torch_text
 from minicomp.codegen.names import comment_text
 from minicomp.ir import dims
+from minicomp.ir.composites import linear_bias
 from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.graph import Node
 from minicomp.ir.ops.text import py_value
@@ -77,17 +78,11 @@ def _bias(ctx: KernelCtx, spec: GemmSpec) -> int | None:
     g = ctx.graph
     if len(spec.epilogue) != 1:
         return None
-    add, mm = g.node(spec.epilogue[0]), g.node(spec.matmuls[0])
-    if add.op != "add" or len(add.args) != 2 or mm.id not in add.args or add.args[0] == add.args[1]:
-        return None
-    bias = g.node(add.args[1] if add.args[0] == mm.id else add.args[0])
+    bias = linear_bias(g, spec.epilogue[0], spec.matmuls[0])
     b = g.node(spec.operands[0][1])
-    if bias.id in ctx.group.nodes or len(b.shape) != 2 or len(g.node(spec.operands[0][0]).shape) < 2:
+    if bias is None or bias in ctx.group.nodes or len(b.shape) != 2 or len(g.node(spec.operands[0][0]).shape) < 2:
         return None
-    if bias.op == "constant" and not isinstance(bias.attrs.get("value"), torch.Tensor):
-        return None   # a Python scalar: no addmm bias
-    same = bias.dtype == mm.dtype == add.dtype and tuple(add.shape) == tuple(mm.shape)
-    return bias.id if same and tuple(bias.shape) == (mm.shape[-1],) else None
+    return bias
 
 
 def _aligned(ctx: KernelCtx, spec: GemmSpec) -> bool:
@@ -97,14 +92,15 @@ def _aligned(ctx: KernelCtx, spec: GemmSpec) -> bool:
     it took 0.969 ms on the H200 where our kernel (masked K tail) took 0.237 and torch.compile,
     which pads, 0.217; F.linear to N = 50257 took 1.72 ms against our 0.301
     (results/2026-12-01/session11-final-*.md). A symbolic K or N cannot be told here: cuBLAS."""
-    g = ctx.graph
-    for mm, (a, _) in zip(spec.matmuls, spec.operands):
-        node = g.node(mm)
-        size = node.dtype.itemsize
-        for d in (g.node(a).shape[-1], node.shape[-1]):
-            if not dims.any_symbolic((d,)) and (int(d) * size) % 16:
-                return False
-    return True
+    return all(_aligned_kn(ctx.graph, mm) for mm in spec.matmuls)
+
+
+def _aligned_kn(graph, mm: int) -> bool:
+    """Matmul `mm`'s K (A's last dim) and N, where static, are whole numbers of 16 bytes."""
+    node = graph.node(mm)
+    size = node.dtype.itemsize
+    return all(dims.any_symbolic((d,)) or (int(d) * size) % 16 == 0
+               for d in (graph.node(node.args[0]).shape[-1], node.shape[-1]))
 
 
 def choice(ctx: KernelCtx) -> str | None:
@@ -195,8 +191,7 @@ def _takes(graph, nid: int) -> bool:
     a, b = (graph.node(x) for x in mm.args)
     if len(a.shape) < 2 or len(b.shape) < 2 or not (a.dtype == b.dtype == mm.dtype and mm.dtype in DTYPES):
         return False
-    size = mm.dtype.itemsize
-    return all(dims.any_symbolic((d,)) or (int(d) * size) % 16 == 0 for d in (a.shape[-1], mm.shape[-1]))
+    return _aligned_kn(graph, nid)
 
 
 def _rows(m: int) -> str:

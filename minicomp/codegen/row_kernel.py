@@ -158,12 +158,7 @@ class RowKernel:
             return ix.Index(node.shape, flat=self.rows)
         if node.op in ("permute", "reshape") and nid in self.low.computed:
             src = self.output_index(node.args[0])
-            if src is None:
-                return None
-            if node.op == "reshape":
-                return ix.Index(node.shape, flat=src.to_flat())
-            dims = src.to_dims()
-            return ix.dims_index(node.shape, [dims[p] for p in node.attrs["dims"]])
+            return None if src is None else ix.stored_through(src, node.op, node.attrs, node.shape)
         return None
 
     def output_places(self) -> tuple[list[tuple[int, ix.Index]], list[tuple[int, ix.Index]]]:

@@ -31,6 +31,20 @@ def norm_axes(axes, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
+def linear_bias(g: Graph, add: int, mm: int) -> int | None:
+    """The bias when node `add` is matmul `mm` plus a [N] tensor of its dtype (F.linear's bias,
+    the one addmm adds itself): not a Python scalar, the add of the matmul's shape; else None.
+    The planner, the passes and the library GEMMs all ask this one question."""
+    a, m = g.node(add), g.node(mm)
+    if a.op != "add" or len(a.args) != 2 or mm not in a.args or a.args[0] == a.args[1]:
+        return None
+    bias = g.node(a.args[1] if a.args[0] == mm else a.args[0])
+    if bias.op == "constant" and not isinstance(bias.attrs.get("value"), torch.Tensor):
+        return None
+    same = bias.dtype == m.dtype == a.dtype and tuple(a.shape) == tuple(m.shape)
+    return bias.id if same and tuple(bias.shape) == tuple(m.shape[-1:]) else None
+
+
 def _upcast(g: Graph, x: int, origin) -> tuple[int, torch.dtype]:
     dt = g.node(x).dtype
     if dt in HALF_DTYPES:

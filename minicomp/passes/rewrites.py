@@ -9,6 +9,7 @@ below a unary op (a row kernel computes the op too).
 
 from __future__ import annotations
 
+from minicomp.ir.composites import linear_bias
 from minicomp.ir.graph import Graph, Node
 
 
@@ -69,13 +70,12 @@ def _projection(g: Graph, node: Node) -> tuple[Node, int | None] | None:
     """(the matmul, its bias or None) when `node` is A @ B with a 2-D or batched B, or
     A @ B + bias with a 1-D bias along N that is the matmul's only user; else None."""
     bias = None
-    if node.op == "add" and len(node.args) == 2:
+    if node.op == "add":
         mm = next((g.node(x) for x in node.args if g.node(x).op == "matmul"), None)
-        other = next((g.node(x) for x in node.args if mm is None or x != mm.id), None)
-        if mm is None or other is None or tuple(other.shape) != tuple(mm.shape[-1:]) or \
-                g.users(mm.id) != [node.id] or mm.id in g.outputs or node.dtype != mm.dtype:
+        bias = None if mm is None else linear_bias(g, node.id, mm.id)
+        if bias is None or g.users(mm.id) != [node.id] or mm.id in g.outputs:
             return None
-        node, bias = mm, other.id
+        node = mm
     if node.op != "matmul" or len(g.node(node.args[1]).shape) < 2 or node.id in g.outputs:
         return None
     return node, bias

@@ -268,9 +268,13 @@ RULES: list[Rule] = [
     Rule("cast", cast_chain),
 ]
 
-_BY_OP: dict[str, list[Rule]] = {}
+# per op: its own rules, then those for every op; an op with none of its own gets only those
+_ANY: tuple[Rule, ...] = tuple(r for r in RULES if r.op == "*")
+_BY_OP: dict[str, tuple[Rule, ...]] = {}
 for _rule in RULES:
-    _BY_OP.setdefault(_rule.op, []).append(_rule)
+    if _rule.op != "*":
+        _BY_OP[_rule.op] = _BY_OP.get(_rule.op, ()) + (_rule,)
+_BY_OP = {op: rules + _ANY for op, rules in _BY_OP.items()}
 
 MAX_SWEEPS = 100  # a safety net: every rule shrinks the graph, so real graphs need a few
 
@@ -285,7 +289,7 @@ def _sweep(g: Graph, counts: Counter) -> bool:
         if nid not in g or _is_dead(g, nid):
             continue
         n = g.node(nid)
-        for rule in (*_BY_OP.get(n.op, ()), *_BY_OP.get("*", ())):
+        for rule in _BY_OP.get(n.op, _ANY):
             new = rule.fn(g, n)
             if new is None:
                 continue

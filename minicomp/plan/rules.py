@@ -41,6 +41,7 @@ import math
 from typing import Iterable
 
 from minicomp.ir import dims
+from minicomp.ir.composites import linear_bias
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.views import STRIDED
 from minicomp.plan import indirect
@@ -282,11 +283,8 @@ def _check_library(graph: Graph, nodes: set[int], matmuls: list[int], library: d
     after = topo(graph, nodes - before - {mm.id})
     last = mm.id
     if after:
-        add = graph.node(after[0])
-        bias = [graph.node(a) for a in add.args if a != mm.id]
-        if (add.op == "add" and len(add.args) == 2 and mm.id in add.args and len(bias) == 1
-                and bias[0].id not in nodes and tuple(bias[0].shape) == (mm.shape[-1],)
-                and bias[0].dtype == mm.dtype == add.dtype and tuple(add.shape) == tuple(mm.shape)):
+        bias = linear_bias(graph, after[0], mm.id)
+        if bias is not None and bias not in nodes:
             last = after.pop(0)     # the bias along N that addmm adds itself
     while after and graph.node(after[0]).op == "reshape" and graph.node(after[0]).args[0] == last \
             and regroups(graph.node(after[0]).shape, mm.shape):
