@@ -50,8 +50,9 @@ def _grouped(guards: list[tuple[Read, Any]]) -> tuple[list[Read], list[Any], lis
     """The guards' reads as (single reads, their values, grouped reads, their values' tuples):
     reads of two or more keys of one dict, or attributes of one object, become one
     `itemgetter(*keys)` / `attrgetter(*names)` bound to it, a C-level call giving the tuple of
-    their values; a key read again for the same object is read once. An expected MISSING (a key guarded absent) stays single: itemgetter raises
-    KeyError where `dict.get` gives MISSING (a raising read fails the guard, as it should)."""
+    their values; a key read again for the same object is read once. An expected MISSING (a
+    key guarded absent) stays single: itemgetter raises KeyError where `dict.get` gives
+    MISSING (a raising read fails the guard, as it should)."""
     places: dict[tuple, tuple[Any, Any, list[tuple[Read, Any, Any]], set]] = {}
     single_reads, single_values = [], []
     for read, value in guards:
