@@ -69,10 +69,6 @@ def library_mode(environ: dict | None = None) -> str:
     return "off" if value == "0" else "all" if value == "all" else "on"
 
 
-def read_library_gemm(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_LIBRARY_GEMM lets a CUDA module call cuBLAS at all (`library_mode`)."""
-    return library_mode(environ) != "off"
-
 
 @dataclass(frozen=True)
 class RowForm:
