@@ -5,6 +5,8 @@
 #   bash scripts/gpu_suite.sh            # `pytest -m gpu`, the zoo in bf16, then property tests and samples on CUDA
 #   bash scripts/gpu_suite.sh FILE...    # `pytest -m gpu` over these test files only, nothing else (a device
 #                                        # call is 10 minutes at most: split the suite over two calls)
+# MINICOMP_GPU_JOBS=N spreads the tests over N pytest-xdist workers (the device image has xdist;
+# its host has 16 cores, and most of a GPU test's time is Triton's compiler on the host).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minicomp-gpu}
@@ -18,12 +20,14 @@ if [ -d .whl ]; then
     export PYTHONPATH=$PWD/.site:$PWD
 fi
 export PYTHONUNBUFFERED=1
+JOBS=()
+[ -n "${MINICOMP_GPU_JOBS:-}" ] && JOBS=(-n "$MINICOMP_GPU_JOBS")
 if [ $# -gt 0 ]; then
-    python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=15 "$@" > "$OUT/gpu-tests.log" 2>&1
+    python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=15 "${JOBS[@]}" "$@" > "$OUT/gpu-tests.log" 2>&1
     echo "pytest -m gpu $*: rc=$? $(tail -1 "$OUT/gpu-tests.log")"
     exit 0
 fi
-python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=15 --ignore=tests/test_zoo_lowp.py \
+python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=15 "${JOBS[@]}" --ignore=tests/test_zoo_lowp.py \
     > "$OUT/gpu-tests.log" 2>&1
 echo "pytest -m gpu: rc=$? $(tail -1 "$OUT/gpu-tests.log")"
 # the zoo in bf16 against fp32 eager, on its own so its table lands in $OUT; -rs shows a skip
