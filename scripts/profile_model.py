@@ -1,6 +1,8 @@
 """Where a whole model's time goes on CUDA, minicomp against torch.compile: torch.profiler over
 a few calls of one of the suite's model workloads, kernels by CUDA time, and the host's share.
-    python scripts/profile_model.py [bert|gpt2|llama|qwen2] [--batch 4 --seq 512]
+    python scripts/profile_model.py [bert|gpt2|llama|qwen2] [--batch 4 --seq 512] [--rows 16]
+The model has the benchmark's geometry for its family (workloads_models.PREFILL); --batch and
+--seq override its batch and length (--batch 1 --seq 16 is the small-batch workload).
 (issue 22: BERT-base ran at 1.37x torch.compile's time; this says whether the gap is GPU time
 in some kernels or host time between launches)."""
 import argparse
@@ -19,10 +21,13 @@ import minicomp  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("family", nargs="?", default="bert")
-p.add_argument("--batch", type=int, default=4)
-p.add_argument("--seq", type=int, default=512)
+p.add_argument("--batch", type=int, default=None)
+p.add_argument("--seq", type=int, default=None)
+p.add_argument("--rows", type=int, default=16, help="kernels listed per backend")
 args = p.parse_args()
-sizes = dict(batch=args.batch, seq=args.seq, width=768, layers=12, heads=12, kv_heads=12, hidden=3072, vocab=30522)
+sizes = dict(workloads_models.PREFILL[args.family])
+sizes.update({k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None})
+print(f"{args.family}: {sizes}")
 built = workloads_models.make_model(args.family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))
 fn, ins = built.fn, built.inputs
 backends = {"torch.compile": torch.compile(fn), "minicomp": minicomp.compile(fn)}
@@ -40,4 +45,4 @@ with torch.no_grad():
         gpu = sum(e.self_device_time_total for e in events) / 5 / 1e3
         wall = max(e.cpu_time_total for e in events) / 5 / 1e3
         print(f"==== {name}: GPU busy {gpu:.3f} ms per call; longest host span {wall:.3f} ms per call")
-        print(events.table(sort_by="self_cuda_time_total", row_limit=16, max_name_column_width=50))
+        print(events.table(sort_by="self_cuda_time_total", row_limit=args.rows, max_name_column_width=50))
