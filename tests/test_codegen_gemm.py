@@ -633,3 +633,49 @@ def test_a_permute_of_the_gemm_result_is_stored_by_the_gemm():
     x2, w2 = randn(12, 12), randn(12, 12)
     cg = minicomp.compile(g)
     torch.testing.assert_close(cg(x2, w2), g(x2, w2), **tol(torch.float32))
+
+
+@pytest.mark.parametrize("dual", [False, True], ids=["single", "dual"])
+@pytest.mark.parametrize("m", [1, 16, 48])
+def test_few_rows_take_the_skinny_table_and_every_config_compiles_for_sm90(m, dual):
+    """A GEMM of few rows over a long K (batch 1 x 16 decode) is autotuned over the skinny table
+    (16-row tiles, narrow column blocks, long K blocks); every one of its configs compiles for
+    sm_90 (full depth), and the module the CPU runs computes the linear + SwiGLU/SiLU epilogue."""
+    from minicomp.codegen import gemm_form, target_check
+
+    dtype = torch.bfloat16
+    g = Graph("few_rows")
+    x = g.add_input("x", (1, m, 512), dtype)
+    w1 = g.add_input("w1", (384, 512), dtype)
+    y = C.linear(g, x, w1, None)
+    if dual:
+        w3 = g.add_input("w3", (384, 512), dtype)
+        y = g.add("mul", g.add("silu", y), C.linear(g, x, w3, None))
+    else:
+        y = g.add("silu", y)
+    g.set_outputs([y])
+    gen, _ = one_group(g, "cuda")
+    table = gemm_form.SKINNY_DUAL_CONFIGS if dual else gemm_form.SKINNY_CONFIGS
+    expect = [c for c in table if c[0] <= max(32, 1 << (m - 1).bit_length()) and c[1] <= 512 and c[2] <= 512]
+    configs = [line for line in gen.source.splitlines() if line.strip().startswith("triton.Config(")]
+    assert len(configs) == len(expect) and all(f'"BLOCK_M": {c[0]}, "BLOCK_N": {c[1]}, "BLOCK_K": {c[2]}' in line
+                                               for c, line in zip(expect, configs))
+    (verdict,) = target_check.check_kernels(gen.source, gen.kernel_names, 90, depth="full")
+    assert verdict.error is None and verdict.configs == len(expect), verdict
+    gen_rnd = torch.Generator().manual_seed(m)
+    ins = [torch.randn(s, generator=gen_rnd).to(dtype) * 0.05 for s in ((1, m, 512), (384, 512), (384, 512))]
+    got, _, _ = run_gemm(g, ins[:3 if dual else 2])
+    ref = F.silu(F.linear(ins[0].float(), ins[1].float()))
+    if dual:
+        ref = ref * F.linear(ins[0].float(), ins[2].float())
+    torch.testing.assert_close(got[0].float(), ref, **tol(dtype))
+
+
+def test_few_rows_keep_the_general_table_where_b_is_small_or_m_is_symbolic():
+    """The skinny table is for streaming a large B: a K or N under SKINNY_MIN_KN keeps the general table."""
+    from minicomp.codegen import gemm_form
+
+    g = _linear_graph(torch.bfloat16, "tanh")                      # [22, 24] @ [24, 20]
+    gen, _ = one_group(g, "cuda")
+    assert '"BLOCK_M": 16' not in gen.source
+    assert gemm_form.SKINNY_MIN_KN > 24

@@ -61,6 +61,22 @@ TMA_CONFIGS = [
     (128, 256, 64, 3, 8), (128, 128, 64, 5, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4),
     (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
 ]
+# Few rows (a static M of at most SKINNY_ROWS after folding: decode, batch 1 x 16): the GEMM
+# streams B and reads A once, so its time is B's bytes over the bandwidth the programs keep in
+# flight. Tiles of 16 rows waste no MMA rows on padding, narrow column blocks give N / BLOCK_N
+# programs to spread B's read over the SMs, and long K blocks with several stages keep each
+# SM's loads in flight. A candidate table, beside the smallest of the general one; the
+# autotuner picks (not measured on a GPU when written: compare MINICOMP_LIBRARY_GEMM=0 at
+# batch 1 x 16, where every GEMM is ours, against the default's cuBLAS calls)
+SKINNY_ROWS = 64
+SKINNY_MIN_KN = 256
+SKINNY_CONFIGS = [
+    (16, 32, 256, 4, 4), (16, 16, 256, 4, 4), (16, 64, 256, 3, 4), (16, 64, 128, 4, 4),
+    (32, 32, 256, 4, 4), (64, 32, 128, 4, 4), (32, 64, 64, 4, 4),
+]
+SKINNY_DUAL_CONFIGS = [   # two B tiles a K step
+    (16, 32, 256, 3, 4), (16, 16, 256, 4, 4), (16, 64, 128, 3, 4), (32, 32, 128, 4, 4), (32, 64, 64, 4, 4),
+]
 # 128x256 output tiles at least this many (two waves on 132 SMs): only the largest configs are tried
 BIG_TILES = 264
 CPU_PROGRAMS = 3        # the TMA form's persistent grid under the interpreter (a program walks several tiles)
@@ -279,6 +295,8 @@ def configs(spec: GemmForm, device_type: str, tma: bool = False, precision: str 
     table = DUAL_CONFIGS if len(spec.mms) > 1 else (
         TMA_CONFIGS if tma else HALF_CONFIGS if spec.a.dtype != torch.float32 else
         IEEE_CONFIGS if precision == "ieee" else FP32_CONFIGS)
+    if skinny(spec):
+        table = SKINNY_DUAL_CONFIGS if len(spec.mms) > 1 else SKINNY_CONFIGS
     fit = [c for c in table if c[0] <= _cap(spec.m, 32) and c[1] <= _cap(spec.n, 32) and c[2] <= _cap(spec.k, 32)]
     if dims.any_symbolic((spec.m, spec.n, spec.k)):
         # every size: the table's first three (what a big problem keeps, `big_from` times only
@@ -294,6 +312,14 @@ def configs(spec: GemmForm, device_type: str, tma: bool = False, precision: str 
         if tma and len(spec.mms) == 1 and odd_store:
             fit = fit + [ODD_STORE_CONFIG]
     return fit or [min(table, key=lambda c: c[0] * c[1])]
+
+
+def skinny(spec: GemmForm) -> bool:
+    """A GEMM of few rows (a static M of at most SKINNY_ROWS) over fp16/bf16 operands whose B
+    is worth streaming (static K and N of at least SKINNY_MIN_KN): it takes SKINNY_CONFIGS."""
+    sizes = (spec.m, spec.k, spec.n)
+    return (not dims.any_symbolic(sizes) and spec.m <= SKINNY_ROWS and min(spec.k, spec.n) >= SKINNY_MIN_KN
+            and spec.a.dtype in (torch.float16, torch.bfloat16))
 
 
 def big_from(spec: GemmForm) -> tuple[int, dict[str, int]] | None:
