@@ -287,12 +287,15 @@ def test_gpu_fp32_follows_the_tf32_switch_both_ways(allow, tf32_switch):
     torch.backends.cuda.matmul.allow_tf32 = not allow
     other = a @ b
     torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-6)
-    assert (want - other).abs().max() > 1e-4
+    # TF32 keeps 10 mantissa bits: over K = 4096 the two answers differ by ~1e-3 of their size
+    # (4.4e-5 on values of ~0.05 on the H200), far above fp32's rounding
+    assert (want - other).abs().max() > 1e-4 * want.abs().max()
 
 
 @pytest.mark.gpu
 def test_gpu_cublas_lines_replay_inside_a_cuda_graph():
-    w, b = _randn(333, 256, seed=1).cuda(), _randn(333, seed=2).cuda()
+    # N = 336: fp32 rows of a whole number of 16 bytes, which cuBLAS takes (`library._aligned`)
+    w, b = _randn(336, 256, seed=1).cuda(), _randn(336, seed=2).cuda()
     f = minicomp.compile(lambda x, w, b: F.linear(x, w, b), mode="reduce-overhead")
     for i in range(5):
         x = _randn(100, 256, seed=10 + i).cuda()
