@@ -31,6 +31,7 @@ from minicomp.ir.graph import Graph
 from minicomp.ir.printer import to_dot
 from minicomp.plan.cost import MACHINES
 from minicomp.plan.records import Plan
+from minicomp.plan.table import callee
 
 
 def fallback_notes(plan: Plan, graph: Graph, fallbacks: Mapping[int, str]) -> list[str]:
@@ -178,7 +179,7 @@ def _pct(bound: float, measured: float) -> str:
 def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str] | None = None,
                 library: Mapping[int, str] | None = None) -> list[str]:
     """The timings against the plan's bounds, one line for the call and one per group
-    (`library`: the groups that call cuBLAS, `GeneratedModule.library`)."""
+    (`library`: the groups that call cuBLAS or SDPA, `GeneratedModule.library`)."""
     lines = [f"bench: {result.total_us:.1f} µs per call (median, triton.testing.do_bench); "
              f"bound on the {plan.machine} model {plan.lower_bound_us:.1f} µs: "
              f"{_pct(plan.lower_bound_us, result.total_us).strip()} of bound"]
@@ -192,6 +193,7 @@ def bench_lines(plan: Plan, result: BenchResult, fallbacks: Mapping[int, str] | 
             lines.append(f"  g{g.id:<3} {what}  {us:9.1f} µs  bound {g.lower_bound_us:9.1f} µs  "
                          f"{_pct(g.lower_bound_us, us)} of bound")
         else:
-            why = "PyTorch" if (fallbacks or {}).get(g.id) else "cuBLAS" if (library or {}).get(g.id) else "no kernel"
+            called = (library or {}).get(g.id)
+            why = "PyTorch" if (fallbacks or {}).get(g.id) else callee(called) if called else "no kernel"
             lines.append(f"  g{g.id:<3} {what}  {'-':>9}     bound {g.lower_bound_us:9.1f} µs  ({why})")
     return lines

@@ -32,6 +32,7 @@ CAPTURE_ENV = "MINICOMP_CAPTURE"                     # "fake": capture with make
 PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (runtime/prime.py)
 TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile kernel compiles before its first launch
 LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": our GEMM kernels only; "all": cuBLAS for every GEMM (library_mode)
+LIBRARY_ATTENTION_ENV = "MINICOMP_LIBRARY_ATTENTION" # "0": attention never calls SDPA (library_attention_on)
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 MATMUL_PRECISIONS = ("ieee", "tf32")                 # fp32 `tl.dot` input precision
@@ -68,6 +69,13 @@ def library_mode(environ: dict | None = None) -> str:
     value = env.get(LIBRARY_GEMM_ENV, "").strip()
     return "off" if value == "0" else "all" if value == "all" else "on"
 
+
+def library_attention_on(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_LIBRARY_ATTENTION lets attention groups of a CUDA module call SDPA
+    (codegen/library_attention.py): unless it is "0". Library mode "off" turns SDPA off as well
+    (`Target.for_device`): one switch gives our kernels only."""
+    env = os.environ if environ is None else environ
+    return env.get(LIBRARY_ATTENTION_ENV, "").strip() != "0"
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,9 @@ class Target:
     # it off; the compile cache keys on it (api._modes)
     library_gemm: bool = True
     library_all: bool = False      # every GEMM calls cuBLAS (library mode "all"; needs library_gemm)
+    # CUDA: an attention group the Gluon kernel does not take and with nothing to fuse calls SDPA
+    # (codegen/library_attention.py); off with MINICOMP_LIBRARY_ATTENTION=0 or library mode "off"
+    library_attention: bool = True
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -146,7 +157,7 @@ class Target:
         current device's capability), with the switches of `environ` (default: the process's
         environment). `verify_target` ("cuda:90") overrides $MINICOMP_VERIFY_TARGET; `row_form`
         (default `RowForm()`) shapes the row kernels; `library` (one of LIBRARY_MODES) overrides
-        $MINICOMP_LIBRARY_GEMM."""
+        $MINICOMP_LIBRARY_GEMM ("off" turns SDPA off too, whatever $MINICOMP_LIBRARY_ATTENTION says)."""
         env = os.environ if environ is None else environ
         library = library or library_mode(env)
         if library not in LIBRARY_MODES:
@@ -161,7 +172,8 @@ class Target:
                       verify_arch=arch, verify_depth=env.get(VERIFY_DEPTH_ENV, "").strip() or "full",
                       row_form=row_form or RowForm(), capture=capture_mode(env),
                       prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0",
-                      library_gemm=library != "off", library_all=library == "all")
+                      library_gemm=library != "off", library_all=library == "all",
+                      library_attention=library != "off" and library_attention_on(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":
@@ -174,9 +186,12 @@ class Target:
     def for_check(self, arch: int) -> "Target":
         """This target's switches, for a CUDA device of capability `arch` (what the GPU-true
         check generates and compiles; it checks nothing further itself). A CPU module runs our
-        GEMM kernels, never cuBLAS, so its check compiles those (`library_gemm` off)."""
+        GEMM and attention kernels, never cuBLAS or SDPA, so its check compiles those (`library_gemm`,
+        `library_attention` off)."""
+        cuda = self.device_type == "cuda"
         return replace(self, device_type="cuda", capability=(arch // 10, arch % 10), tma_on_cpu=False,
-                       verify_arch=None, library_gemm=self.library_gemm and self.device_type == "cuda")
+                       verify_arch=None, library_gemm=self.library_gemm and cuda,
+                       library_attention=self.library_attention and cuda)
 
 
 def capture_mode(environ: dict | None = None) -> str:

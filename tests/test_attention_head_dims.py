@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import minicomp
 from conftest import tol
+from test_codegen_attention import our_attention_kernels  # noqa: F401  (autouse: our kernels, not SDPA)
 from minicomp.codegen.attention_body import head_pieces
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tol
-from test_codegen_attention import attention_graph, inputs_for, one_group, sdpa
+from test_codegen_attention import attention_graph, inputs_for, one_group, our_attention_kernels, sdpa  # noqa: F401  (autouse: our kernels, not SDPA)
 
 import minicomp
 from minicomp.codegen import attention_hopper

@@ -29,6 +29,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tol
+from test_codegen_attention import our_attention_kernels  # noqa: F401  (autouse: our kernels, not SDPA)
 
 import minicomp
 

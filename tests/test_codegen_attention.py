@@ -5,6 +5,8 @@ widened for the interpreter's dot); `gpu` tests check bf16/fp16 at S=4096 on CUD
 Each graph is compiled as one hand-made attention group.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,17 +17,28 @@ from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
 from minicomp.plan import Group, Plan
 from minicomp.runtime import load
+from minicomp.target import Target
 
 ATOL32 = dict(atol=2e-4, rtol=2e-4)   # fp32 online softmax vs PyTorch's: a few ulps of exp and sums
 
 
-def one_group(g: Graph, device_type: str = "cpu"):
+@pytest.fixture(autouse=True)
+def our_attention_kernels(monkeypatch):
+    """These tests test minicomp's attention kernels: no attention group calls SDPA instead
+    (codegen/library_attention.py), through the api (the environment) or `one_group` (the Target)."""
+    monkeypatch.setenv("MINICOMP_LIBRARY_ATTENTION", "0")
+
+
+def one_group(g: Graph, device_type: str | Target = "cpu"):
+    """Generate `g` as a single attention group holding every computed node, as OUR kernel (on
+    CUDA targets too: `library_attention` off)."""
     nodes = [n.id for n in g.nodes() if n.kind not in ("input", "constant")]
     reads = sorted({a for nid in nodes for a in g.node(nid).args if g.node(a).kind in ("input", "constant")})
     anchor = next(n for n in nodes if g.node(n).op == "attention")
     plan = Plan(g.name, [Group(0, "attention", nodes=nodes, inputs=reads, outputs=list(g.outputs), anchor=anchor)])
     plan = plan.with_specs(g)
-    return generate(g, plan, device_type), plan.groups[0]
+    target = Target.for_device(device_type) if isinstance(device_type, str) else device_type
+    return generate(g, plan, replace(target, library_attention=False)), plan.groups[0]
 
 
 def run_attention(g: Graph, inputs, device: str = "cpu"):

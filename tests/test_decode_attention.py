@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import minicomp
 from conftest import tol
+from test_codegen_attention import our_attention_kernels  # noqa: F401  (autouse: our kernels, not SDPA)
 from minicomp.api import plan_only
 from minicomp.codegen.module import generate
 from minicomp.frontend.dsl import load_dsl

@@ -41,7 +41,9 @@ kernel (SDPA's default here) overlaps the two with warp-specialised warpgroups, 
 `tl.range(warp_specialize=True)` does not produce for this loop on Hopper. So on an sm_90
 GPU, groups that fit (no mask tensor, window or softcap, half dtypes, lengths a multiple of 128, no fused
 epilogue: attention_hopper.why_not) run a Gluon kernel that does (attention_hopper.py); this
-kernel takes the rest, and its source says why the Gluon kernel did not take the group.
+kernel takes the rest, and its source says why the Gluon kernel did not take the group. On
+CUDA, a group of the rest with nothing to fuse (half dtypes, no mask or epilogue, more than 16
+queries) calls PyTorch's SDPA instead, which is faster than this kernel (library_attention.py).
 
 Over symbolic sizes (codegen/sizes.py) the query and key lengths are runtime arguments (SQ,
 SK; the causal block bounds and the ragged-block tests are computed from them at run time)

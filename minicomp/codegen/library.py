@@ -47,6 +47,7 @@ from minicomp.ir.ops.text import py_value
 from minicomp.ir.ops.views import STRIDED
 from minicomp.plan.rules import topo
 from minicomp.plan.specs import GemmSpec
+from minicomp.plan.table import library_counts
 
 PLAIN = "cuBLAS: nothing to fuse"
 BIAS = "cuBLAS: nothing to fuse but a bias along N (addmm)"
@@ -68,8 +69,9 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)   # what cuBLAS multipli
 
 
 def header_note(chosen: dict[int, str]) -> str:
-    """The module header's count of library groups (`, 2 through cuBLAS`; "" for none)."""
-    return f", {len(chosen)} through cuBLAS" if chosen else ""
+    """The module header's count of library groups (`, 2 through cuBLAS, 1 through SDPA`; "" for
+    none): `chosen` maps group ids to why (cuBLAS here, SDPA: codegen/library_attention.py)."""
+    return f", {library_counts(chosen)}" if chosen else ""
 
 
 def _bias(ctx: KernelCtx, spec: GemmSpec) -> int | None:

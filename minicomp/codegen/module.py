@@ -1,10 +1,10 @@
 """The generated module: header, imports, kernels, `call(*inputs)`, and a script entry.
 
-One module per compiled graph, readable and runnable on its own (like Inductor's
-output_code.py). `call()` checks its inputs (count, shape, dtype, device type), binds
-each graph input and constant to `buf{nid}`, then runs the groups in dependency order:
-a kernel group allocates its outputs with the strides codegen assumed and launches;
-any other group runs as PyTorch lines (fallback.py; a GEMM with nothing to fuse: library.py, cuBLAS).
+One module per compiled graph, readable and runnable on its own (like Inductor's output_code.py).
+`call()` checks its inputs (count, shape, dtype, device type), binds each graph input and constant
+to `buf{nid}`, then runs the groups in dependency order: a kernel group allocates its outputs
+with the strides codegen assumed and launches; any other group runs as PyTorch lines (fallback.py;
+a GEMM or an attention with nothing to fuse: library.py, cuBLAS; library_attention.py, SDPA).
 
 Module-level lists the loader fills: `CONSTANTS` (tensor constants, already in the
 layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
@@ -12,12 +12,11 @@ layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
 (checking the digest its file name carries, `GeneratedModule.write`), runs on the given or on
 seeded random inputs, and prints the output shapes (that block: codegen/script.py).
 
-The machinery around the kernels is imported, not written into each module: launches, the
-first call's compiles and the input checks from `minicomp.runtime.launcher` (`_rt`), the
-Triton helpers kernels call from `minicomp.runtime.kernel_lib`. On CUDA the module carries
-`_WARM`, every launch written with dtypes in place of tensors (codegen/launch.py): the first
-call runs inside `_rt.CompilingAtOnce(_WARM)`, which compiles all kernels and configs at once
-while each launch waits for its own.
+The machinery around the kernels is imported, not written into each module: launches, the first
+call's compiles and the input checks from `minicomp.runtime.launcher` (`_rt`), the Triton helpers
+kernels call from `minicomp.runtime.kernel_lib`. On CUDA the module carries `_WARM`, every launch
+written with dtypes in place of tensors (codegen/launch.py): the first call runs inside
+`_rt.CompilingAtOnce(_WARM)`, which compiles all kernels and configs at once, each launch waiting for its own.
 
 Invariants: kernel names are unique (group index suffix); `generate` mutates neither the
 graph nor the plan: why a group runs through PyTorch after all is the generated module's
@@ -33,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import attention, dedup, fallback, gemm, index_check, library, pointwise, reduction, sizes, target_check
+from minicomp.codegen import attention, dedup, fallback, gemm, index_check, library, library_attention, pointwise, reduction, sizes, target_check
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, scratch_lines, warm_entries
@@ -107,7 +106,7 @@ class ModuleWriter:
         self.index_checked: set = set()    # index tensors call() has checked already (index_check.lines)
         self.summary: list[str] = []
         self.fallbacks: dict[int, str] = {}
-        self.library: dict[int, str] = {}     # groups with nothing to fuse that call cuBLAS (not fallbacks)
+        self.library: dict[int, str] = {}     # groups with nothing to fuse that call cuBLAS or SDPA (not fallbacks)
         self.warm: list[str] = []          # `_WARM` entries (CUDA): what the first call compiles at once
         self.later: list[str] = []         # `_LATER` entries: what compiles in the background meanwhile
 
@@ -203,10 +202,11 @@ class ModuleWriter:
         what = f"{group.kind}" + (f" {group.name}" if group.name else "")
         nodes = ", ".join(f"%{n}" for n in group.nodes)
         b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
-        if (library_call := None if group.id in self.forced else library.choice(ctx)) is not None:
-            self.library[group.id] = library_call          # a GEMM with nothing to fuse: no kernel, no fallback
+        lib = library_attention if group.kind == "attention" else library     # SDPA, or cuBLAS for a GEMM
+        if (library_call := None if group.id in self.forced else lib.choice(ctx)) is not None:
+            self.library[group.id] = library_call          # nothing to fuse: a library call, no kernel, no fallback
             self.summary.append(f"group {group.id:<3} {what:<24} -> {library_call}")
-            return library.emit(ctx, b, self.opaque_slot)
+            return lib.emit(ctx, b, self.opaque_slot)
         emit, reason = _emitter(group.kind)
         kernel = None
         if group.id in self.forced:

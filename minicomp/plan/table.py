@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Mapping
 
 from minicomp.errors import MinicompError
@@ -56,15 +57,26 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
+def callee(why: str) -> str:
+    """The library a group calls, read from why it does (a `GeneratedModule.library` value, which
+    names it first: "cuBLAS: nothing to fuse", "SDPA: nothing to fuse (...)")."""
+    return why.split(":", 1)[0]
+
+
+def library_counts(library: Mapping[int, str]) -> str:
+    """`1 through cuBLAS, 2 through SDPA`: the `library` groups (group id -> why), per library."""
+    called = Counter(callee(why) for why in library.values() if why)
+    return ", ".join(f"{n} through {name}" for name, n in sorted(called.items(), key=lambda kv: kv[0].lower()))
+
+
 def group_count(plan, fallbacks: Mapping[int, str], library: Mapping[int, str] | None = None) -> str:
     """`3 groups (1 Triton kernel, 1 through cuBLAS, 1 through PyTorch)`: a fallback is no kernel
-    of ours, nor is a `library` group (group id -> why it calls cuBLAS: `GeneratedModule.library`)."""
-    library = library or {}
+    of ours, nor is a `library` group (group id -> why it calls cuBLAS or SDPA: `GeneratedModule.library`)."""
+    library = {g.id: library[g.id] for g in plan.groups if (library or {}).get(g.id)}
     torch_groups = sum(1 for g in plan.groups if fallbacks.get(g.id) or g.kind == "opaque")
-    cublas = sum(1 for g in plan.groups if library.get(g.id))
-    parts = [_n(len(plan.groups) - torch_groups - cublas, "Triton kernel")]
-    if cublas:
-        parts.append(f"{cublas} through cuBLAS")
+    parts = [_n(len(plan.groups) - torch_groups - len(library), "Triton kernel")]
+    if library:
+        parts.append(library_counts(library))
     if torch_groups:
         parts.append(f"{torch_groups} through PyTorch")
     return f"{_n(len(plan.groups), 'group')} ({', '.join(parts)})"
@@ -76,7 +88,7 @@ def _row(cells: list[str], widths: list[int], right: set[int]) -> str:
 
 def render(plan, fallbacks: Mapping[int, str], library: Mapping[int, str] | None = None) -> str:
     """`plan` as text; `fallbacks` (group id -> reason) marks the groups that run through PyTorch,
-    `library` (group id -> reason) those that call cuBLAS."""
+    `library` (group id -> reason) those that call a library (cuBLAS, SDPA)."""
     library = library or {}
     head = ["#", "kind", "name", "nodes", "in", "out", "saved", "flops", "bound µs", "bound"]
     rows = []
@@ -86,7 +98,7 @@ def render(plan, fallbacks: Mapping[int, str], library: Mapping[int, str] | None
             nodes = nodes[:25] + "..."
         rows.append([str(g.id), g.kind, g.name or "-", f"{nodes} ({len(g.nodes)})", fmt_bytes(g.bytes_in),
                      fmt_bytes(g.bytes_out), fmt_bytes(g.bytes_saved), fmt_flops(g.flops),
-                     f"{g.lower_bound_us:.3f}", g.bound + (" (fallback)" if fallbacks.get(g.id) else " (cuBLAS)" if library.get(g.id) else "")])
+                     f"{g.lower_bound_us:.3f}", g.bound + (" (fallback)" if fallbacks.get(g.id) else f" ({callee(library[g.id])})" if library.get(g.id) else "")])
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
     right = {0, 4, 5, 6, 7, 8}
     lines = [f"plan for {plan.graph_name}; bounds on {model_words(plan.machine)}", _row(head, widths, right)]

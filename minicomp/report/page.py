@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from minicomp.plan.cost import Machine, fmt_bytes, fmt_flops
 from minicomp.plan.records import Plan
-from minicomp.plan.table import compress_ids
+from minicomp.plan.table import callee, compress_ids, library_counts
 from minicomp.report import kernels as kern
 from minicomp.report.graph_svg import group_colour, render_graph
 from minicomp.report.roofline import ceilings, fmt_rate, points, render_roofline
@@ -112,14 +112,16 @@ def _kernel_of(compiled) -> dict[int, str]:
 
 
 def _library_of(compiled) -> dict[int, str]:
-    """Group id -> why it calls cuBLAS (codegen/library.py: a GEMM with nothing to fuse)."""
+    """Group id -> why it calls cuBLAS or SDPA (codegen/library.py, library_attention.py: a GEMM or
+    an attention with nothing to fuse)."""
     return dict(getattr(compiled.generated, "library", {}) or {})
 
 
 def ledger_section(p: PageInput) -> str:
     plan: Plan = p.compiled.plan
     n_kernels = len(p.compiled.generated.kernel_names)
-    n_library = len(_library_of(p.compiled))
+    called = _library_of(p.compiled)
+    n_library = len(called)
     through_torch = len(plan.groups) - n_kernels - n_library
     fewer = f"{plan.unfused_bytes / plan.total_bytes:.2f}x fewer" if plan.total_bytes else "-"
     rows = [["bytes, unfused (each op its own kernel, as eager)", esc(fmt_bytes(plan.unfused_bytes))],
@@ -127,7 +129,7 @@ def ledger_section(p: PageInput) -> str:
             ["flops", esc(fmt_flops(plan.total_flops))],
             [f"lower bound on the {p.machine.name} model", esc(f"{plan.lower_bound_us:.3f} µs")],
             ["groups", esc(f"{len(plan.groups)}: {n_kernels} Triton kernel(s), "
-                                 + (f"{n_library} through cuBLAS, " if n_library else "")
+                                 + (f"{library_counts(called)}, " if n_library else "")
                                  + f"{through_torch} through PyTorch")]]
     if p.total_us is not None:
         rows.append(["measured whole call", esc(f"{p.total_us:.1f} µs (median, triton.testing.do_bench)")])
@@ -144,7 +146,7 @@ def graph_section(p: PageInput) -> str:
     library = _library_of(c)
     items = []
     for g in c.plan.groups:
-        runs = (esc(kernel[g.id]) if g.id in kernel else "cuBLAS" if g.id in library
+        runs = (esc(kernel[g.id]) if g.id in kernel else esc(callee(library[g.id])) if g.id in library
                 else '<span class="fallback">PyTorch</span>')
         items.append(f"<li>{_swatch(g.id)}g{g.id} {esc(g.kind)} {esc(g.name)} → {runs}</li>")
     items.append(f"<li>{_swatch(None)}input, constant or weight (no kernel)</li>")
@@ -237,8 +239,9 @@ def kernels_section(p: PageInput) -> str:
            'origin), with the nodes they produced. Right: the Triton kernel written for the group.</p>']
     for g in c.plan.groups:
         name = kernel.get(g.id)
-        cublas = _library_of(c).get(g.id)
-        title = f"g{g.id} {g.kind} {g.name}".rstrip() + (f" → {name}" if name else " → cuBLAS" if cublas else " → PyTorch")
+        called = _library_of(c).get(g.id)
+        title = f"g{g.id} {g.kind} {g.name}".rstrip() + (f" → {name}" if name else f" → {callee(called)}" if called
+                                                          else " → PyTorch")
         lines = kern.user_lines(c.graph, g)
         left = _user_pre(lines) if lines else '<p class="note">no node of this group names a source line.</p>'
         unplaced = kern.unplaced_nodes(c.graph, g)
@@ -253,8 +256,8 @@ def kernels_section(p: PageInput) -> str:
             right = f'<pre class="triton">{esc(sources[name])}</pre>'
         elif name:
             right = f'<p class="fallback">the source of {esc(name)} was not found in the module.</p>'
-        elif cublas:
-            right = f'<p class="note">no Triton kernel: calls {esc(cublas)}.</p>'
+        elif called:
+            right = f'<p class="note">no Triton kernel: calls {esc(called)}.</p>'
         else:
             why = esc(c.generated.fallbacks.get(g.id) or g.kind)
             right = f'<p class="fallback">no Triton kernel: runs through PyTorch ({why}).</p>'
