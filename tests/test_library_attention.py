@@ -33,7 +33,9 @@ from minicomp.plan.table import group_count
 from minicomp.runtime import cuda_graphs as cg
 from minicomp.target import Target
 
-SM90 = Target("cuda", (9, 0))
+# the suite's shapes are small: MINICOMP_HOPPER_ATTENTION=1 ("1") takes the Gluon kernel and SDPA
+# however small; the default's size rule (`attention_hopper.too_small`) has its own test below
+SM90 = Target("cuda", (9, 0), hopper_attention="1")
 HALF = [torch.float16, torch.bfloat16]
 SDPA_CALL = "torch.nn.functional.scaled_dot_product_attention("
 
@@ -366,15 +368,16 @@ def test_the_compile_cache_keys_on_the_switch(monkeypatch):
     assert f._need() is first
 
 
-def test_a_shape_the_gluon_kernel_takes_stays_gluon_and_one_that_would_not_pay_calls_sdpa():
+def test_a_shape_the_gluon_kernel_takes_stays_gluon_and_one_too_small_for_it_keeps_the_block_kernel():
     from minicomp.codegen import attention_hopper
     if not attention_hopper.gluon_hopper_available():
         pytest.skip("this Triton has no Gluon for Hopper")
     inputs = [_randn(2, 4, 256, 64, dtype=torch.float16, seed=i) for i in range(3)]
     _assert_ours(_generate(_sdpa(True), inputs, replace(SM90, hopper_attention="1")), "mc_attn_hopper")
-    c = _generate(_sdpa(True), inputs)                        # the same shape under the compile-cost rule
-    _assert_sdpa(c)
-    assert "does not pay for its compile" in c.generated.library[_attention_groups(c)[0].id]
+    # the same shape under the default size rule: too small for the Gluon kernel's compile, and
+    # launch-bound, so neither Gluon nor SDPA (whose dispatch costs the host more): the block kernel
+    c = _generate(_sdpa(True), inputs, replace(SM90, hopper_attention=""))
+    _assert_ours(c, "mc_attn_causal_attention")
 
 
 def test_the_reason_names_why_not_the_gluon_kernel_on_another_gpu():
@@ -396,3 +399,25 @@ def test_gpu_causal_bf16_head_dim_96_matches_eager_through_sdpa():
     gen = f._need().generated
     assert list(gen.library.values()) and all(w.startswith("SDPA: nothing to fuse") for w in gen.library.values())
     assert not gen.kernels and not gen.fallbacks
+
+
+def test_by_default_a_launch_bound_attention_keeps_our_kernel_and_a_big_one_calls_sdpa():
+    """Under the default MINICOMP_HOPPER_ATTENTION, SDPA takes only attention of at least
+    attention_hopper.PAYS_FROM flops: below it the GPU time is a few microseconds and SDPA's
+    dispatch costs the host more than our launch (a model at batch 4 x 512 is host-bound)."""
+    from minicomp.codegen import attention_hopper
+
+    default = Target("cuda", (9, 0))
+    assert default.hopper_attention == ""
+
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    small = [_randn(2, 4, 77, 96, dtype=torch.bfloat16, seed=i) for i in range(3)]    # 9.1 MFLOP
+    c = _generate(sdpa, small, default)
+    assert c.generated.library == {} and any(n.startswith("mc_attn") for n in c.generated.kernel_names)
+    big = [torch.empty(2, 16, 1000, 96, dtype=torch.bfloat16) for _ in range(3)]        # 6.1 GFLOP
+    assert 4 * 32 * 1000 * 1000 * 96 // 2 >= attention_hopper.PAYS_FROM
+    c = _generate(sdpa, big, default)
+    _assert_sdpa(c)
+    (why,) = c.generated.library.values()
+    assert "Sq=1000 or Sk=1000 is not a multiple of 128" in why

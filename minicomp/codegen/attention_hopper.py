@@ -165,10 +165,16 @@ def why_not(ctx: KernelCtx, spec, capability: tuple[int, int] | None = None) -> 
         return "a fused epilogue or another output"
     if ctx.strides(spec.node.id)[-1] != 1:
         return "the output's last stride is not 1"
+    return too_small(ctx, spec, "does not pay for its compile")
+
+
+def too_small(ctx: KernelCtx, spec, what: str) -> str | None:
+    """Why a static attention of under PAYS_FROM flops keeps the block-language kernel (`what`
+    the faster path does not do for it), or None: it is big enough, or MINICOMP_HOPPER_ATTENTION=1
+    takes the faster paths however small (the test suite runs so)."""
     flops = 4 * math.prod(spec.batch) * spec.sq * spec.sk * spec.d // (2 if spec.causal else 1)
     if ctx.target.hopper_attention != "1" and flops < PAYS_FROM:
-        return (f"{flops / 1e9:.2g} GFLOP does not pay for its compile (from {PAYS_FROM / 1e9:.2g}; "
-                f"{ENV_VAR}=1 takes it anyway)")
+        return f"{flops / 1e9:.2g} GFLOP {what} (from {PAYS_FROM / 1e9:.2g}; {ENV_VAR}=1 takes it anyway)"
     return None
 
 

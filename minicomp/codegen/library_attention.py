@@ -21,6 +21,10 @@ minicomp chose, not a fallback, and it warns about nothing.
 Our kernels keep (`choice` is None):
 - decoding, a concrete query length of at most attention_decode.MAX_QUERIES: the split-KV
   decode kernel (codegen/attention_decode.py) matched SDPA's time there;
+- a static attention of under attention_hopper.PAYS_FROM flops (a few microseconds of GPU
+  time), unless MINICOMP_HOPPER_ATTENTION=1: SDPA's dispatch costs the host 2-3x a Triton
+  launch, and the models at batch 4 x 512 are host-bound on the H200 (BERT-base: 1.58 ms of GPU
+  time a call in 3.27 ms), so there the cheaper launch wins over SDPA's faster kernel;
 - fp32 operands (SDPA's fp32 backend is slower than its half ones), q, k and v of different
   dtypes, or a cast inside the group;
 - a mask tensor, an extra attribute, an epilogue that computes, another output;
@@ -88,6 +92,12 @@ def choice(ctx: KernelCtx) -> str | None:
         # warning); unless a slice moved q, k or v to where `_aligned` cannot tell
         return None if sliced else PLAIN.format(why=f"the Gluon kernel does not take it: {e}")
     if sliced and not _aligned(ctx, folded):
+        return None
+    if not ctx.graph.symbolic and attention_hopper.too_small(ctx, folded, "is launch-bound") is not None:
+        # a few microseconds of GPU time: SDPA's dispatch costs the host 2-3x a Triton launch
+        # (aten::_cudnn_attention_forward 79 us of host time a call against aten::mm's 26, under
+        # torch.profiler on the H200's host), and a model at batch 4 x 512 is host-bound (BERT-base:
+        # 1.58 ms of GPU time a call in 3.27 ms, results/2026-12-05), so the cheaper launch wins
         return None
     gluon = attention_hopper.why_not(ctx, folded)
     return None if gluon is None else PLAIN.format(why=f"the Gluon kernel does not take it: {gluon}")
