@@ -151,7 +151,8 @@ def _run_workload(w, args, ends_at: float) -> dict:
                            "group": w.group, "geomean": w.group is None, "backends": {}, "errors": {},
                            "not_applicable": {}, "notes": []}
     if w.target:
-        rec["target"] = {"baseline": w.target.baseline, "min_speed": w.target.min_speed, "what": w.target.what}
+        rec["target"] = {"baseline": w.target.baseline, "min_speed": w.target.min_speed, "what": w.target.what,
+                         "compared": w.target.compared}
     if w.peak_tflops:
         rec["peak_tflops"] = w.peak_tflops
     if w.rounds or w.rep_ms:

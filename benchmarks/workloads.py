@@ -119,10 +119,13 @@ class Built:
 @dataclass(frozen=True)
 class Target:
     """An issue-22 target: minicomp's speed over `baseline`'s (a backend's name, or "sdpa_best":
-    the fastest checked SDPA baseline) must be at least `min_speed`."""
+    the fastest checked SDPA baseline) must be at least `min_speed`. `compared` is the minicomp
+    backend measured: "minicomp_ro" (CUDA graphs) against torch.compile's reduce-overhead mode,
+    like for like."""
     baseline: str
     min_speed: float
     what: str
+    compared: str = "minicomp"
 
 
 @dataclass
