@@ -178,6 +178,31 @@ def test_launch_records_are_written_as_call_lines():
         "triton.cdiv(72, meta['BLOCK_N'])),), _align16(buf0), buf5, M=100)"]
 
 
+def test_a_static_launch_passes_its_site_key_and_equal_signatures_share_it():
+    """With the tensors' dtypes known, a launch of literal arguments is written
+    `_launch(..., _site=key)`: the key is the kernel's name and a digest of its dtypes and literals,
+    equal for launches that share a specialisation, different where a dtype or a size differs;
+    a launch with a size known only at run time passes no key (the Launcher builds one)."""
+    from minicomp.codegen.common import Runtime
+    from minicomp.codegen.launch import site_key
+
+    name = {0: "buf0", 5: "buf5", 7: "buf7"}.get
+    bf16 = {0: torch.bfloat16, 5: torch.bfloat16, 7: torch.float32}.get
+    one = Launch(Grid.of(Blocks(64, "BLOCK_R")), (Buf(0), 64, 4096), (("BLOCK_C", 4096),))
+    (line,) = launch_lines("mc_red_x_0", one, name, cuda=True, dtype_of=bf16)
+    key = site_key("mc_red_x_0", one, bf16)
+    assert key.startswith("mc_red_x_0#") and line == (
+        "_launch(mc_red_x_0, lambda meta: (triton.cdiv(64, meta['BLOCK_R']),), buf0, 64, 4096, "
+        f"BLOCK_C=4096, _site={key!r})")
+    assert site_key("mc_red_x_0", Launch(one.grid, (Buf(5), 64, 4096), one.kwargs), bf16) == key  # same dtype
+    assert site_key("mc_red_x_0", Launch(one.grid, (Buf(7), 64, 4096), one.kwargs), bf16) != key  # fp32
+    assert site_key("mc_red_x_0", Launch(one.grid, (Buf(0), 64, 2048), one.kwargs), bf16) != key  # a size
+    assert site_key("mc_red_y_1", one, bf16) != key
+    dynamic = Launch(one.grid, (Buf(0), Runtime("s0", 64), 4096), one.kwargs)
+    (line,) = launch_lines("mc_red_x_0", dynamic, name, cuda=True, dtype_of=bf16)
+    assert line.startswith("_launch(mc_red_x_0, ") and ", buf0, s0, 4096, " in line and "_site" not in line
+
+
 def test_grids_evaluate_as_their_text_does():
     grid = Grid.of((Blocks(100, "BLOCK_M"), Blocks(72, "BLOCK_N"), 3), 7)
     meta = {"BLOCK_M": 32, "BLOCK_N": 16}
@@ -435,7 +460,8 @@ def test_generated_cuda_modules_warm_every_launch():
                 assert ast.literal_eval(w) == a.value
             else:
                 assert ast.unparse(w).startswith("torch.")    # a dtype
-        assert {ast.literal_eval(k) for k in kwargs.keys} == {k.arg for k in launch.keywords}
+        # the launch's keywords are the warm entry's, and its fast launcher's key (`_site`)
+        assert {ast.literal_eval(k) for k in kwargs.keys} | {"_site"} == {k.arg for k in launch.keywords}
     # call() checks the inputs, then run() (what the api calls once its own guards passed) launches
     call = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "call")
     assert ast.unparse(call.body[-1]) == "return run(*inputs)" and "_launch(" not in ast.unparse(call)

@@ -3,9 +3,12 @@
 An emitter returns its launches as data (`common.Launch`: a `Grid`, the arguments with tensors
 as `Buf(nid)`, the keyword arguments). This module writes each one twice:
 
-- as a line of `call()`: on CUDA `_launch(kernel, grid, *args, **kwargs)` through the module's
-  `Launcher` (minicomp/runtime/launcher.py: Triton's path once, the compiled kernel's own
-  launcher after); under the CPU interpreter a plain `kernel[grid](*args, **kwargs)`;
+- as a line of `call()`: on CUDA `_launch(kernel, grid, *args, **kwargs, _site=key)` through
+  the module's `Launcher` (minicomp/runtime/launcher.py: Triton's path once, the compiled
+  kernel's own launcher after, kept under `key`: the kernel's name and a digest of the launch's
+  dtypes and literal arguments, `site_key`; a launch with sizes known only at run time passes
+  no key, and the Launcher builds one from its arguments); under the CPU interpreter a plain
+  `kernel[grid](*args, **kwargs)`;
 - on CUDA, as a `_WARM` entry `(kernel, args, kwargs)` with each tensor written as its dtype,
   which is what `JITFunction.warmup` takes: the first call compiles every (kernel, config) at
   once from this list (`runtime.launcher.CompilingAtOnce`), and the GPU-true check compiles
@@ -18,6 +21,7 @@ kernel of a single config is not autotuned: its launch passes the config's const
 
 from __future__ import annotations
 
+import hashlib
 from typing import Callable
 
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, Launch, Ready, Runtime, Scratch
@@ -92,13 +96,31 @@ def scratch_lines(launches: list[Launch]) -> list[str]:
             f"dtype={s.dtype}, device=device)  # scratch" for s in found]
 
 
-def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cuda: bool) -> list[str]:
+def _literal(launch: Launch) -> bool:
+    """Whether every argument but the tensors is a value known at codegen (static sizes)."""
+    return not any(isinstance(v, Runtime) for v in tuple(launch.args) + tuple(v for _, v in launch.kwargs))
+
+
+def site_key(kernel: str, launch: Launch, dtype_of: Callable[[int], object]) -> str:
+    """The launch's fast-launcher key (`Launcher`'s `_site`): the kernel's name and a digest of its
+    signature (each tensor's dtype, each other argument's value), so launches of one kernel
+    with equal signatures share one compiled specialisation and its launcher."""
+    parts = [str(dtype_of(a.nid)) if isinstance(a, Buf) else str(a.dtype) if isinstance(a, Scratch)
+             else _value_text(a) for a in launch.args]
+    signature = "|".join([kernel, *parts, *(f"{k}={_value_text(v)}" for k, v in launch.kwargs)])
+    return f"{kernel}#{hashlib.blake2s(signature.encode(), digest_size=8).hexdigest()}"
+
+
+def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cuda: bool,
+                 dtype_of: Callable[[int], object] | None = None) -> list[str]:
     """The lines of call() that run `launch` of `kernel`."""
     kernel = launch.fn or kernel
     lines = ["_tma_ready()"] if launch.tma else []
     args = ", ".join(args_text(launch, buf_name))
     grid = grid_text(fixed_grid(launch.grid, launch.kwargs))
-    if cuda:
+    if cuda and dtype_of is not None and _literal(launch):
+        lines.append(f"_launch({kernel}, {grid}, {args}, _site={site_key(kernel, launch, dtype_of)!r})")
+    elif cuda:
         lines.append(f"_launch({kernel}, {grid}, {args})")
     else:
         lines.append(f"{kernel}[{grid}]({args})")

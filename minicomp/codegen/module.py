@@ -5,7 +5,6 @@ One module per compiled graph, readable and runnable on its own (like Inductor's
 to `buf{nid}`, then runs the groups in dependency order: a kernel group allocates its outputs
 with the strides codegen assumed and launches; any other group runs as PyTorch lines (fallback.py;
 a GEMM or an attention with nothing to fuse: library.py, cuBLAS; library_attention.py, SDPA).
-
 Module-level lists the loader fills: `CONSTANTS` (tensor constants, already in the
 layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
 (`python mod.py [inputs.pt [outputs.pt]]`) it reads `<its name>.constants.pt` beside itself
@@ -58,10 +57,8 @@ MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid"
 
 def _emitter(kind: str) -> tuple[Callable[[KernelCtx], Kernel] | None, str]:
     """The kind's `emit`, or None and why not (opaque groups run through PyTorch)."""
-    if kind == "opaque":
-        return None, "opaque op"
     emit = _EMITTERS.get(kind)
-    return (emit, "") if emit is not None else (None, f"no emitter for group kind {kind!r}")
+    return (emit, "") if emit else (None, "opaque op" if kind == "opaque" else f"no emitter for group kind {kind!r}")
 
 
 def _group_order(graph: Graph, plan: Plan) -> list[Group]:
@@ -140,15 +137,18 @@ class ModuleWriter:
         with b.block("def run(*inputs):"):
             b.writeline('"""call() without its input checks, for a caller that made them (minicomp\'s api: its '
                         'guards compare every input\'s shape, dtype, device and strides)."""')
+            ctx0 = KernelCtx(g, Group(-1, "opaque", [], [], []), -1, self.target, self.names)
+            # static sizes: every input laid out in one call (a loop over ~200 weights, not 200 calls)
+            at_once = not self.symbolic and [ctx0.buf(nid) for nid in g.inputs] == arg_names
             if g.inputs:
-                b.writeline(unpack)
+                b.writeline(f"{unpack[:-9]} = _rt.as_layouts(inputs, {tuple(map(ctx0.strides, g.inputs))!r})"
+                            if at_once else unpack)
                 if self.symbolic:
                     b.writelines(sizes.bind_lines(g, arg_names, self.labels))
                 b.writeline(f"device = {arg_names[0]}.device")
             else:
                 b.writeline("device = torch.device(DEVICE_TYPE)")
-            ctx0 = KernelCtx(g, Group(-1, "opaque", [], [], []), -1, self.target, self.names)
-            for nid, name in zip(g.inputs, arg_names):
+            for nid, name in zip(g.inputs, arg_names if not at_once else ()):
                 b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
             for index, group in enumerate(_group_order(g, self.plan)):
                 self._write_group(group, index)
@@ -247,7 +247,7 @@ class ModuleWriter:
         if not kernel.launches:
             b.writeline(f"# {kernel.name}: {kernel.note or 'nothing to launch'}")
         for launch in kernel.launches:
-            b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda))
+            b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda, lambda nid: g.node(nid).dtype))
         if cuda:
             entries, later = warm_entries(kernel, lambda nid: str(g.node(nid).dtype))   # sizes at their hints
             if first is not None:        # a shared kernel compiles once per distinct warm-up entry
