@@ -622,3 +622,39 @@ def test_call_computes_buckets_with_a_plain_function_equal_to_tritons():
     `_rt.next_pow2`: Triton's `next_power_of_2` is a ConstexprFunction, ~7 us a call."""
     import triton
     assert [launcher.next_pow2(n) for n in range(1, 3000)] == [triton.next_power_of_2(n) for n in range(1, 3000)]
+
+
+def test_the_direct_launcher_calls_run_as_tritons_runner_does(monkeypatch):
+    """`launcher.direct` calls the compiled kernel's `run` with the arguments Triton's own runner
+    (`compiled[grid]`) passes when no launch hook is set: the grid, the current stream of the
+    Launcher's device, the function, the packed metadata, no launch metadata, no enter hook, the
+    exit hook, then the kernel's arguments; with an enter hook set (a profiler), the runner."""
+    import triton
+
+    from minicomp.runtime import launcher
+
+    calls = []
+
+    class Compiled:
+        function, packed_metadata = "fn", "packed"
+
+        def _init_handles(self):
+            calls.append("init")
+
+        def run(self, *a):
+            calls.append(("run",) + a)
+
+        def __getitem__(self, grid):
+            return lambda *args: calls.append(("runner", grid) + args)
+
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: f"stream{device}", raising=False)
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", None)
+    monkeypatch.setattr(triton.knobs.runtime, "launch_exit_hook", None)
+    launch = launcher.direct(Compiled(), (4, 2, 1), 3)
+    launch("buf0", 7)
+    assert calls == ["init", ("run", 4, 2, 1, "stream3", "fn", "packed", None, None, None, "buf0", 7)]
+    calls.clear()
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda meta: None)
+    launch("buf0", 7)
+    assert calls == [("runner", (4, 2, 1), "buf0", 7)]
+    assert launcher.direct(object(), (1, 1, 1), 0) is None        # another layout: Triton's runner serves

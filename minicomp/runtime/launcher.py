@@ -154,9 +154,33 @@ class Launcher:
             if callable(grid):
                 grid = grid({**dict(zip(names, args)), **named})
             grid = tuple(grid) + (1,) * (3 - len(grid))
-            return compiled[grid], tail, self.current_device()
+            device = self.current_device()
+            return direct(compiled, grid, device) or compiled[grid], tail, device
         except Exception:  # anything unexpected: Triton's path, as before
             return False
+
+
+def direct(compiled: Any, grid: tuple, device: int) -> Callable | None:
+    """A launcher of `compiled` over `grid` on `device` that calls the compiled kernel's `run` as
+    Triton's own runner (`compiled[grid]`, Triton 3.6 to 3.9) does, less its per-launch lookups
+    of the device (the Launcher checked it) and of launch metadata (None without a launch hook);
+    with a launch hook set (a profiler), Triton's runner serves. None where this Triton's kernel
+    lacks what it calls (another layout: the runner serves)."""
+    try:
+        from torch._C import _cuda_getCurrentRawStream as stream_of
+        from triton import knobs
+        compiled._init_handles()
+        run, function, packed, runtime = compiled.run, compiled.function, compiled.packed_metadata, knobs.runtime
+        runtime.launch_enter_hook, runtime.launch_exit_hook  # noqa: B018  (both readable)
+    except (ImportError, AttributeError):
+        return None
+    runner, (g0, g1, g2) = compiled[grid], grid
+
+    def launch(*args: Any) -> None:
+        if runtime.launch_enter_hook is not None:
+            return runner(*args)
+        run(g0, g1, g2, stream_of(device), function, packed, None, None, runtime.launch_exit_hook, *args)
+    return launch
 
 
 # ----------------------------------------------------------------------------- background compiles
