@@ -123,6 +123,11 @@ class Target:
     # CUDA: an attention group the Gluon kernel does not take and with nothing to fuse calls SDPA
     # (codegen/library_attention.py); off with MINICOMP_LIBRARY_ATTENTION=0 or library mode "off"
     library_attention: bool = True
+    # the module is replayed as CUDA graphs (mode="reduce-overhead"): a GEMM of few rows calls
+    # cuBLAS and its epilogue fuses forward (codegen/library.py `few_rows`), which took the GPU
+    # least time (Llama 1 x 16: 0.344 ms against 0.381 with our fused GEMMs, H200, 2026-12-05);
+    # in the default mode a call is host-bound and fewer launches win (2.07 ms against 2.46)
+    graphs: bool = False
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -152,7 +157,7 @@ class Target:
 
     @staticmethod
     def for_device(device_type: str, environ: dict | None = None, verify_target: str | None = None,
-                   row_form: RowForm | None = None, library: str | None = None) -> "Target":
+                   row_form: RowForm | None = None, library: str | None = None, graphs: bool = False) -> "Target":
         """The target of kernels that will run on this machine's `device_type` ("cuda": the
         current device's capability), with the switches of `environ` (default: the process's
         environment). `verify_target` ("cuda:90") overrides $MINICOMP_VERIFY_TARGET; `row_form`
@@ -173,7 +178,7 @@ class Target:
                       row_form=row_form or RowForm(), capture=capture_mode(env),
                       prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0",
                       library_gemm=library != "off", library_all=library == "all",
-                      library_attention=library != "off" and library_attention_on(env))
+                      library_attention=library != "off" and library_attention_on(env), graphs=graphs)
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":
@@ -181,7 +186,8 @@ class Target:
         `row_form`) and the process's environment, read now: once per compile, before capture,
         whose tracer and priming the record also decides."""
         return Target.for_device(device_type, verify_target=options.verify_target, row_form=options.row_form,
-                                 library=getattr(options, "library", None))
+                                 library=getattr(options, "library", None),
+                                 graphs=getattr(options, "mode", "default") == "reduce-overhead")
 
     def for_check(self, arch: int) -> "Target":
         """This target's switches, for a CUDA device of capability `arch` (what the GPU-true

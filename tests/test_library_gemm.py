@@ -306,6 +306,9 @@ def test_gpu_cublas_lines_replay_inside_a_cuda_graph():
 
 
 # ---------------------------------------------------------------- few rows: cuBLAS, then the epilogue's kernel
+# (in a module replayed as CUDA graphs, mode="reduce-overhead": `Target.graphs`)
+
+SM90_GRAPHS = replace(SM90, graphs=True)
 
 SMALL_CASES = {      # few rows over a long K: the weights' read is the work, cuBLAS spreads it
     "swiglu": (lambda x, w1, w2: F.silu(x @ w1) * (x @ w2), [(16, 1024), (1024, 40), (1024, 40)]),
@@ -329,7 +332,8 @@ def _run_interpreted(generated, inputs, monkeypatch):
     ns["DEVICE_TYPE"] = "cpu"
     ns["CONSTANTS"][:] = generated.constants
     ns["OPAQUE"][:] = generated.opaque
-    ns["_launch"] = lambda kernel, grid, *args, **kwargs: kernel[grid](*args, **kwargs)
+    ns["_launch"] = lambda kernel, grid, *args, _site=None, **kwargs: kernel[grid](*args, **kwargs)
+    ns["_sm_count"] = lambda device: 4          # a persistent (TMA) GEMM's grid: a few programs
     return ns["run"](*inputs)
 
 
@@ -338,7 +342,7 @@ def _run_interpreted(generated, inputs, monkeypatch):
 def test_few_rows_over_a_long_k_call_cublas_and_fuse_what_follows(case, dtype, monkeypatch):
     fn, shapes = SMALL_CASES[case]
     inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
-    c = _generate(fn, inputs)
+    c = _generate(fn, inputs, SM90_GRAPHS)
     gen = c.generated
     rows = math.prod(shapes[0][:-1])
     assert gen.fallbacks == {} and gen.library, gen.kernel_names
@@ -353,9 +357,32 @@ def test_few_rows_over_a_long_k_call_cublas_and_fuse_what_follows(case, dtype, m
     torch.testing.assert_close(out, fn(*inputs), **tol(dtype))
 
 
+@pytest.mark.parametrize("case", sorted(SMALL_CASES))
+def test_in_the_default_mode_few_rows_fuse_their_epilogue_into_our_gemm(case, monkeypatch):
+    """Without CUDA graphs a call at these sizes is host-bound: the few-rows matmul and its
+    epilogue are one GEMM kernel of ours (one launch, not cuBLAS and a pointwise kernel), run
+    here under the interpreter against eager (in fp16: a CUDA module's bf16 `tl.dot` is not
+    upcast, and the interpreter's bf16 dot is wrong, GPU.md)."""
+    fn, shapes = SMALL_CASES[case]
+    inputs = [_randn(*s, dtype=torch.float16, seed=i) for i, s in enumerate(shapes)]
+    c = _generate(fn, inputs)
+    gen = c.generated
+    assert not SM90.graphs and gen.library == {} and gen.fallbacks == {}
+    assert any(name.startswith("mc_gemm") for name in gen.kernel_names), gen.kernel_names
+    assert not any(name.startswith(f"mc_{SMALL_KERNELS[case][0]}") for name in gen.kernel_names), gen.kernel_names
+    (out,) = _run_interpreted(gen, inputs, monkeypatch)
+    torch.testing.assert_close(out, fn(*inputs), **tol(torch.float16))
+
+
+def test_mode_reduce_overhead_makes_a_target_of_cuda_graphs():
+    from minicomp.api import Options
+    assert Target.for_options("cuda", Options(mode="reduce-overhead")).graphs
+    assert not Target.for_options("cuda", Options()).graphs
+
+
 def test_the_planner_says_why_a_few_rows_matmul_keeps_its_epilogue_out():
     fn, shapes = SMALL_CASES["swiglu"]
-    c = _generate(fn, [_randn(*s, seed=i) for i, s in enumerate(shapes)])
+    c = _generate(fn, [_randn(*s, seed=i) for i, s in enumerate(shapes)], SM90_GRAPHS)
     reasons = [r.reason for r in c.plan.rejected]
     assert any("is a cuBLAS call (16 rows, where reading the weights is the work)" in r for r in reasons), reasons
 
@@ -363,7 +390,7 @@ def test_the_planner_says_why_a_few_rows_matmul_keeps_its_epilogue_out():
 def test_a_cast_before_a_few_rows_matmul_stays_out_of_its_group(monkeypatch):
     fn = lambda x, w: (x.to(torch.bfloat16) @ w) * 2.0      # noqa: E731
     inputs = [_randn(16, 1024), _randn(1024, 40, dtype=torch.bfloat16, seed=1)]
-    c = _generate(fn, inputs)
+    c = _generate(fn, inputs, SM90_GRAPHS)
     assert len(c.generated.library) == 1 and not any(k.startswith("mc_gemm") for k in c.generated.kernel_names)
     (out,) = _run_interpreted(c.generated, inputs, monkeypatch)
     torch.testing.assert_close(out, fn(*inputs), **tol(torch.bfloat16))
@@ -375,7 +402,7 @@ def test_a_cast_before_a_few_rows_matmul_stays_out_of_its_group(monkeypatch):
 def test_more_rows_or_a_short_k_keep_our_fused_kernel(shapes):
     fn = SMALL_CASES["swiglu"][0]
     inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
-    gen = _generate(fn, inputs).generated
+    gen = _generate(fn, inputs, SM90_GRAPHS).generated
     assert gen.library == {} and any(name.startswith("mc_gemm") for name in gen.kernel_names)
 
 
@@ -385,7 +412,7 @@ def test_few_rows_over_symbolic_sizes_keep_our_kernel():
     c = f.compile_for(x, w1, w2)
     assert c.graph.symbolic
     from minicomp.codegen import generate
-    gen = generate(c.graph, c.plan, SM90)
+    gen = generate(c.graph, c.plan, SM90_GRAPHS)
     assert gen.library == {} and gen.kernel_names
 
 
@@ -396,10 +423,11 @@ def test_gpu_few_rows_swiglu_matches_eager(dtype):
     g = torch.Generator(device="cuda").manual_seed(0)
     x, w1, w2 = (torch.randn(*s, device="cuda", generator=g).to(dtype) * s[-1] ** -0.5
                  for s in ((16, 2048), (2048, 5632), (2048, 5632)))
-    f = minicomp.compile(fn)
-    for _ in range(2):
-        torch.testing.assert_close(f(x, w1, w2), fn(x, w1, w2), **tol(dtype))
-    assert f.compile_for(x, w1, w2).generated.library
+    for mode, library in (("reduce-overhead", True), ("default", False)):
+        f = minicomp.compile(fn, mode=mode)
+        for _ in range(2):
+            torch.testing.assert_close(f(x, w1, w2), fn(x, w1, w2), **tol(dtype))
+        assert bool(f.compile_for(x, w1, w2).generated.library) == library, mode
 
 
 def test_a_llama_at_batch_1_x_16_fuses_around_its_cublas_projections(monkeypatch):
@@ -417,7 +445,7 @@ def test_a_llama_at_batch_1_x_16_fuses_around_its_cublas_projections(monkeypatch
         warnings.simplefilter("error")
         g = capture(fn, [ids])
         weights = g.binding.read()
-        gen = compile_graph(g, [ids, *weights], device="cuda", load=False, target=SM90).generated
+        gen = compile_graph(g, [ids, *weights], device="cuda", load=False, target=SM90_GRAPHS).generated
     assert len(gen.library) == 2 * 7 + 1, gen.library      # q k v o gate up down per layer, the lm_head
     kinds = [name.split("_")[1] + "_" + name.split("_")[2] for name in gen.kernel_names]
     assert kinds.count("red_add") >= 2 and "pw_silu" in kinds, gen.kernel_names
@@ -537,8 +565,8 @@ def test_a_decode_step_over_a_symbolic_past_plans_its_one_row_projections_for_cu
     args = [torch.randn(1, 1, d), torch.randn(1, heads, 5, d // heads), torch.randn(1, heads, 5, d // heads)]
     c = f.compile_for(*args)
     assert c.graph.symbolic
-    plan = plan_graph(c.graph, library=library.planned(c.graph, SM90))
-    gen = generate(assign_layout(c.graph, plan), plan, SM90)
+    plan = plan_graph(c.graph, library=library.planned(c.graph, SM90_GRAPHS))
+    gen = generate(assign_layout(c.graph, plan), plan, SM90_GRAPHS)
     assert len(gen.library) == 6 and all(why == library.FEW.format(m="1 row") for why in gen.library.values())
     assert not any(k.startswith("mc_gemm") for k in gen.kernel_names), gen.kernel_names
     for past in (5, 9):
@@ -568,7 +596,7 @@ def test_a_few_rows_conv1d_keeps_its_view_and_fuses_the_gelu_after_it(monkeypatc
         h = torch.addmm(b, x.view(-1, 1024), w).view(1, 3, 48)
         return F.gelu(h, approximate="tanh")
     inputs = [_randn(1, 3, 1024), _randn(1024, 48, seed=1), _randn(48, seed=2)]
-    gen = _generate(fn, inputs).generated
+    gen = _generate(fn, inputs, SM90_GRAPHS).generated
     assert list(gen.library.values()) == [library.FEW_BIAS.format(m="3 rows")], gen.library
     assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_pw_gelu"), gen.kernel_names
     (out,) = _run_interpreted(gen, inputs, monkeypatch)
