@@ -12,20 +12,19 @@ test runs the module on CUDA against eager.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tol
+from library_testing import generate_quietly, run_on_cpu as _run_on_cpu
 
 import minicomp
 from minicomp.api import compile_graph
 from minicomp.codegen import generate, library_attention
 from minicomp.explain import BenchResult, bench_lines
 from minicomp.frontend.dsl import load_dsl
-from minicomp.frontend.fx import capture
 from minicomp.ir import composites as C
 from minicomp.ir.graph import Graph
 from minicomp.plan import Group, Plan
@@ -41,22 +40,7 @@ SDPA_CALL = "torch.nn.functional.scaled_dot_product_attention("
 
 
 def _generate(fn, inputs, target: Target = SM90):
-    """`fn` captured and compiled for `target` without running it (no GPU needed); no warning."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        g = capture(fn, inputs)
-        return compile_graph(g, inputs, device=target.device_type, load=False, target=target)
-
-
-def _run_on_cpu(generated, inputs):
-    """Run a CUDA module that holds no Triton kernel on CPU tensors: its lines are PyTorch."""
-    assert not generated.kernels, generated.kernel_names
-    ns: dict = {"__name__": "minicomp_library_attention_test"}
-    exec(compile(generated.source, "<generated>", "exec"), ns)
-    ns["DEVICE_TYPE"] = "cpu"
-    ns["CONSTANTS"][:] = generated.constants
-    ns["OPAQUE"][:] = generated.opaque
-    return ns["call"](*inputs)
+    return generate_quietly(fn, inputs, target)
 
 
 def _randn(*shape, dtype=torch.float32, seed=0):

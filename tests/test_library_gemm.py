@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tol
+from library_testing import generate_quietly, run_on_cpu as _run_on_cpu
 
 import minicomp
 from minicomp.api import compile_graph
@@ -33,22 +34,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def _generate(fn, inputs, target: Target = SM90):
-    """`fn` captured and compiled for `target` without running it (no GPU needed); no warning."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        g = capture(fn, inputs)
-        return compile_graph(g, inputs, device=target.device_type, load=False, target=target)
-
-
-def _run_on_cpu(generated, inputs):
-    """Run a CUDA module that holds no Triton kernel on CPU tensors: its lines are PyTorch."""
-    assert not generated.kernels, generated.kernel_names
-    ns: dict = {"__name__": "minicomp_library_test"}
-    exec(compile(generated.source, "<generated>", "exec"), ns)
-    ns["DEVICE_TYPE"] = "cpu"
-    ns["CONSTANTS"][:] = generated.constants
-    ns["OPAQUE"][:] = generated.opaque
-    return ns["call"](*inputs)
+    return generate_quietly(fn, inputs, target)
 
 
 def _randn(*shape, dtype=torch.float32, seed=0):
