@@ -114,6 +114,23 @@ PREFILL = {     # the model workloads' full sizes (issue 22's small-batch ones t
 }
 
 
+def model_from_args(description: str, rows: int):
+    """For the profiling scripts (scripts/profile_model.py, scripts/host_profile.py): their
+    arguments (a family, --batch/--seq over its PREFILL geometry, --rows, --backend) and the
+    benchmark's model built from them on CUDA in bf16: (args, sizes, Built)."""
+    import argparse
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("family", nargs="?", default="bert", choices=sorted(PREFILL))
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--seq", type=int, default=None)
+    p.add_argument("--rows", type=int, default=rows, help="rows of the tables printed")
+    p.add_argument("--backend", action="store_true", help="torch.compile(backend=minicomp), not minicomp.compile")
+    args = p.parse_args()
+    sizes = dict(PREFILL[args.family])
+    sizes.update({k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None})
+    return args, sizes, make_model(args.family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))
+
+
 def model_workloads(workload_cls) -> list:
     """The model workloads, as `workloads.Workload` records."""
     full = PREFILL

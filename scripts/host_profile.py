@@ -9,7 +9,6 @@ synchronised: when it is as long as the wall time, the call is host-bound), and 
 functions by their own time over 20 calls. At batch 4 x 512 BERT-base ran at 3.27 ms a call
 with 1.58 ms of GPU time (results/2026-12-05): the host is the bound, and this says where.
 """
-import argparse
 import cProfile
 import pstats
 import sys
@@ -25,16 +24,7 @@ from benchmarks import workloads_models  # noqa: E402
 
 import minicomp  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("family", nargs="?", default="bert")
-p.add_argument("--batch", type=int, default=None)
-p.add_argument("--seq", type=int, default=None)
-p.add_argument("--backend", action="store_true", help="torch.compile(backend=minicomp) instead of own capture")
-p.add_argument("--rows", type=int, default=28)
-args = p.parse_args()
-sizes = dict(workloads_models.PREFILL[args.family])
-sizes.update({k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None})
-built = workloads_models.make_model(args.family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))
+args, sizes, built = workloads_models.model_from_args(__doc__, rows=28)
 fn, ins = built.fn, built.inputs
 f = torch.compile(fn, backend=minicomp.backend()) if args.backend else minicomp.compile(fn)
 name = "torch.compile(backend=minicomp)" if args.backend else "minicomp.compile"

@@ -5,7 +5,6 @@ The model has the benchmark's geometry for its family (workloads_models.PREFILL)
 --seq override its batch and length (--batch 1 --seq 16 is the small-batch workload).
 (issue 22: BERT-base ran at 1.37x torch.compile's time; this says whether the gap is GPU time
 in some kernels or host time between launches)."""
-import argparse
 import sys
 from pathlib import Path
 
@@ -15,22 +14,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import workloads_models  # noqa: E402
-from benchmarks.workloads import Built  # noqa: E402,F401  (the model builder returns one)
 
 import minicomp  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("family", nargs="?", default="bert")
-p.add_argument("--batch", type=int, default=None)
-p.add_argument("--seq", type=int, default=None)
-p.add_argument("--rows", type=int, default=16, help="kernels listed per backend")
-args = p.parse_args()
-sizes = dict(workloads_models.PREFILL[args.family])
-sizes.update({k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None})
+args, sizes, built = workloads_models.model_from_args(__doc__, rows=16)
 print(f"{args.family}: {sizes}")
-built = workloads_models.make_model(args.family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))
 fn, ins = built.fn, built.inputs
-backends = {"torch.compile": torch.compile(fn), "minicomp": minicomp.compile(fn)}
+ours = torch.compile(fn, backend=minicomp.backend()) if args.backend else minicomp.compile(fn)
+backends = {"torch.compile": torch.compile(fn), "minicomp" + (" (backend)" if args.backend else ""): ours}
 with torch.no_grad():
     for name, f in backends.items():
         for _ in range(3):
