@@ -321,14 +321,14 @@ def test_a_kernel_rejected_at_the_first_launch_falls_back_and_the_weights_stay_l
 
 
 def test_a_call_its_fast_check_admits_skips_the_modules_input_checks(monkeypatch):
-    """The module's `call` checks every input (shape, dtype, device) before `run`; a call the
-    api's TensorCheck admitted (it compares all of that and the strides) goes to `run`
-    directly. A call the check does not admit still goes through `call`'s checks."""
-    from minicomp.runtime import launcher as rt
+    """A loaded module's call (`CompiledCall`) checks every input (shape, dtype, device) before
+    the module's `run`; a call the api's TensorCheck admitted (it compares all of that and the
+    strides) goes to `run` directly. A call the check does not admit is checked again."""
+    import minicomp.runtime as rt
 
     seen = []
-    real = rt.check_input
-    monkeypatch.setattr(rt, "check_input", lambda t, name, *a: seen.append(name) or real(t, name, *a))
+    real = rt.check_call
+    monkeypatch.setattr(rt, "check_call", lambda name, specs, *a: seen.append(name) or real(name, specs, *a))
     lin = torch.nn.Linear(6, 5)
     f = minicomp.compile(lambda x: torch.relu(lin(x)))
     x = torch.randn(3, 6)

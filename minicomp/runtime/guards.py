@@ -94,7 +94,12 @@ def check_call(graph_name: str, specs: Sequence[tuple[str, tuple[int, ...], torc
     if len(inputs) != len(specs):
         names = ", ".join(s[0] for s in specs)
         raise GuardError(f"{graph_name} takes {len(specs)} input(s) ({names}), got {len(inputs)}")
+    on_device = (lambda t: t.is_cuda) if device_type == "cuda" else (lambda t: t.is_cpu) if device_type == "cpu" \
+        else (lambda t: t.device.type == device_type)
     for (name, shape, dtype), t in zip(specs, inputs):
+        # the common case first, in the reads that cost least (`t.device.type` builds a device object)
+        if isinstance(t, torch.Tensor) and t.shape == shape and t.dtype == dtype and on_device(t):
+            continue
         if not isinstance(t, torch.Tensor):
             raise GuardError(f"{graph_name}: input {name!r} must be a torch.Tensor, got {type(t).__name__}")
         if _symbolic(shape):          # a module over symbolic sizes checks them itself (codegen/sizes.py)
