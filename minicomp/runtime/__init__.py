@@ -14,11 +14,12 @@ importing this package switches it on, so import minicomp before triton there.
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -49,10 +50,17 @@ class CompiledCall:
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         g = self.generated
         check_call(g.graph_name, g.input_specs, self.device.type, inputs)
-        # the module's call() would check each input's shape, dtype and device again (~1 us an
-        # input: a model's ~200 weights through the Dynamo backend); its run() does not
+        return self._entry(*inputs)
+
+    @functools.cached_property
+    def _entry(self) -> Callable:
+        """The module's run() where check_call has checked all its call() would: a static
+        signature (call() checks each input's shape, dtype and device again, ~1 us an input: a
+        model's ~200 weights through the Dynamo backend). A module over symbolic sizes keeps
+        call(), which binds the sizes and checks that the inputs agree on them."""
+        symbolic = any(not isinstance(d, int) for _, shape, _ in self.generated.input_specs for d in shape)
         run = getattr(self.module, "run", None)
-        return run(*inputs) if run is not None else self.module.call(*inputs)
+        return self.module.call if symbolic or run is None else run
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
