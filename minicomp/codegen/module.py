@@ -207,6 +207,12 @@ class ModuleWriter:
             self.library[group.id] = library_call          # nothing to fuse: a library call, no kernel, no fallback
             self.summary.append(f"group {group.id:<3} {what:<24} -> {library_call}")
             return lib.emit(ctx, b, self.opaque_slot)
+        if group.kind == "pointwise" and group.id not in self.forced and (src := pointwise.alias_source(ctx)) is not None:
+            (o,) = group.outputs
+            self.summary.append(f"group {group.id:<3} {what:<24} -> no kernel: a view of %{src}, laid out as the output")
+            b.writeline(f"# the views move no element: %{o} is %{src}'s memory at its own strides")
+            b.writeline(f"{ctx.buf(o)} = {ctx.buf(src)}.as_strided({tuple(g.node(o).shape)!r}, {ctx.strides(o)!r})")
+            return
         emit, reason = _emitter(group.kind)
         kernel = None
         if group.id in self.forced:

@@ -152,6 +152,32 @@ def _wants_tiles(ctx: KernelCtx, shape: tuple[int, ...]) -> tuple[Lowering, Code
     return None
 
 
+def alias_source(ctx: KernelCtx) -> int | None:
+    """The buffer a group of views already holds, element for element, at the output's own
+    strides, or None. `attn.transpose(1, 2).reshape(b, s, h * d)` where the attention wrote
+    [b, s, h, d] in memory is a copy that moves nothing: its load and store offsets are both
+    the flat index. The module then makes the output a strided view of that buffer, no kernel.
+    Only a buffer the module allocates and does not also return: an output that shares memory
+    with an input, a weight or another output would be a view where eager gives a copy."""
+    g, group = ctx.graph, ctx.group
+    if g.symbolic or len(group.outputs) != 1:
+        return None
+    out = g.node(group.outputs[0])
+    computed = [n for n in group.nodes if n not in group.inputs]
+    if not computed or any(g.node(n).kind != "view" for n in computed):
+        return None
+    low, _ = _build(ctx, out.shape, tiled=False)
+    reads = [n for n in low.pointers if n != out.id]
+    if len(reads) != 1:
+        return None
+    src = g.node(reads[0])
+    if (src.op in ("input", "constant") or src.id in g.outputs or src.dtype != out.dtype
+            or src.numel != out.numel):
+        return None
+    flat = ix.sym("offs", max(out.numel, 1))
+    return src.id if len(low.offsets) == 2 and all(o == flat for o in low.offsets) else None
+
+
 def emit(ctx: KernelCtx) -> Kernel:
     graph, group = ctx.graph, ctx.group
     if not group.outputs:
