@@ -121,3 +121,19 @@ def renamed(launch: Launch, names: dict[str, str]) -> Launch:
         when = Ready(names.get(when.fn, when.fn), when.ready)
     return replace(launch, grid=grid, kwargs=tuple((names.get(k, k), v) for k, v in launch.kwargs),
                    fn=names.get(launch.fn, launch.fn), when=when)
+
+
+def shared(kernel: Kernel, seen: dict[str, Kernel], kernel_groups: dict[str, int]) -> tuple[Kernel, int | None]:
+    """`kernel`, or where an earlier group's kernel is the same up to names, `kernel`'s launches
+    renamed onto that one, and the earlier kernel's first group. `seen` maps each canonical text
+    to its first kernel (a module's record, added to here); `kernel_groups` each kernel's first group."""
+    text = canonical(kernel) if kernel.launches else None
+    if text is None:
+        return kernel, None
+    first = seen.get(text)
+    if first is None:
+        seen[text] = kernel
+        return kernel, None
+    names = renamer(first, kernel)
+    launches = [renamed(launch, names) for launch in kernel.launches]
+    return replace(kernel, name=first.name, source="", launches=launches), kernel_groups[first.name]

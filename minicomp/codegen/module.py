@@ -26,7 +26,6 @@ codegen writes launches from `Launch` records and reads no generated text back.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -207,12 +206,9 @@ class ModuleWriter:
             self.library[group.id] = library_call          # nothing to fuse: a library call, no kernel, no fallback
             self.summary.append(f"group {group.id:<3} {what:<24} -> {library_call}")
             return lib.emit(ctx, b, self.opaque_slot)
-        if group.kind == "pointwise" and group.id not in self.forced and (src := pointwise.alias_source(ctx)) is not None:
-            (o,) = group.outputs
-            self.summary.append(f"group {group.id:<3} {what:<24} -> no kernel: a view of %{src}, laid out as the output")
-            b.writeline(f"# the views move no element: %{o} is %{src}'s memory at its own strides")
-            b.writeline(f"{ctx.buf(o)} = {ctx.buf(src)}.as_strided({tuple(g.node(o).shape)!r}, {ctx.strides(o)!r})")
-            return
+        if group.kind == "pointwise" and group.id not in self.forced and (view := pointwise.as_view(ctx)):
+            self.summary.append(f"group {group.id:<3} {what:<24} -> {view[0]}")
+            return b.writelines(view[1])
         emit, reason = _emitter(group.kind)
         kernel = None
         if group.id in self.forced:
@@ -232,7 +228,7 @@ class ModuleWriter:
             fallback.emit_torch(ctx, reason, b, self.opaque_slot)
             self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
             return
-        kernel, first = self._shared(kernel)
+        kernel, first = dedup.shared(kernel, self.canonical, self.kernel_groups)
         if first is None:
             self.kernels.append(kernel)
         self.kernel_groups.setdefault(kernel.name, group.id)
@@ -266,20 +262,6 @@ class ModuleWriter:
                 self.warm[:0] = entries
             else:
                 self.warm += entries
-
-    def _shared(self, kernel: Kernel) -> tuple[Kernel, int | None]:
-        """`kernel`, or where an earlier group's kernel is the same up to names (codegen/dedup.py),
-        `kernel`'s launches renamed onto that one, and the earlier kernel's first group."""
-        text = dedup.canonical(kernel) if kernel.launches else None
-        if text is None:
-            return kernel, None
-        first = self.canonical.get(text)
-        if first is None:
-            self.canonical[text] = kernel
-            return kernel, None
-        names = dedup.renamer(first, kernel)
-        launches = [dedup.renamed(launch, names) for launch in kernel.launches]
-        return replace(kernel, name=first.name, source="", launches=launches), self.kernel_groups[first.name]
 
     # ------------------------------------------------------------------ whole module
     def source(self) -> str:

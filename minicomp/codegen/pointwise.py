@@ -178,6 +178,18 @@ def alias_source(ctx: KernelCtx) -> int | None:
     return src.id if len(low.offsets) == 2 and all(o == flat for o in low.offsets) else None
 
 
+def as_view(ctx: KernelCtx) -> tuple[str, list[str]] | None:
+    """For a group `alias_source` finds a buffer for: the plan summary's words and the module's
+    lines that make the output a view of it."""
+    src = alias_source(ctx)
+    if src is None:
+        return None
+    (o,) = ctx.group.outputs
+    return (f"no kernel: a view of %{src}, laid out as the output",
+            [f"# the views move no element: %{o} is %{src}'s memory at its own strides",
+             f"{ctx.buf(o)} = {ctx.buf(src)}.as_strided({tuple(ctx.graph.node(o).shape)!r}, {ctx.strides(o)!r})"])
+
+
 def emit(ctx: KernelCtx) -> Kernel:
     graph, group = ctx.graph, ctx.group
     if not group.outputs:
