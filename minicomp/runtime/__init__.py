@@ -27,7 +27,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything below imports triton
 
 from minicomp.runtime.cache import ModuleCache, cache_key, cache_root
-from minicomp.runtime.guards import GuardError, Signature, check_call, with_input_layouts
+from minicomp.runtime.guards import GuardError, Signature, check_call, symbolic_shape, with_input_layouts
 from minicomp.runtime.loader import check_interpreter, import_entry, import_source
 from minicomp.runtime.progress import watch_autotuning
 
@@ -58,7 +58,7 @@ class CompiledCall:
         signature (call() checks each input's shape, dtype and device again, ~1 us an input: a
         model's ~200 weights through the Dynamo backend). A module over symbolic sizes keeps
         call(), which binds the sizes and checks that the inputs agree on them."""
-        symbolic = any(not isinstance(d, int) for _, shape, _ in self.generated.input_specs for d in shape)
+        symbolic = any(symbolic_shape(shape) for _, shape, _ in self.generated.input_specs)
         run = getattr(self.module, "run", None)
         return self.module.call if symbolic or run is None else run
 

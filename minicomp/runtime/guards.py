@@ -84,7 +84,7 @@ def with_input_layouts(graph: Graph, sig: Signature) -> Graph:
     return g
 
 
-def _symbolic(shape) -> bool:
+def symbolic_shape(shape) -> bool:
     return any(not isinstance(d, int) for d in shape)
 
 
@@ -102,7 +102,7 @@ def check_call(graph_name: str, specs: Sequence[tuple[str, tuple[int, ...], torc
             continue
         if not isinstance(t, torch.Tensor):
             raise GuardError(f"{graph_name}: input {name!r} must be a torch.Tensor, got {type(t).__name__}")
-        if _symbolic(shape):          # a module over symbolic sizes checks them itself (codegen/sizes.py)
+        if symbolic_shape(shape):          # a module over symbolic sizes checks them itself (codegen/sizes.py)
             ok = t.dim() == len(shape) and all(d == e for d, e in zip(t.shape, shape) if isinstance(e, int))
         else:
             ok = tuple(t.shape) == tuple(shape)
