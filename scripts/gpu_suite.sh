@@ -17,8 +17,9 @@ if [ -d .whl ]; then
     H=$(ls .whl/hf1/huggingface_hub-1*.whl .whl/hf1/httpx-*.whl .whl/hf1/httpcore-*.whl .whl/hf1/certifi-*.whl 2>/dev/null)
     python3 -m pip install -q --no-index --no-deps --target .site $W $H \
         > "$OUT/pip.log" 2>&1 || echo "pip: see $OUT/pip.log"
-    export PYTHONPATH=$PWD/.site:$PWD
 fi
+# the tests' subprocesses (a loaded cache, an emitted module) import minicomp from this checkout
+export PYTHONPATH=$PWD/.site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 JOBS=()
 [ -n "${MINICOMP_GPU_JOBS:-}" ] && JOBS=(-n "$MINICOMP_GPU_JOBS")
