@@ -628,7 +628,8 @@ def test_the_direct_launcher_calls_run_as_tritons_runner_does(monkeypatch):
     """`launcher.direct` calls the compiled kernel's `run` with the arguments Triton's own runner
     (`compiled[grid]`) passes when no launch hook is set: the grid, the current stream of the
     Launcher's device, the function, the packed metadata, no launch metadata, no enter hook, the
-    exit hook, then the kernel's arguments; with an enter hook set (a profiler), the runner."""
+    exit hook, then the kernel's arguments; with a hook set (a profiler), the runner. Triton's
+    hooks are chains that are never None: an empty chain is no hook."""
     import triton
 
     from minicomp.runtime import launcher
@@ -648,13 +649,24 @@ def test_the_direct_launcher_calls_run_as_tritons_runner_does(monkeypatch):
             return lambda *args: calls.append(("runner", grid) + args)
 
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: f"stream{device}", raising=False)
-    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", None)
-    monkeypatch.setattr(triton.knobs.runtime, "launch_exit_hook", None)
+    direct = [("run", 4, 2, 1, "stream3", "fn", "packed", None, None, None, "buf0", 7)]
+    runner = [("runner", (4, 2, 1), "buf0", 7)]
     launch = launcher.direct(Compiled(), (4, 2, 1), 3)
-    launch("buf0", 7)
-    assert calls == ["init", ("run", 4, 2, 1, "stream3", "fn", "packed", None, None, None, "buf0", 7)]
+    assert calls == ["init"]
+    chains = [getattr(triton.knobs.runtime, h) for h in ("launch_enter_hook", "launch_exit_hook")]
+    for chain in chains:        # Triton's own default: chains with no calls, which is no hook
+        assert chain is not None and not getattr(chain, "calls", [None]), chain
+    for hooks, want in [((None, None), direct), (chains, direct), ((lambda meta: None, None), runner),
+                        ((None, lambda meta: None), runner)]:
+        calls.clear()
+        monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", hooks[0])
+        monkeypatch.setattr(triton.knobs.runtime, "launch_exit_hook", hooks[1])
+        launch("buf0", 7)
+        assert calls == want, hooks
+    chain = type(chains[0])()   # a profiler adds itself to the chain: the runner serves
+    chain.add(lambda meta: None)
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", chain)
     calls.clear()
-    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda meta: None)
     launch("buf0", 7)
-    assert calls == [("runner", (4, 2, 1), "buf0", 7)]
+    assert calls == runner
     assert launcher.direct(object(), (1, 1, 1), 0) is None        # another layout: Triton's runner serves
