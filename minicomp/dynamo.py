@@ -195,6 +195,7 @@ class Backend:
                     return _compile(aot_gm, inputs, opts, record, _static_inputs())
             return compile_fn
 
+        aot.keep_sdpa(gm, example_inputs)     # AOTAutograd would decompose it (math path with a mask)
         return aot_autograd(fw_compiler=compiler("forward"), inference_compiler=compiler("inference"),
                             bw_compiler=_eager_backward)(gm, example_inputs)
 

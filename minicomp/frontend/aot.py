@@ -17,6 +17,12 @@ are tensors, and in a training forward also the SymInts and tensors saved for th
   decomposes to on CUDA (flash, efficient, cuDNN) become `minicomp::sdpa` when only their
   attention output is read, so they lower to minicomp's attention like the CPU op does;
   where the backward reads their other outputs (logsumexp, seeds) they stay as they are.
+- `keep_sdpa(gm, example_inputs)`: before AOTAutograd, on Dynamo's graph, the calls of
+  `F.scaled_dot_product_attention` become `minicomp::sdpa` when no gradient is needed.
+  AOTAutograd otherwise decomposes the call to whichever kernel PyTorch picks while tracing,
+  and with a mask that was the math path: q, k and v cast to fp32, two bmms and a softmax
+  (transformers' BERT under Dynamo, H100, PyTorch 2.11), which minicomp then computed as
+  such. A custom op has no derivative, so a graph that needs one keeps PyTorch's.
 - `aten_calls(gm)`: the aten calls of a graph (and how many are views), the denominators of
   the backend's "fraction compiled".
 
@@ -157,6 +163,38 @@ def rewrite_sdpa(gm: fx.GraphModule) -> int:
             u.replace_all_uses_with(new)
             gm.graph.erase_node(u)
         gm.graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        gm.recompile()
+    return replaced
+
+
+_SDPA_FLAGS = (("dropout_p", 0.0, float), ("is_causal", False, bool), ("scale", None, float),
+               ("enable_gqa", False, bool))
+
+
+def keep_sdpa(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> int:
+    """Replace the `F.scaled_dot_product_attention` calls of Dynamo's graph `gm` by
+    `minicomp::sdpa`, unless a gradient may flow through the graph (grad mode on and an input
+    that requires grad); returns how many were replaced (`gm` is changed in place). A call
+    whose flags are not constants (a traced dropout probability) stays as it is."""
+    if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
+        return 0
+    functional = torch.nn.functional.scaled_dot_product_attention
+    names = ("query", "key", "value", "attn_mask", *(name for name, _, _ in _SDPA_FLAGS))
+    replaced = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not functional:
+            continue
+        given = {**dict(zip(names, node.args)), **node.kwargs}
+        if len(node.args) > 4 or set(given) - set(names) or not all(n in given for n in names[:3]):
+            continue       # flags given by position, or names this PyTorch's SDPA has and minicomp::sdpa lacks
+        flags = [given.get(name, default) for name, default, _ in _SDPA_FLAGS]
+        if any(isinstance(f, fx.Node) for f in flags) or not isinstance(given.get("attn_mask"), (fx.Node, type(None))):
+            continue       # a traced dropout probability or scale: PyTorch's call stays
+        flags = [None if f is None else cast(f) for f, (_, _, cast) in zip(flags, _SDPA_FLAGS)]
+        node.target = SDPA
+        node.args, node.kwargs = (given["query"], given["key"], given["value"], given.get("attn_mask"), *flags), {}
         replaced += 1
     if replaced:
         gm.recompile()
