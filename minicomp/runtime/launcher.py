@@ -54,6 +54,7 @@ import torch
 # generated modules call these as `_rt.` helpers: input checks and layouts, sizes, index checks
 from minicomp.runtime.checks import as_layout, as_layouts, bind_size, check_index, check_input, next_pow2  # noqa: F401
 from minicomp.runtime.tuning import fit_buckets, tune_bench, tune_options  # noqa: F401  (generated autotuners' `_rt.` helpers)
+from minicomp.runtime.tma import align16, sm_count, tma_ready  # noqa: F401  (generated modules' `_rt.` helpers)
 
 
 class KernelCompileError(RuntimeError):
@@ -379,41 +380,3 @@ def compile_threads(environ: dict | None = None) -> int:
         return min(16, len(os.sched_getaffinity(0)))
     except AttributeError:  # no sched_getaffinity on this OS
         return min(16, os.cpu_count() or 1)
-
-
-def align16(t: torch.Tensor) -> torch.Tensor:
-    """`t`, or a copy with the same strides at a 16-byte aligned address: TMA descriptors need one."""
-    if t.data_ptr() % 16 == 0:
-        return t
-    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
-
-
-def _tma_scratch(size: int, alignment: int, stream: Any) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-_ALLOCATION: list = []      # Triton's allocator module once looked up ([None]: another Triton layout)
-
-
-def tma_ready() -> None:
-    """Kernels that build TMA descriptors take scratch memory from Triton's allocator: install one
-    unless the program has set its own. Called before every TMA launch, so the module holding
-    the allocator is looked up once (an import per call cost ~1.5 us)."""
-    if not _ALLOCATION:
-        try:
-            from triton.runtime import _allocation
-            _ALLOCATION.append(_allocation if hasattr(_allocation, "_NULL_ALLOCATOR") else None)
-        except ImportError:
-            _ALLOCATION.append(None)
-    alloc = _ALLOCATION[0]
-    try:
-        if alloc is not None and alloc._allocator.get() is not alloc._NULL_ALLOCATOR:
-            return
-    except AttributeError:  # another Triton layout: install ours
-        pass
-    import triton
-    triton.set_allocator(_tma_scratch)
-
-
-def sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
