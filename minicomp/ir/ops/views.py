@@ -157,7 +157,10 @@ def _pad_rule(operands, attrs):
         return None
     out = list(shape)
     for k in range(len(pad) // 2):
-        out[-1 - k] += pad[2 * k] + pad[2 * k + 1]
+        lo, hi = pad[2 * k], pad[2 * k + 1]
+        if out[-1 - k] + min(lo, 0) + min(hi, 0) < 0:
+            return None     # PyTorch crops first (negative pads), and refuses to crop below nothing
+        out[-1 - k] += lo + hi
     return (tuple(out), dtype) if all(s > 0 for s in out) else None
 
 
