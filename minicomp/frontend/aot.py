@@ -32,6 +32,7 @@ with node `meta["val"]` set on every node `fx.lower` reads.
 
 from __future__ import annotations
 
+import inspect
 import operator
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -39,7 +40,7 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
-from minicomp.frontend.fx_trace import SDPA
+from minicomp.frontend.fx_trace import SDPA, sdpa_call
 
 aten = torch.ops.aten
 
@@ -169,32 +170,33 @@ def rewrite_sdpa(gm: fx.GraphModule) -> int:
     return replaced
 
 
-_SDPA_FLAGS = (("dropout_p", 0.0, float), ("is_causal", False, bool), ("scale", None, float),
-               ("enable_gqa", False, bool))
+_SDPA_CALL = inspect.signature(sdpa_call)     # F.scaled_dot_product_attention's parameters
 
 
 def keep_sdpa(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> int:
     """Replace the `F.scaled_dot_product_attention` calls of Dynamo's graph `gm` by
     `minicomp::sdpa`, unless a gradient may flow through the graph (grad mode on and an input
-    that requires grad); returns how many were replaced (`gm` is changed in place). A call
-    whose flags are not constants (a traced dropout probability) stays as it is."""
+    that requires grad); returns how many were replaced (`gm` is changed in place). The call's
+    arguments bind as the eager tracer's stand-in (`fx_trace.sdpa_call`) takes them; a call
+    they do not bind to, or whose flags are graph values (a traced dropout probability), stays."""
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
         return 0
     functional = torch.nn.functional.scaled_dot_product_attention
-    names = ("query", "key", "value", "attn_mask", *(name for name, _, _ in _SDPA_FLAGS))
     replaced = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not functional:
             continue
-        given = {**dict(zip(names, node.args)), **node.kwargs}
-        if len(node.args) > 4 or set(given) - set(names) or not all(n in given for n in names[:3]):
-            continue       # flags given by position, or names this PyTorch's SDPA has and minicomp::sdpa lacks
-        flags = [given.get(name, default) for name, default, _ in _SDPA_FLAGS]
-        if any(isinstance(f, fx.Node) for f in flags) or not isinstance(given.get("attn_mask"), (fx.Node, type(None))):
-            continue       # a traced dropout probability or scale: PyTorch's call stays
-        flags = [None if f is None else cast(f) for f, (_, _, cast) in zip(flags, _SDPA_FLAGS)]
-        node.target = SDPA
-        node.args, node.kwargs = (given["query"], given["key"], given["value"], given.get("attn_mask"), *flags), {}
+        try:
+            bound = _SDPA_CALL.bind(*node.args, **node.kwargs)
+        except TypeError:
+            continue       # names this PyTorch's SDPA has and minicomp::sdpa lacks
+        bound.apply_defaults()
+        q, k, v, mask, dropout_p, is_causal, scale, gqa = bound.arguments.values()
+        if any(isinstance(f, fx.Node) for f in (dropout_p, is_causal, scale, gqa)):
+            continue
+        node.target, node.kwargs = SDPA, {}
+        node.args = (q, k, v, mask, float(dropout_p), bool(is_causal), None if scale is None else float(scale),
+                     bool(gqa))
         replaced += 1
     if replaced:
         gm.recompile()

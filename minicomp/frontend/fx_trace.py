@@ -139,7 +139,7 @@ LINEAR = _define_op("linear", _linear_impl, _linear_fake)
 _IMPLS = {SDPA: _sdpa_impl, MATMUL: _matmul_impl, LINEAR: _linear_impl}   # what the eager tracer runs
 
 
-def _sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+def sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                enable_gqa=False):
     return SDPA(query, key, value, attn_mask, float(dropout_p), bool(is_causal), scale, bool(enable_gqa))
 
@@ -147,7 +147,7 @@ def _sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
 def _redirect(func: Callable, args: tuple, kwargs: dict) -> Any:
     """The stand-in call for `func(*args, **kwargs)`, or NotImplemented to run it as is."""
     if func is F.scaled_dot_product_attention:
-        return _sdpa_call(*args, **kwargs)
+        return sdpa_call(*args, **kwargs)
     if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__) and not kwargs and len(args) == 2:
         return MATMUL(*args)
     if func is F.linear:
