@@ -119,7 +119,8 @@ class CompiledFunction(api.CompiledFunction):
             if self._dynamo is not None:           # another thread switched first
                 return
             self._recording = _Recording(Backend(**self.options.__dict__))
-            self._dynamo = torch.compile(self.fn, backend=self._recording)
+            # `dynamic` means what it means to torch.compile: None symbolic after a size changes
+            self._dynamo = torch.compile(self.fn, backend=self._recording, dynamic=self.options.dynamic)
             self.refused = exc
         first = str(exc).strip().splitlines()[0]
         warnings.warn(f"minicomp: {self._name}: its own capture cannot take it whole ({first}); compiling it "

@@ -104,18 +104,57 @@ def test_size_one_gets_a_compile_of_its_own():
     assert f.compiles == 2
 
 
-def test_a_branch_on_a_size_compiles_per_size_and_says_why():
+def test_a_branch_on_a_size_compiles_once_per_side_of_the_branch():
     def f(x):
-        if x.shape[1] > 8:                     # the trace assumes s > 8: no module re-checks that
+        if x.shape[1] > 8:                     # the trace narrows the symbol's range: s <= 8, or s >= 9
             return torch.tanh(x) * 2
         return torch.sigmoid(x)
     cf = minicomp.compile(f)
-    for s in (5, 7, 12, 6):
+    for s in (5, 7, 12, 6, 30, 8, 9):
         x = torch.randn(3, s)
         torch.testing.assert_close(cf(x), f(x), **tol(torch.float32))
-    assert cf.compiles == 4 and cf.dynamic.refused
+    # 5 concrete; 7 goes symbolic over [2, 8] (call() checks the range); 12 is outside it and
+    # gets the other side, over [9, ...]; 6, 30, 8 and 9 reuse those two
+    assert cf.compiles == 3 and not cf.dynamic.refused, cf.dynamic.refused
+
+
+def test_a_branch_between_two_sizes_compiles_per_size_and_says_why():
+    def f(x):
+        if x.shape[1] > x.shape[0]:            # no range implies this: no module re-checks it
+            return torch.tanh(x) * 2
+        return torch.sigmoid(x)
+    cf = minicomp.compile(f)
+    for b, s in ((3, 5), (4, 7), (9, 6), (4, 7)):
+        x = torch.randn(b, s)
+        torch.testing.assert_close(cf(x), f(x), **tol(torch.float32))
+    assert cf.compiles == 3 and cf.dynamic.refused
     assert any("the trace assumed" in why for why in cf.dynamic.refused.values()), cf.dynamic.refused
     assert "compiled for concrete sizes: the trace assumed" in cf.explain()
+
+
+def test_a_slice_to_the_sequence_length_of_a_longer_buffer_stays_symbolic():
+    # `position_ids[:, :seq_len]` as BERT and GPT-2 write it: the bound is a symbol, the buffer's
+    # size a constant; the trace's guard s <= 64 narrows the symbol's range
+    class Positions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(64, 8)
+            self.register_buffer("ids", torch.arange(64).expand(1, -1), persistent=False)
+
+        def forward(self, x):
+            return x + self.emb(self.ids[:, :x.shape[1]]) * 2
+
+    torch.manual_seed(7)
+    m = Positions().eval()
+    f = minicomp.compile(m, dynamic=True)
+    for s in (5, 17, 64, 2):
+        _check(f, m, torch.randn(2, s, 8))
+    assert f.compiles == 1 and f.graph.symbolic and not f.dynamic.refused, f.dynamic.refused
+    with pytest.raises(Exception) as err:          # past the buffer: eager fails too (65 rows of 64)
+        f(torch.randn(2, 65, 8))
+    assert "Traceback" not in str(err.value)
+    with torch.no_grad(), pytest.raises(RuntimeError):
+        m(torch.randn(2, 65, 8))
 
 
 def test_sizes_that_disagree_are_the_users_error_as_in_eager():

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from minicomp.codegen.index_algebra import (  # noqa: F401  (ix.* names)
     Atom, Expr, FloorDiv, Indirect, Mod, Sym, as_expr, bounds, floordiv, known,
     indirect_syms, make, mod, render, render_atom, size_text, sym, syms)
+from minicomp.ir import dims
 from minicomp.ir.graph import contiguous_strides
 
 
@@ -115,7 +116,10 @@ def permute(idx: Index, perm, shape: tuple[int, ...]) -> Index:
 
 
 def slice_range(size: int, start, end, step) -> tuple[int, int, int]:
-    """Normalised (start, stop, step) as Python slicing does (negative bounds, clamping)."""
+    """Normalised (start, stop, step) as Python slicing does (negative bounds, clamping). Over
+    symbols the IR's slice already holds bounds within [0, size] (ir/ops/views.py)."""
+    if any(dims.is_symbolic(v) for v in (size, start, end)):
+        return start, end, step
     return slice(start, end, step).indices(size)
 
 

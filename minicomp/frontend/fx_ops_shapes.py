@@ -157,11 +157,32 @@ def _slice(cx: Ctx, x: int, dim: int, start, end, step: int) -> int:
     if dims.is_symbolic(size) and step == 1 and start in (None, 0) and (end is None or end is size
                                                                       or (isinstance(end, int) and end >= 2 ** 62)):
         return x   # the whole of a symbolic dim (`x[:, :, None]` traces as such a slice): nothing to bound
+    if any(dims.is_symbolic(v) for v in (size, start, end)):
+        start, end = _symbolic_bounds(size, start, end, step)
+        return x if (start, end) == (0, size) else cx.add("slice", x, dim=dim, start=start, end=end, step=1)
     start, end, _ = slice(start, end, step).indices(size)
     end = max(end, start)  # an empty slice stays empty
     if (start, end, step) == (0, size, 1):
         return x
     return cx.add("slice", x, dim=dim, start=start, end=end, step=step)
+
+
+def _symbolic_bounds(size, start, end, step: int) -> tuple:
+    """(start, end) of `x[start:end]` along a dim where the size or a bound is symbolic
+    (`position_ids[:, :seq_len]` under dynamic shapes). Python's slicing counts a negative
+    bound from the end and clamps one past the size; over symbols that is taken only where the
+    symbols' ranges show neither happens (Dynamo refines a symbol's range with the guard
+    `s <= 512` it records for such a slice), else SymbolicDim says which bound is undecided."""
+    start = 0 if start is None else start
+    end = size if end is None or (isinstance(end, int) and end >= 2 ** 62) else end
+    try:
+        inside = step == 1 and 0 <= start <= end <= size
+    except dims.SymbolicDim:
+        inside = False
+    if not inside:
+        raise dims.SymbolicDim(f"slice [{start}:{end}:{step}] of a dim of size {size}: over symbols, a slice "
+                               "needs step 1 and bounds the sizes' ranges keep within [0, size]")
+    return start, end
 
 
 @lowers("slice.Tensor")
@@ -180,7 +201,8 @@ def _select(cx: Ctx, x: int, dim: int, index: int, out_shape: tuple[int, ...]) -
     # select = slice of one element, then drop the axis
     shape = cx.graph.node(x).shape
     dim %= len(shape)
-    index %= shape[dim]
+    if index < 0:       # from the end (x[:, -1]); over a symbolic size the start is an expression
+        index += shape[dim]
     return cx.reshape(_slice(cx, x, dim, index, index + 1, 1), out_shape)
 
 

@@ -12,7 +12,8 @@ What a graph over symbols must not lose are the ShapeEnv's guards: facts the tra
 about the sizes (`Eq(s3, s5)` where two dims broadcast, `s3 > 64` where user code branched
 on a size). A compiled module re-checks only what its shapes say (each input dim equal to
 its expression, each symbol in its range), which covers equalities between symbols and
-symbols equal to constants, but no other fact. An equality that the ShapeEnv's replacements
+symbols equal to constants, and every fact the symbols' ranges imply (the ShapeEnv narrows a
+symbol's range with a guard such as `s3 <= 512`), but no other fact. An equality that the ShapeEnv's replacements
 make an identity (`Eq(s76 + 1, s30 + 1)` once s76 is replaced by s30) is such a fact too:
 both dims are written over the one symbol. `check_guards` refuses any other guard, and the
 caller compiles for concrete sizes instead.
@@ -136,8 +137,32 @@ def check_guards(shape_env: Any) -> None:
             # replaced one symbol by the other, so both inputs' dims are written over one
             # symbol (`Symbols.dim` simplifies) and call() checks that they are equal
             continue
+        if _within_ranges(e, shape_env):
+            continue
         raise dims.SymbolicDim(f"the trace assumed {e} about the sizes (a module over symbols checks only "
-                               "which sizes are equal)")
+                               "which sizes are equal and that each symbol is in its range)")
+
+
+def _within_ranges(e: Any, shape_env: Any) -> bool:
+    """Whether inequality `e` holds wherever each symbol is in the range the ShapeEnv keeps for
+    it. A guard on one symbol (`s49 <= 512`, from `position_ids[:, :seq_len]`) refines that
+    range; `Symbols` builds the module's ranges from those (or narrower ones) and call() checks
+    them, so such a guard is re-checked."""
+    import sympy
+    from torch.utils._sympy.value_ranges import bound_sympy
+    if not isinstance(e, (sympy.LessThan, sympy.StrictLessThan, sympy.GreaterThan, sympy.StrictGreaterThan)):
+        return False
+    diff = bound_sympy(e.lhs - e.rhs, shape_env.var_to_range)     # the range of lhs - rhs
+    try:
+        if isinstance(e, sympy.LessThan):
+            return bool(diff.upper <= 0)
+        if isinstance(e, sympy.StrictLessThan):
+            return bool(diff.upper < 0)
+        if isinstance(e, sympy.GreaterThan):
+            return bool(diff.lower >= 0)
+        return bool(diff.lower > 0)
+    except TypeError:   # a bound sympy cannot order (a symbolic bound): not shown
+        return False
 
 
 def symbolic_dims(shapes: Sequence[Sequence[int]]) -> list[set[int]]:

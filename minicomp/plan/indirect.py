@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from minicomp.ir import dims
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.indexing import MODES
 from minicomp.ir.ranges import memory_sources, value_range, within
@@ -43,7 +44,7 @@ def read_share(graph: Graph, n: Node, position: int) -> float:
     if n.op not in OPS or position != 0:
         return 1.0
     src = graph.node(n.args[0])
-    return min(1.0, n.numel / src.numel) if src.numel else 0.0
+    return min(1.0, dims.ratio(n.numel, src.numel))     # a ledger figure: at the hints over symbols
 
 
 def shares(graph: Graph, nodes: set[int], outputs: set[int]) -> dict[int, float] | None:

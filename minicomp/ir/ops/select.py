@@ -82,6 +82,18 @@ def _arange_ref(*, start, end, step, dtype, device=None):
     return torch.arange(start, end, step, dtype=dtype, device=device)
 
 
+def _arange_rule(operands, attrs):
+    """Over symbols only (`torch.arange(seq_len)`): an int start and step 1, a symbolic end the
+    ranges keep past start. Concrete bounds go to PyTorch's meta kernel (None here)."""
+    start, end, step, dtype = attrs.get("start"), attrs.get("end"), attrs.get("step"), attrs.get("dtype")
+    if not dims.is_symbolic(end) or type(start) is not int or step != 1 or not isinstance(dtype, torch.dtype):
+        return None
+    try:
+        return ((end - start,), dtype) if end - start >= 1 else None
+    except dims.SymbolicDim:
+        return None
+
+
 register(OpDef("full", "pointwise", _full_ref, arity=0, flops_per_element=0, attrs=("shape", "value", "dtype"),
                emitter="literal", shape=_full_rule,
                pytorch="torch.full({shape}, {value}, dtype={dtype}, device=device)",
@@ -89,6 +101,6 @@ register(OpDef("full", "pointwise", _full_ref, arity=0, flops_per_element=0, att
                      "new_ones.default", "zeros.default", "zeros_like.default", "new_zeros.default",
                      "fill.Scalar")))
 register(OpDef("arange", "pointwise", _arange_ref, arity=0, flops_per_element=0,
-               attrs=("start", "end", "step", "dtype"), indexed=True, emitter="index",
+               attrs=("start", "end", "step", "dtype"), indexed=True, emitter="index", shape=_arange_rule,
                pytorch="torch.arange({start}, {end}, {step}, dtype={dtype}, device=device)",
                aten=("arange.default", "arange.start", "arange.start_step")))

@@ -106,9 +106,15 @@ def _slice_rule(operands, attrs):
     dim, start, end, step = attrs["dim"], attrs["start"], attrs["end"], attrs["step"]
     if not isinstance(dim, int) or not -len(shape) <= dim < len(shape) or not isinstance(step, int) or step < 1:
         return None
-    if any(v is not None and not isinstance(v, int) for v in (start, end)):
+    if any(v is not None and not isinstance(v, (int, dims.Expr)) for v in (start, end)):
         return None
     dim %= len(shape)
+    if any(dims.is_symbolic(v) for v in (shape[dim], start, end)):
+        try:    # over symbols: step 1, bounds the ranges keep in [0, size] (frontend/fx_ops_shapes.py)
+            return (shape[:dim] + (end - start,) + shape[dim + 1:], dtype) \
+                if step == 1 and start is not None and end is not None and 0 <= start <= end <= shape[dim] else None
+        except dims.SymbolicDim:
+            return None
     length = len(range(*slice(start, end, step).indices(shape[dim])))
     return shape[:dim] + (length,) + shape[dim + 1:], dtype
 
