@@ -17,6 +17,7 @@ import torch
 from minicomp.frontend.fx_table import Ctx, Handler, T, Unmapped, lowers
 from minicomp.frontend.fx_symbolic import shape_of
 from minicomp.ir import composites, dims
+from minicomp.ir.ops import views
 
 # --------------------------------------------------------------------------- composites
 
@@ -175,11 +176,7 @@ def _symbolic_bounds(size, start, end, step: int) -> tuple:
     `s <= 512` it records for such a slice), else SymbolicDim says which bound is undecided."""
     start = 0 if start is None else start
     end = size if end is None or (isinstance(end, int) and end >= 2 ** 62) else end
-    try:
-        inside = step == 1 and 0 <= start <= end <= size
-    except dims.SymbolicDim:
-        inside = False
-    if not inside:
+    if not views.symbolic_slice_fits(size, start, end, step):
         raise dims.SymbolicDim(f"slice [{start}:{end}:{step}] of a dim of size {size}: over symbols, a slice "
                                "needs step 1 and bounds the sizes' ranges keep within [0, size]")
     return start, end

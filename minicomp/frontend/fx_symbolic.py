@@ -150,19 +150,9 @@ def _within_ranges(e: Any, shape_env: Any) -> bool:
     them, so such a guard is re-checked."""
     import sympy
     from torch.utils._sympy.value_ranges import bound_sympy
-    if not isinstance(e, (sympy.LessThan, sympy.StrictLessThan, sympy.GreaterThan, sympy.StrictGreaterThan)):
+    if not isinstance(e, sympy.core.relational.Relational):
         return False
-    diff = bound_sympy(e.lhs - e.rhs, shape_env.var_to_range)     # the range of lhs - rhs
-    try:
-        if isinstance(e, sympy.LessThan):
-            return bool(diff.upper <= 0)
-        if isinstance(e, sympy.StrictLessThan):
-            return bool(diff.upper < 0)
-        if isinstance(e, sympy.GreaterThan):
-            return bool(diff.lower >= 0)
-        return bool(diff.lower > 0)
-    except TypeError:   # a bound sympy cannot order (a symbolic bound): not shown
-        return False
+    return bound_sympy(e, shape_env.var_to_range).lower is sympy.true     # true at both ends of every range
 
 
 def symbolic_dims(shapes: Sequence[Sequence[int]]) -> list[set[int]]:

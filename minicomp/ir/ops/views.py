@@ -101,6 +101,16 @@ def _expand_rule(operands, attrs):
     return tuple(new), dtype
 
 
+def symbolic_slice_fits(size, start, end, step) -> bool:
+    """Whether `x[start:end:step]` along a dim where the size or a bound is symbolic is taken as
+    written: step 1 and bounds the symbols' ranges keep within [0, size] (no bound counted from
+    the end, none clamped: Python's slicing does both, which the ranges cannot always decide)."""
+    try:
+        return step == 1 and start is not None and end is not None and 0 <= start <= end <= size
+    except dims.SymbolicDim:
+        return False
+
+
 def _slice_rule(operands, attrs):
     ((shape, dtype),) = operands
     dim, start, end, step = attrs["dim"], attrs["start"], attrs["end"], attrs["step"]
@@ -110,11 +120,9 @@ def _slice_rule(operands, attrs):
         return None
     dim %= len(shape)
     if any(dims.is_symbolic(v) for v in (shape[dim], start, end)):
-        try:    # over symbols: step 1, bounds the ranges keep in [0, size] (frontend/fx_ops_shapes.py)
-            return (shape[:dim] + (end - start,) + shape[dim + 1:], dtype) \
-                if step == 1 and start is not None and end is not None and 0 <= start <= end <= shape[dim] else None
-        except dims.SymbolicDim:
+        if not symbolic_slice_fits(shape[dim], start, end, step):
             return None
+        return shape[:dim] + (end - start,) + shape[dim + 1:], dtype
     length = len(range(*slice(start, end, step).indices(shape[dim])))
     return shape[:dim] + (length,) + shape[dim + 1:], dtype
 
