@@ -32,6 +32,7 @@ with node `meta["val"]` set on every node `fx.lower` reads.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import operator
 from dataclasses import dataclass
@@ -75,6 +76,54 @@ def specialise(gm: fx.GraphModule, args: Sequence[Any]) -> tuple[fx.GraphModule,
     with torch.no_grad():
         traced = make_fx(with_tensors, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
     return traced, tensor_pos
+
+
+def host_scalars(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[int, Any]:
+    """The inputs of Dynamo's graph `gm` that are numbers held in 0-d CPU tensors, with their
+    values now, by position among the inputs AOTAutograd gives the compiler (after the
+    graph's own parameters and buffers). Two kinds:
+
+    - a Python float Dynamo passes as a tensor so as not to specialise on it (its GraphArg's
+      `pass_arg_as_tensor`): under dynamic shapes every float a model reads (transformers'
+      GPT-2 GELU computes `math.sqrt(2.0 / math.pi)` from one);
+    - any 0-d CPU tensor of a graph whose other tensors are on a GPU: PyTorch reads it as a
+      number there, and a GPU kernel cannot read CPU memory.
+
+    Left out: a tensor that needs a gradient (its value is not a constant of the graph)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    on_gpu = any(isinstance(a, torch.Tensor) and a.device.type != "cpu" for a in example_inputs)
+    offset = (len(dict(gm.named_parameters(remove_duplicate=False)))
+              + len(dict(gm.named_buffers(remove_duplicate=False))))
+    found: dict[int, Any] = {}
+    for i, (node, a) in enumerate(zip(placeholders, example_inputs)):
+        if not (isinstance(a, torch.Tensor) and a.dim() == 0 and a.device.type == "cpu") or a.requires_grad:
+            continue
+        if not (on_gpu or getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False)):
+            continue
+        try:
+            found[offset + i] = a.item()
+        except Exception:  # noqa: BLE001 -- a fake tensor has no value: it stays an input
+            continue
+    return found
+
+
+def bake_scalars(gm: fx.GraphModule, values: dict[int, Any]) -> tuple[fx.GraphModule, list[int]]:
+    """A copy of `gm` in which the placeholders at `values`' positions are constants of those
+    values (`aten.scalar_tensor`, in the placeholder's dtype) and no longer inputs; returned
+    with the positions of the inputs it still takes."""
+    work = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    placeholders = [n for n in work.graph.nodes if n.op == "placeholder"]
+    first = next((n for n in work.graph.nodes if n.op != "placeholder"), None)
+    for pos, value in values.items():
+        node = placeholders[pos]
+        dtype = node.meta["val"].dtype
+        with work.graph.inserting_before(first):
+            const = work.graph.call_function(aten.scalar_tensor.default, (value,), {"dtype": dtype})
+        const.meta["val"] = torch.scalar_tensor(value, dtype=dtype)
+        node.replace_all_uses_with(const)
+        work.graph.erase_node(node)
+    work.recompile()
+    return work, [i for i in range(len(placeholders)) if i not in values]
 
 
 @dataclass

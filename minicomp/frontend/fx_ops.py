@@ -157,7 +157,7 @@ def _to_copy(cx: Ctx, x, dtype=None, *_rest):
     return cx.cast(x, dtype) if dtype is not None else x.id
 
 
-@lowers("to.dtype")
+@lowers("to.dtype", "prims::convert_element_type.default")
 def _to_dtype(cx: Ctx, x, dtype, *_rest):
     return cx.cast(x, dtype)
 

@@ -41,6 +41,9 @@ CAPTURE_NOTES = {
     "lift_fresh_copy.default": "with make_fx: a tensor made inside the function",
     "lift_fresh.default": "no: make_fx records lift_fresh_copy instead",
     "_fused_rms_norm.default": "on CUDA, where rms_norm calls it; decomposed first on CPU",
+    "true_divide.Tensor": "in AOTAutograd's graphs (the backend): arithmetic on a float Dynamo passed as a tensor",
+    "true_divide.Scalar": "in AOTAutograd's graphs (the backend); decomposed first in capture",
+    "prims::convert_element_type.default": "in AOTAutograd's graphs (the backend): a decomposition's cast",
 }
 
 

@@ -71,7 +71,8 @@ binary("sub", torch.sub, _arith("sub", "{0} - {1}"),
        aten=("sub.Tensor", "sub.Scalar", "rsub.Tensor", "rsub.Scalar"))
 binary("mul", torch.mul, _arith("mul", "{0} * {1}"), commutative=True,
        aten=("mul.Tensor", "mul.Scalar", "square.default"))
-binary("div", torch.div, _arith("div", "{0} / {1}"), aten=("div.Tensor", "div.Scalar", "reciprocal.default"))
+binary("div", torch.div, _arith("div", "{0} / {1}"), aten=("div.Tensor", "div.Scalar", "true_divide.Tensor", "true_divide.Scalar",
+                                                                     "reciprocal.default"))
 binary("maximum", torch.maximum, _extremum("maximum"), commutative=True, aten=("maximum.default", "max.other"))
 binary("minimum", torch.minimum, _extremum("minimum"), commutative=True, aten=("minimum.default", "min.other"))
 binary("fmax", torch.fmax, _nan_ignoring("fmax"), commutative=True, aten=("fmax.default",))

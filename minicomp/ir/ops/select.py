@@ -40,7 +40,8 @@ def _cast_rule(operands, attrs):
 
 register(OpDef("cast", "pointwise", _cast_ref, flops_per_element=0, attrs=("dtype",), emitter="cast",
                shape=_cast_rule, pytorch="{0}.to({dtype})",
-               aten=("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")))
+               aten=("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device",
+                     "prims::convert_element_type.default")))
 
 
 def _tril_ref(x, *, diagonal: int):
