@@ -282,7 +282,7 @@ def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: 
     work = fx.GraphModule(gm, copy.deepcopy(gm.graph))
     work, layout = aot.split_outputs(work)
     if layout.others:
-        raise MinicompError("a graph over symbolic sizes that returns sizes")
+        raise MinicompError("a graph over symbolic sizes that returns constants or computed sizes")
     aot.rewrite_sdpa(work)
     calls = aot.aten_calls(work)
     graph = lower(work, f"dynamo_graph_{record.index}")
@@ -294,7 +294,15 @@ def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: 
     record.update(compiled, calls)
     run = _Run(compiled, layout, _expected_outputs(work), record, opts.graphs,
                frozenset(k for k, i in enumerate(tensor_pos) if i in static))
-    return _Boxed(lambda args: run([args[i] for i in tensor_pos]))
+    if not layout.inputs:
+        return _Boxed(lambda args: run([args[i] for i in tensor_pos]))
+
+    def with_sizes(args: list) -> list:       # the sizes it returns as given, read from the call
+        out = run([args[i] for i in tensor_pos])
+        for pos, k in layout.inputs.items():
+            out[pos] = args[k]
+        return out
+    return _Boxed(with_sizes)
 
 
 class _Boxed:

@@ -23,6 +23,10 @@ are tensors, and in a training forward also the SymInts and tensors saved for th
   and with a mask that was the math path: q, k and v cast to fp32, two bmms and a softmax
   (transformers' BERT under Dynamo, H100, PyTorch 2.11), which minicomp then computed as
   such. A custom op has no derivative, so a graph that needs one keeps PyTorch's.
+- `host_scalars(gm, example_inputs)` and `bake_scalars(gm, values)`: numbers Dynamo hands
+  over as 0-d CPU tensors (a float it does not specialise on; a CPU scalar beside CUDA
+  tensors), found on Dynamo's graph with their values, and a copy of AOTAutograd's graph
+  with them as constants (`dynamo._HostScalars` checks the values at each call).
 - `aten_calls(gm)`: the aten calls of a graph (and how many are views), the denominators of
   the backend's "fraction compiled".
 
@@ -35,7 +39,7 @@ from __future__ import annotations
 import copy
 import inspect
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -132,13 +136,20 @@ class OutputLayout:
     count: int                       # outputs of the original graph
     tensor_pos: list[int]            # positions the compiled outputs fill, in order
     others: dict[int, Any]           # position -> the non-tensor value (int, None) it always is
+    # position -> the graph input it returns as it is: a size Dynamo passed in (a symbolic
+    # graph returns the sequence length it was given; transformers' sliding-window models)
+    inputs: dict[int, int] = field(default_factory=dict)
 
-    def merge(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
+    def merge(self, tensors: Sequence[torch.Tensor], args: Sequence[Any] = ()) -> list[Any]:
+        """The original graph's outputs: the compiled `tensors`, the constants, and the inputs
+        returned as they are, read from the call's `args`."""
         out: list[Any] = [None] * self.count
         for pos, t in zip(self.tensor_pos, tensors):
             out[pos] = t
         for pos, v in self.others.items():
             out[pos] = v
+        for pos, k in self.inputs.items():
+            out[pos] = args[k]
         return out
 
 
@@ -155,10 +166,13 @@ def split_outputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, OutputLayout]:
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     result = out_node.args[0]
     flat = list(result) if isinstance(result, (tuple, list)) else [result]
-    tensor_pos, others = [], {}
+    placeholders = {n: k for k, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    tensor_pos, others, inputs = [], {}, {}
     for i, a in enumerate(flat):
         if _is_tensor_node(a):
             tensor_pos.append(i)
+        elif isinstance(a, fx.Node) and a in placeholders and isinstance(a.meta.get("val"), (int, torch.SymInt)):
+            inputs[i] = placeholders[a]
         elif isinstance(a, fx.Node):
             raise ValueError(f"output {i} of the graph is {a.format_node()} ({type(a.meta.get('val')).__name__}), "
                              "not a tensor or a constant")
@@ -167,7 +181,7 @@ def split_outputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, OutputLayout]:
     out_node.args = (tuple(flat[i] for i in tensor_pos),)
     gm.graph.eliminate_dead_code()
     gm.recompile()
-    return gm, OutputLayout(len(flat), tensor_pos, others)
+    return gm, OutputLayout(len(flat), tensor_pos, others, inputs)
 
 
 # The CUDA SDPA ops F.scaled_dot_product_attention decomposes to; their schemas name the

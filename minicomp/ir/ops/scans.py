@@ -50,28 +50,36 @@ def _logcumsumexp(x, *, axis):
     return torch.logcumsumexp(x, axis)
 
 
-def _scan_rule(index: bool = False):
-    """Float operands: the operand's shape, its dtype (int64 for the index ops)."""
+_INTEGERS = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _scan_rule(index: bool = False, accumulates: bool = False, floats_only: bool = False):
+    """The operand's shape, and eager's dtype: int64 for the index ops, and for a sum or product
+    (`accumulates`) of integers or bools; otherwise the operand's (None where eager refuses)."""
     def rule(operands, attrs):
         ((shape, dt),) = operands
         axis = attrs["axis"]
-        if dt not in FLOATS or not isinstance(axis, int) or not -max(len(shape), 1) <= axis < max(len(shape), 1):
+        if not isinstance(axis, int) or not -max(len(shape), 1) <= axis < max(len(shape), 1):
             return None
-        return tuple(shape), torch.int64 if index else dt
+        if dt in FLOATS:
+            return tuple(shape), torch.int64 if index else dt
+        if floats_only or dt not in _INTEGERS:    # narrow floats, uint16..64: left to eager's meta
+            return None
+        return tuple(shape), torch.int64 if index or accumulates else dt
     return rule
 
 
 def scan(name: str, ref, *, aten: tuple[str, ...] = (), index: bool = False, flops: float = 1.0,
-         pytorch: str | None = None) -> OpDef:
+         pytorch: str | None = None, accumulates: bool = False, floats_only: bool = False) -> OpDef:
     return register(OpDef(name, "scan", ref, flops_per_element=flops, attrs=("axis",), emitter="scan",
-                          shape=_scan_rule(index), aten=aten,
+                          shape=_scan_rule(index, accumulates, floats_only), aten=aten,
                           pytorch=pytorch or f"torch.{name}({{0}}, {{axis}})"))
 
 
-scan("cumsum", _cumsum, aten=("cumsum.default",))
-scan("cumprod", _cumprod, aten=("cumprod.default",))
+scan("cumsum", _cumsum, aten=("cumsum.default",), accumulates=True)
+scan("cumprod", _cumprod, aten=("cumprod.default",), accumulates=True)
 scan("cummax", _cummax, aten=("cummax.default",), pytorch="torch.cummax({0}, {axis}).values")
 scan("cummin", _cummin, aten=("cummin.default",), pytorch="torch.cummin({0}, {axis}).values")
 scan("cummax_index", _cummax_index, index=True, pytorch="torch.cummax({0}, {axis}).indices")
 scan("cummin_index", _cummin_index, index=True, pytorch="torch.cummin({0}, {axis}).indices")
-scan("logcumsumexp", _logcumsumexp, flops=4, aten=("logcumsumexp.default",))
+scan("logcumsumexp", _logcumsumexp, flops=4, aten=("logcumsumexp.default",), floats_only=True)

@@ -76,6 +76,9 @@ def _full_rule(operands, attrs):
         return None
     if (dtype in FLOATS or dtype == torch.bool) and type(value) in (bool, int, float) and math.isfinite(value):
         return tuple(shape), dtype
+    if (dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64) and type(value) in (bool, int)
+            and torch.iinfo(dtype).min <= value <= torch.iinfo(dtype).max):
+        return tuple(shape), dtype      # an int that fits (eager refuses one that overflows)
     return None
 
 
