@@ -1,0 +1,66 @@
+"""The zoo called the plain way at three sequence lengths through `torch.compile(model,
+backend=minicomp.backend())`: Dynamo compiles the first length as it is and marks the length
+dynamic at the second, and minicomp then compiles that graph once, over symbols, for every
+later length. Each call is checked against eager on its unpadded positions.
+
+The models here are the ones that used to compile once per length (`per_shape` in the
+report) and why: OPT, RoBERTa and Bloom take a cumsum of the integer mask (scans had a shape
+rule for floats only), T5 builds an int64 `full_like` of the length, Mistral and Gemma2 return
+the length they were given. Mistral and Gemma2 returning their sliding-window cache still
+compile per length: the cache keeps the last window - 1 positions, `keys[:, :, 1 - window:]`,
+whose length is min(length, window - 1), which the IR's sizes (polynomials in the symbols)
+cannot express."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import minicomp
+from conftest import tol
+from zoo_models import VOCAB, zoo
+
+pytest.importorskip("transformers")
+
+LENGTHS = (8, 11, 5)
+FIXED = ("opt", "roberta", "bloom", "t5_encoder", "mistral", "gemma2")
+
+
+def _calls(name: str, use_cache: bool | None):
+    zm = zoo()[name]
+    model = zm.model("sdpa" if "sdpa" in zm.attns else "eager")
+    torch._dynamo.reset()      # Dynamo keeps what it learnt of a forward's sizes per code object
+    backend = minicomp.backend()
+    compiled = torch.compile(model, backend=backend)
+    extra = {} if use_cache is None else {"use_cache": use_cache}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # transformers' own notes on tiny configs
+        for seq in LENGTHS:
+            gen = torch.Generator().manual_seed(seq)
+            ids = torch.randint(4, VOCAB, (2, seq), generator=gen)
+            mask = torch.ones(2, seq, dtype=torch.long)
+            mask[1, seq - 2:] = 0
+            kwargs = dict(input_ids=ids, attention_mask=mask, **extra)
+            got = getattr(compiled(**kwargs), zm.output)
+            want = getattr(model(**kwargs), zm.output)
+            valid = mask.bool()
+            torch.testing.assert_close(got[valid], want[valid], **tol(torch.float32))
+    return backend.report()
+
+
+@pytest.mark.parametrize("name", FIXED)
+def test_a_zoo_model_compiles_once_over_symbols_after_the_first_length(name):
+    use_cache = False if name in ("mistral", "gemma2") else None
+    rep = _calls(name, use_cache)
+    symbolic = [g for g in rep.graphs if g.symbolic]
+    assert [(g.shapes, g.per_shape, g.error) for g in symbolic] == [(1, "", None)], rep.table()
+    assert not rep.pytorch_ops, rep.table()
+
+
+def test_a_returned_sliding_window_cache_compiles_per_length_and_says_why():
+    rep = _calls("mistral", None)
+    symbolic = [g for g in rep.graphs if g.symbolic]
+    assert len(symbolic) == 1 and symbolic[0].shapes == len(LENGTHS) - 1, rep.table()
+    assert symbolic[0].per_shape.startswith("SymbolicDim: slice [-3:"), symbolic[0].per_shape
