@@ -49,7 +49,7 @@ import torch
 import torch.fx as fx
 
 from minicomp.api import Compiled, Options, compile_graph
-from minicomp.dynamo_run import _expected_outputs, _Run
+from minicomp.dynamo_run import HostScalars, _expected_outputs, _Run
 from minicomp.errors import MinicompError
 from minicomp.frontend import aot
 
@@ -194,7 +194,8 @@ class Backend:
                 from torch._subclasses.fake_tensor import unset_fake_temporarily
                 with unset_fake_temporarily():   # AOTAutograd calls us under its fake mode
                     if host:
-                        return _HostScalars(aot_gm, list(inputs), host, opts, record, _static_inputs())
+                        return HostScalars(aot_gm, list(inputs), host, _static_inputs(),
+                                           lambda g, ins, static: _compile(g, ins, opts, record, static))
                     return _compile(aot_gm, inputs, opts, record, _static_inputs())
             return compile_fn
 
@@ -313,67 +314,6 @@ class _Boxed:
 
     def __call__(self, args: list) -> list:
         return self.fn(args)
-
-
-class _HostScalars:
-    """A graph some of whose inputs are numbers in 0-d CPU tensors (`aot.host_scalars`).
-
-    It is compiled with each such input a constant of its value, which every call checks (a
-    CPU read, no device sync): `math.pi` and a model's `eps` fold into the kernels. A call with
-    other values compiles again for them, up to `VERSIONS` sets; a number that keeps changing
-    (a float argument of the function) then gets one compile that reads it as a tensor on the
-    graph's device, copied there at each call."""
-    _boxed_call = True
-    VERSIONS = 4
-
-    def __init__(self, gm: fx.GraphModule, inputs: list[Any], values: dict[int, Any], opts: Options,
-                 record: GraphRecord, static: frozenset[int] = frozenset()):
-        self.gm, self.inputs, self.opts, self.record, self.static = gm, inputs, opts, record, static
-        self.positions = sorted(values)
-        self.versions: dict[tuple, Callable[[list], list]] = {}
-        self.general: Callable[[list], list] | None = None
-        self._version(tuple(values[i] for i in self.positions))   # at compile time, as every graph
-
-    def _version(self, values: tuple) -> Callable[[list], list]:
-        key = tuple("nan" if v != v else v for v in values)     # NaN equals nothing, "nan" itself
-        run = self.versions.get(key)
-        if run is not None:
-            return run
-        if len(self.versions) >= self.VERSIONS:
-            if self.general is None:
-                self.general = self._as_tensors()
-            return self.general
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-        baked, keep = aot.bake_scalars(self.gm, dict(zip(self.positions, values)))
-        with unset_fake_temporarily():
-            inner = _compile(baked, [self.inputs[i] for i in keep], self.opts, self.record,
-                             frozenset(k for k, i in enumerate(keep) if i in self.static))
-        run = self.versions[key] = lambda args: inner([args[i] for i in keep])
-        return run
-
-    def _as_tensors(self) -> Callable[[list], list]:
-        """The graph compiled with the numbers as 0-d inputs on the other inputs' device."""
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-        device = next((a.device for a in self.inputs if isinstance(a, torch.Tensor) and a.device.type != "cpu"),
-                      torch.device("cpu"))
-        examples = list(self.inputs)
-        with unset_fake_temporarily():
-            for i in self.positions:
-                examples[i] = torch.zeros((), dtype=self.inputs[i].dtype, device=device)
-            inner = _compile(self.gm, examples, self.opts, self.record, self.static)
-        if device.type == "cpu":
-            return inner
-        positions = self.positions
-
-        def run(args: list) -> list:
-            args = list(args)
-            for i in positions:
-                args[i] = args[i].to(device, non_blocking=True)
-            return inner(args)
-        return run
-
-    def __call__(self, args: list) -> list:
-        return self._version(tuple(args[i].item() for i in self.positions))(args)
 
 
 class _PerShape:

@@ -1,5 +1,6 @@
 """How the Dynamo backend runs a graph it compiled (minicomp/dynamo.py): the boxed callables
-AOTAutograd calls, and the fixes that make the module's outputs alias and stride as the
+AOTAutograd calls (`HostScalars`: a graph compiled with the numbers it is handed in 0-d CPU
+tensors as constants), and the fixes that make the module's outputs alias and stride as the
 graph's own would (two outputs that are one tensor, an alias of an input the graph does not
 return, strides that differ from the graph's meta).
 """
@@ -114,3 +115,65 @@ def _fix(t: torch.Tensor, how: str, node: fx.Node) -> torch.Tensor:
         out = torch.empty_strided(tuple(t.shape), tuple(int(s) for s in want.stride()), dtype=t.dtype, device=t.device)
         return out.copy_(t)
     return t
+
+
+class HostScalars:
+    """A graph some of whose inputs are numbers in 0-d CPU tensors (`aot.host_scalars`).
+
+    It is compiled (by `compile(graph, example inputs, static positions)`, the backend's
+    compile of one graph) with each such input a constant of its value, which every call
+    checks (a CPU read, no device sync): `math.pi` and a model's `eps` fold into the kernels.
+    A call with other values compiles again for them, up to `VERSIONS` sets; a number that
+    keeps changing (a float argument of the function) then gets one compile that reads it as a
+    tensor on the graph's device, copied there at each call."""
+    _boxed_call = True
+    VERSIONS = 4
+
+    def __init__(self, gm: fx.GraphModule, inputs: list[Any], values: dict[int, Any], static: frozenset[int],
+                 compile: Callable[[fx.GraphModule, list[Any], frozenset[int]], Callable[[list], list]]):
+        self.gm, self.inputs, self.static, self.compile = gm, inputs, static, compile
+        self.positions = sorted(values)
+        self.versions: dict[tuple, Callable[[list], list]] = {}
+        self.general: Callable[[list], list] | None = None
+        self._version(tuple(values[i] for i in self.positions))   # at compile time, as every graph
+
+    def _version(self, values: tuple) -> Callable[[list], list]:
+        key = tuple("nan" if v != v else v for v in values)     # NaN equals nothing, "nan" itself
+        run = self.versions.get(key)
+        if run is not None:
+            return run
+        if len(self.versions) >= self.VERSIONS:
+            if self.general is None:
+                self.general = self._as_tensors()
+            return self.general
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        baked, keep = aot.bake_scalars(self.gm, dict(zip(self.positions, values)))
+        with unset_fake_temporarily():
+            inner = self.compile(baked, [self.inputs[i] for i in keep],
+                                 frozenset(k for k, i in enumerate(keep) if i in self.static))
+        run = self.versions[key] = lambda args: inner([args[i] for i in keep])
+        return run
+
+    def _as_tensors(self) -> Callable[[list], list]:
+        """The graph compiled with the numbers as 0-d inputs on the other inputs' device."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        device = next((a.device for a in self.inputs if isinstance(a, torch.Tensor) and a.device.type != "cpu"),
+                      torch.device("cpu"))
+        examples = list(self.inputs)
+        with unset_fake_temporarily():
+            for i in self.positions:
+                examples[i] = torch.zeros((), dtype=self.inputs[i].dtype, device=device)
+            inner = self.compile(self.gm, examples, self.static)
+        if device.type == "cpu":
+            return inner
+        positions = self.positions
+
+        def run(args: list) -> list:
+            args = list(args)
+            for i in positions:
+                args[i] = args[i].to(device, non_blocking=True)
+            return inner(args)
+        return run
+
+    def __call__(self, args: list) -> list:
+        return self._version(tuple(args[i].item() for i in self.positions))(args)

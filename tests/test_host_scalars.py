@@ -18,7 +18,7 @@ import torch
 
 import minicomp
 from conftest import TEST_DEVICE, tol
-from minicomp.dynamo import _HostScalars
+from minicomp.dynamo_run import HostScalars
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -51,7 +51,7 @@ def test_a_float_argument_that_changes_compiles_a_few_times_then_is_read_at_each
     rep = backend.report()
     assert not rep.pytorch_ops and not rep.failures, rep.table()
     # the graph that takes alpha: one compile per value up to VERSIONS, then one that reads it
-    assert max(g.shapes for g in rep.graphs) == _HostScalars.VERSIONS + 1, rep.table()
+    assert max(g.shapes for g in rep.graphs) == HostScalars.VERSIONS + 1, rep.table()
 
 
 def test_a_number_that_needs_a_gradient_stays_an_input():

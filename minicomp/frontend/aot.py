@@ -26,7 +26,7 @@ are tensors, and in a training forward also the SymInts and tensors saved for th
 - `host_scalars(gm, example_inputs)` and `bake_scalars(gm, values)`: numbers Dynamo hands
   over as 0-d CPU tensors (a float it does not specialise on; a CPU scalar beside CUDA
   tensors), found on Dynamo's graph with their values, and a copy of AOTAutograd's graph
-  with them as constants (`dynamo._HostScalars` checks the values at each call).
+  with them as constants (`dynamo_run.HostScalars` checks the values at each call).
 - `aten_calls(gm)`: the aten calls of a graph (and how many are views), the denominators of
   the backend's "fraction compiled".
 
