@@ -315,6 +315,18 @@ class _NoOutsideWrites(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+_RETURNABLE = (torch.Tensor, int, float, bool, str, type(None), torch.SymInt, torch.dtype, torch.device)
+
+
+def _check_returned(fn: Callable, out: Any) -> None:
+    """CaptureRefused where `fn` returns an object a graph cannot hold (a model's KV cache
+    object, which pytree does not take apart): valid PyTorch that Dynamo compiles instead."""
+    odd = [leaf for leaf in pytree.tree_leaves(out) if not isinstance(leaf, _RETURNABLE)]
+    if odd:
+        raise CaptureRefused(f"{describe(fn)} returns a {type(odd[0]).__module__}.{type(odd[0]).__qualname__}; "
+                             "one graph returns tensors and numbers")
+
+
 def trace(fn: Callable, example_inputs: Sequence[torch.Tensor], *, tracer: str = "eager",
           on_tracer: Callable[[str], None] | None = None) -> tuple[fx.GraphModule, pytree.TreeSpec]:
     """make_fx capture of `fn` (see the module docstring) and the pytree structure of what it
@@ -331,6 +343,7 @@ def trace(fn: Callable, example_inputs: Sequence[torch.Tensor], *, tracer: str =
     def positional(*args):  # make_fx would also make placeholders for defaulted parameters
         with _NoOutsideWrites() if fake[0] else contextlib.nullcontext():
             out = fn(*args)
+        _check_returned(fn, out)
         returned.append(pytree.tree_structure(out))
         return out
 
