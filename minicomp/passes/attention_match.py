@@ -43,6 +43,7 @@ import networkx as nx
 import torch
 
 from minicomp.ir import composites
+from minicomp.ir import dims as sizes
 from minicomp.ir.graph import Graph
 from minicomp.ir.interpret import eval_node
 from minicomp.passes.attention_scores import STRUCTURAL_FILL, Scores, fold, leading_reshape, peel, scalar, structure
@@ -233,8 +234,8 @@ def _mask(g: Graph, m: Match, origin) -> tuple[int | None, dict] | None:
 def _structural(g: Graph, mask: int, fill: float, sq: int, sk: int) -> tuple[bool, int] | None:
     """(is_causal, window) when the mask is a constant that only hides keys, in a fixed pattern."""
     node = g.node(mask)
-    if not _constant_subgraph(g, mask) or node.numel > MAX_MASK_EVAL:
-        return None
+    if not _constant_subgraph(g, mask) or sizes.is_symbolic(node.numel) or node.numel > MAX_MASK_EVAL:
+        return None       # (over symbols: no value to look at; the mask stays an operand)
     value = _evaluate(g, mask)
     if value.dtype == torch.bool:
         keep = value
