@@ -140,16 +140,14 @@ class OutputLayout:
     # graph returns the sequence length it was given; transformers' sliding-window models)
     inputs: dict[int, int] = field(default_factory=dict)
 
-    def merge(self, tensors: Sequence[torch.Tensor], args: Sequence[Any] = ()) -> list[Any]:
-        """The original graph's outputs: the compiled `tensors`, the constants, and the inputs
-        returned as they are, read from the call's `args`."""
+    def merge(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
+        """The original graph's outputs: the compiled `tensors` and the constants (the inputs
+        it returns are the caller's to put in: it has the call's arguments)."""
         out: list[Any] = [None] * self.count
         for pos, t in zip(self.tensor_pos, tensors):
             out[pos] = t
         for pos, v in self.others.items():
             out[pos] = v
-        for pos, k in self.inputs.items():
-            out[pos] = args[k]
         return out
 
 

@@ -171,11 +171,16 @@ def _slice(cx: Ctx, x: int, dim: int, start, end, step: int) -> int:
 def _symbolic_bounds(size, start, end, step: int) -> tuple:
     """(start, end) of `x[start:end]` along a dim where the size or a bound is symbolic
     (`position_ids[:, :seq_len]` under dynamic shapes). Python's slicing counts a negative
-    bound from the end and clamps one past the size; over symbols that is taken only where the
-    symbols' ranges show neither happens (Dynamo refines a symbol's range with the guard
+    bound from the end and clamps one past the size (or before 0); over symbols that is taken
+    only where the symbols' ranges show no clamp happens (Dynamo refines a symbol's range with the guard
     `s <= 512` it records for such a slice), else SymbolicDim says which bound is undecided."""
     start = 0 if start is None else start
     end = size if end is None or (isinstance(end, int) and end >= 2 ** 62) else end
+    # a negative int counts from the end: size + bound, kept only where the ranges show it is
+    # not negative (no clamp): a sliding-window cache's keys[:, :, 1 - window:], which Dynamo
+    # guards with length >= window - 1
+    start = size + start if isinstance(start, int) and start < 0 else start
+    end = size + end if isinstance(end, int) and end < 0 else end
     if not views.symbolic_slice_fits(size, start, end, step):
         raise dims.SymbolicDim(f"slice [{start}:{end}:{step}] of a dim of size {size}: over symbols, a slice "
                                "needs step 1 and bounds the sizes' ranges keep within [0, size]")
