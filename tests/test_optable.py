@@ -50,7 +50,7 @@ def test_a_claim_that_does_not_fit_the_generic_lowering_is_refused():
 
 
 def test_every_op_names_who_writes_its_code():
-    writers = {"pointwise": {"expr", "cast", "index", "literal", "indirect"}, "reduction": {"reduction"},
+    writers = {"pointwise": {"expr", "cast", "index", "literal", "size", "indirect"}, "reduction": {"reduction"},
                "scan": {"scan"}, "view": {"view"},
                "gemm": {"gemm"}, "attention": {"attention"}, "input": {"load"}, "constant": {"load"},
                "opaque": {"pytorch"}}

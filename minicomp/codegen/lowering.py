@@ -30,9 +30,10 @@ from minicomp.codegen import indirect
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import KernelCtx, Unsupported
 from minicomp.codegen.names import safe_ident
-from minicomp.codegen.sizes import module_names
+from minicomp.codegen.sizes import OWN_NAMES, module_names
 from minicomp.codegen.tlexpr import (Steps, Val, compute_tl, convert, op_text, py_literal, storage_tl, store_text,
                                      zero_literal)
+from minicomp.ir import dims as sizes
 from minicomp.ir.graph import Node
 
 KERNEL_LOCALS = ("pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "c0", "col_blocks",
@@ -183,6 +184,9 @@ class Lowering:
             raise Unsupported(f"{kind} node {node.describe()} in a {self.ctx.group.kind} kernel")
         if op == "full":
             return Val(py_literal(a["value"], node.dtype), node.dtype, frozenset(), literal=True, value=a["value"])
+        if op == "size_value":      # the kernel takes the symbols as arguments (sizes.used_symbols)
+            return self.emit(f"size{node.id}", f"tl.full([1], {sizes.py(a['value'], OWN_NAMES)}, tl.int64)",
+                             node.dtype, frozenset())
         if op == "arange":
             i = idx.to_dims()[0]
             s = ix.syms(i)

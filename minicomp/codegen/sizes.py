@@ -32,6 +32,11 @@ from minicomp.plan.records import Plan
 SYMBOLIC_KINDS = ("pointwise", "reduction", "gemm", "attention")    # group kinds whose emitters take symbolic sizes
 
 
+def _dims_of(n) -> tuple:
+    """A node's shape, and the size a `size_value` computes (a symbol no shape may carry)."""
+    return (*n.shape, n.attrs["value"]) if n.op == "size_value" else tuple(n.shape)
+
+
 def rename(graph: Graph, plan: Plan) -> tuple[Graph, Plan, dict[str, str]]:
     """`graph` and `plan` with the symbols renamed `s0, s1, ...`; returns them and
     {module name: the user's name} (for comments)."""
@@ -41,7 +46,7 @@ def rename(graph: Graph, plan: Plan) -> tuple[Graph, Plan, dict[str, str]]:
             for s in dims.symbols(d):
                 if s not in order:
                     order.append(s)
-    for s in dims.symbols(*(d for n in graph.nodes() for d in n.shape)):
+    for s in dims.symbols(*(d for n in graph.nodes() for d in _dims_of(n))):
         if s not in order:
             order.append(s)
     env = {s: dims.Expr({(dims.Sym(f"s{k}", s.lo, s.hi, s.hint),): 1}) for k, s in enumerate(order)}
@@ -52,7 +57,7 @@ def rename(graph: Graph, plan: Plan) -> tuple[Graph, Plan, dict[str, str]]:
 def module_names(graph: Graph) -> list[str]:
     """The names `rename` gives this graph's symbols (call() must not give them to tensors)."""
     # node order does not matter for a count: no topological sort (this runs once per group)
-    n = len(dims.symbols(*(d for nid in graph.nx.nodes for d in graph.node(nid).shape)))
+    n = len(dims.symbols(*(d for nid in graph.nx.nodes for d in _dims_of(graph.node(nid)))))
     return [f"s{k}" for k in range(n)]
 
 
@@ -68,7 +73,7 @@ def bind_lines(graph: Graph, arg_names: list[str], labels: dict[str, str]) -> li
             bound.add(s.name)
             lines.append(f"{s.name} = _rt.bind_size({name}, {n.attrs['name']!r}, {len(n.shape)}, {axis}, "
                          f"{s.lo}, {s.hi}, {labels.get(s.name, s.name)!r})")
-    missing = [labels.get(s.name, s.name) for s in dims.symbols(*(d for n in graph.nodes() for d in n.shape))
+    missing = [labels.get(s.name, s.name) for s in dims.symbols(*(d for n in graph.nodes() for d in _dims_of(n)))
                if s.name not in bound]
     if missing:
         raise CompileError(f"{graph.name}: the symbolic size(s) {', '.join(missing)} are not a dimension of any "
@@ -81,7 +86,7 @@ def used_symbols(graph: Graph, nids) -> list[str]:
     found: set[dims.Sym] = set()
     for nid in nids:
         n = graph.node(nid)
-        found.update(dims.symbols(*n.shape, *(n.layout or ())))
+        found.update(dims.symbols(*_dims_of(n), *(n.layout or ())))
     return sorted((s.name for s in found), key=lambda name: int(name[1:]))
 
 

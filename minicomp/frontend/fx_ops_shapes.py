@@ -330,6 +330,11 @@ def _arange(cx: Ctx, end, *_):
 
 @lowers("arange.start")
 def _arange_start(cx: Ctx, start, end, *_):
+    if dims.is_symbolic(start) and cx.out_dtype == torch.int64:
+        # arange(past, past + n) over symbols (a decode step's cache positions): arange(n) + past,
+        # the start a size kernels compute (the arange op's own start is an int)
+        base = cx.add("arange", start=0, end=end - start, step=1, dtype=torch.int64)
+        return cx.add("add", base, cx.operand(start))
     return cx.add("arange", start=start, end=end, step=1, dtype=cx.out_dtype)
 
 

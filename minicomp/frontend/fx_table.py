@@ -18,7 +18,7 @@ import torch
 
 from minicomp.errors import MinicompError
 from minicomp.frontend import fx_trace  # noqa: F401  (defines the minicomp:: stand-ins the table names)
-from minicomp.ir import ops
+from minicomp.ir import dims, ops
 from minicomp.ir.graph import Graph
 from minicomp.ir.ops.text import fits, wrap_int
 
@@ -48,9 +48,13 @@ class Ctx:
         return self.graph.constant(value, dtype=dtype, origin=self.origin)
 
     def operand(self, v: Any) -> int:
-        """A tensor operand's id; a Python scalar becomes a 0-d constant (PyTorch's promotion)."""
+        """A tensor operand's id; a Python scalar becomes a 0-d constant (PyTorch's promotion),
+        a size over symbols (a SymInt: `arange(past, past + n)` decomposes to `arange(n) + past`)
+        a 0-d int64 `size_value` that kernels compute from their size arguments."""
         if isinstance(v, T):
             return v.id
+        if dims.is_symbolic(v):
+            return self.add("size_value", value=v)
         if isinstance(v, int) and not isinstance(v, bool) and not fits(v, torch.int64):
             # beside a float tensor it is that float; eager unpacks it as a 64-bit pattern for an
             # integer one (2**63 wraps to -2**63) and refuses it from 2**64 on

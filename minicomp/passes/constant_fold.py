@@ -29,9 +29,10 @@ computes nothing, and materialising `permute(weight)` would copy the weight and 
 layout out of the pretranspose pass's hands (it stores weights transposed where a GEMM reads them
 faster). They are looked through instead, so `reshape(c) * 2` still folds.
 
-Never folded: `input`, `constant` (already folded) and `opaque` nodes (a PyTorch call may
-be random or have effects; it runs at run time), and nodes whose evaluation raises (the
-same error then happens at run time, as it would in eager PyTorch).
+Never folded: `input`, `constant` (already folded), `size_value` (a size known only at run
+time) and `opaque` nodes (a PyTorch call may be random or have effects; it runs at run
+time), and nodes whose evaluation raises (the same error then happens at run time, as it
+would in eager PyTorch).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from minicomp.ir.graph import Graph, Node
 from minicomp.ir.interpret import eval_node
 from minicomp.passes.registry import Changes, register_pass
 
-NEVER_FOLDED = ("input", "constant", "opaque")
+NEVER_FOLDED = ("input", "constant", "opaque", "size_value")   # size_value: known only at run time
 
 
 class _Folder:

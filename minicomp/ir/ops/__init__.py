@@ -73,6 +73,7 @@ EMITTERS = {
     "cast": "codegen/tlexpr.py cast_text (rounding of half types)",
     "index": "codegen/lowering.py (its value depends on the element's index)",
     "literal": "codegen/lowering.py (a literal that broadcasts)",
+    "size": "codegen/lowering.py (a size over symbols, from the kernel's size arguments)",
     "view": "codegen/lowering.py (moves the index; no code of its own)",
     "load": "codegen/lowering.py (a load, or a literal)",
     "indirect": "codegen/indirect.py (a load at positions an index tensor holds)",

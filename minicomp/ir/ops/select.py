@@ -104,6 +104,27 @@ register(OpDef("full", "pointwise", _full_ref, arity=0, flops_per_element=0, att
                aten=("full.default", "new_full.default", "full_like.default", "ones.default", "ones_like.default",
                      "new_ones.default", "zeros.default", "zeros_like.default", "new_zeros.default",
                      "fill.Scalar")))
+def _size_ref(*, value):
+    return torch.tensor(int(value), dtype=torch.int64)    # over symbols: SymbolicDim (never folded)
+
+
+def _size_rule(operands, attrs):
+    return ((), torch.int64) if isinstance(attrs.get("value"), dims.Expr) else None
+
+
+# a size over symbols as a 0-d int64 value (`arange(past, past + n)` decomposes to
+# `arange(n) + past`, past a SymInt): kernels compute it from their size arguments
+class _SameNames(dict):
+    def __missing__(self, key: str) -> str:
+        return key          # generated code names each symbol after its module symbol
+
+
+def _size_torch(x, attrs, shape) -> str:
+    return f"torch.tensor({dims.py(attrs['value'], _SameNames())}, device=device)"
+
+
+register(OpDef("size_value", "pointwise", _size_ref, arity=0, flops_per_element=0, attrs=("value",),
+               emitter="size", shape=_size_rule, pytorch=_size_torch))
 register(OpDef("arange", "pointwise", _arange_ref, arity=0, flops_per_element=0,
                attrs=("start", "end", "step", "dtype"), indexed=True, emitter="index", shape=_arange_rule,
                pytorch="torch.arange({start}, {end}, {step}, dtype={dtype}, device=device)",
