@@ -295,13 +295,13 @@ def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: 
     record.update(compiled, calls)
     run = _Run(compiled, layout, _expected_outputs(work), record, opts.graphs,
                frozenset(k for k, i in enumerate(tensor_pos) if i in static))
-    if not layout.inputs:
+    if not layout.sizes:
         return _Boxed(lambda args: run([args[i] for i in tensor_pos]))
 
-    def with_sizes(args: list) -> list:       # the sizes it returns as given, read from the call
+    def with_sizes(args: list) -> list:       # the sizes it returns, from the call's arguments
         out = run([args[i] for i in tensor_pos])
-        for pos, k in layout.inputs.items():
-            out[pos] = args[k]
+        for pos, size in layout.sizes.items():
+            out[pos] = size(args)
         return out
     return _Boxed(with_sizes)
 

@@ -231,3 +231,19 @@ def test_a_step_that_concatenates_its_past_compiles_once_over_the_length():
             torch.testing.assert_close(a, b, **tol(torch.float32))
         k, v = want[1], want[2]
     assert f.compiles == 2 and not f.dynamic.refused, f.dynamic.refused
+
+
+def test_the_backend_returns_sizes_computed_from_the_sizes_it_was_given():
+    # Dynamo hands the graph its sizes as arguments; a graph that returns one (or `length + 1`,
+    # as a sliding-window cache's length does) stays one compile over symbols
+    def f(x):
+        return x * 2, x.shape[1] + 1, x.shape[0] * x.shape[1]
+
+    backend = minicomp.backend()
+    compiled = torch.compile(f, backend=backend, dynamic=True)
+    for n in (3, 7, 12):
+        x = torch.randn(2, n)
+        got, want = compiled(x), f(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:]
+    assert [(g.symbolic, g.shapes, g.per_shape) for g in backend.report().graphs] == [(True, 1, "")]

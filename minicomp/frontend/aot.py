@@ -40,7 +40,7 @@ import copy
 import inspect
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
@@ -136,9 +136,10 @@ class OutputLayout:
     count: int                       # outputs of the original graph
     tensor_pos: list[int]            # positions the compiled outputs fill, in order
     others: dict[int, Any]           # position -> the non-tensor value (int, None) it always is
-    # position -> the graph input it returns as it is: a size Dynamo passed in (a symbolic
-    # graph returns the sequence length it was given; transformers' sliding-window models)
-    inputs: dict[int, int] = field(default_factory=dict)
+    # position -> how to compute a size it returns from the call's arguments: a size Dynamo
+    # passed in, or arithmetic on such sizes (a symbolic graph returns the sequence length it
+    # was given, or that length + 1; transformers' sliding-window models)
+    sizes: dict[int, Callable[[Sequence[Any]], int]] = field(default_factory=dict)
 
     def merge(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
         """The original graph's outputs: the compiled `tensors` and the constants (the inputs
@@ -165,12 +166,13 @@ def split_outputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, OutputLayout]:
     result = out_node.args[0]
     flat = list(result) if isinstance(result, (tuple, list)) else [result]
     placeholders = {n: k for k, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
-    tensor_pos, others, inputs = [], {}, {}
+    tensor_pos, others, sizes = [], {}, {}
     for i, a in enumerate(flat):
+        size = _size_of_arguments(a, placeholders) if isinstance(a, fx.Node) else None
         if _is_tensor_node(a):
             tensor_pos.append(i)
-        elif isinstance(a, fx.Node) and a in placeholders and isinstance(a.meta.get("val"), (int, torch.SymInt)):
-            inputs[i] = placeholders[a]
+        elif size is not None:
+            sizes[i] = size
         elif isinstance(a, fx.Node):
             raise ValueError(f"output {i} of the graph is {a.format_node()} ({type(a.meta.get('val')).__name__}), "
                              "not a tensor or a constant")
@@ -179,7 +181,36 @@ def split_outputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, OutputLayout]:
     out_node.args = (tuple(flat[i] for i in tensor_pos),)
     gm.graph.eliminate_dead_code()
     gm.recompile()
-    return gm, OutputLayout(len(flat), tensor_pos, others, inputs)
+    return gm, OutputLayout(len(flat), tensor_pos, others, sizes)
+
+
+_SIZE_ARITHMETIC = {operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
+                    operator.floordiv: operator.floordiv, operator.mod: operator.mod, operator.neg: operator.neg}
+
+
+def _size_of_arguments(node: fx.Node, placeholders: dict[fx.Node, int]) -> Callable[[Sequence[Any]], int] | None:
+    """A function of the call's arguments computing the int or SymInt `node` is: an argument
+    itself, or `+ - * // %` and negation of arguments and ints. None for anything else."""
+    if not isinstance(node.meta.get("val"), (int, torch.SymInt)):
+        return None
+    if node in placeholders:
+        k = placeholders[node]
+        return lambda args: args[k]
+    fn = _SIZE_ARITHMETIC.get(node.target) if node.op == "call_function" and not node.kwargs else None
+    if fn is None:
+        return None
+    parts = []
+    for a in node.args:
+        if isinstance(a, fx.Node):
+            part = _size_of_arguments(a, placeholders)
+            if part is None:
+                return None
+            parts.append(part)
+        elif type(a) is int:
+            parts.append(lambda args, v=a: v)
+        else:
+            return None
+    return lambda args: fn(*(p(args) for p in parts))
 
 
 # The CUDA SDPA ops F.scaled_dot_product_attention decomposes to; their schemas name the
