@@ -120,7 +120,9 @@ class _SameNames(dict):
 
 
 def _size_torch(x, attrs, shape) -> str:
-    return f"torch.tensor({dims.py(attrs['value'], _SameNames())}, device=device)"
+    value = attrs["value"]
+    text = dims.py(value, _SameNames()) if isinstance(value, dims.Expr) else repr(value)
+    return f"torch.tensor({text}, device=device)"
 
 
 register(OpDef("size_value", "pointwise", _size_ref, arity=0, flops_per_element=0, attrs=("value",),
