@@ -286,6 +286,7 @@ def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: 
         raise MinicompError("a graph over symbolic sizes that returns constants or computed sizes")
     aot.rewrite_sdpa(work)
     calls = aot.aten_calls(work)
+    work, inputs, carriers = aot.carry_sizes(work, inputs)
     graph = lower(work, f"dynamo_graph_{record.index}")
     if not graph.symbolic:
         raise MinicompError("every size was fixed while lowering")
@@ -295,11 +296,14 @@ def _over_symbols(gm: fx.GraphModule, inputs: list[Any], opts: Options, record: 
     record.update(compiled, calls)
     run = _Run(compiled, layout, _expected_outputs(work), record, opts.graphs,
                frozenset(k for k, i in enumerate(tensor_pos) if i in static))
-    if not layout.sizes:
+    if not layout.sizes and not carriers:
         return _Boxed(lambda args: run([args[i] for i in tensor_pos]))
+    device = inputs[carriers[0]].device if carriers else None
+    carried = frozenset(carriers)
 
-    def with_sizes(args: list) -> list:       # the sizes it returns, from the call's arguments
-        out = run([args[i] for i in tensor_pos])
+    def with_sizes(args: list) -> list:       # sizes in and out, from the call's arguments
+        out = run([torch.empty_strided((args[i], 0), (1, 1), device=device) if i in carried else args[i]
+                   for i in tensor_pos])
         for pos, size in layout.sizes.items():
             out[pos] = size(args)
         return out

@@ -115,7 +115,18 @@ def set_input_layouts(graph: Graph, inputs: Sequence[torch.Tensor]) -> None:
     for nid, t in zip(graph.inputs, inputs):
         node = graph.node(nid)
         symbolic = t is None or dims.any_symbolic(node.shape)   # over symbols: contiguous (copied if not)
-        node.layout = contiguous_strides(node.shape) if symbolic else TensorSig.of(t).stride
+        stride = None if symbolic else _int_strides(TensorSig.of(t).stride)
+        node.layout = contiguous_strides(node.shape) if stride is None else stride
+
+
+def _int_strides(stride: tuple) -> tuple[int, ...] | None:
+    """Strides as ints; None where one is a size over symbols (a fake tensor of fixed shape in
+    a symbolic graph may carry SymInt strides, most of them constants)."""
+    if not any(isinstance(s, torch.SymInt) for s in stride):
+        return stride
+    if not all(not isinstance(s, torch.SymInt) or s.node.expr.is_number for s in stride):
+        return None
+    return tuple(int(s.node.expr) if isinstance(s, torch.SymInt) else s for s in stride)
 
 
 def optimise(graph: Graph, options: Options) -> tuple[Graph, list]:

@@ -213,6 +213,37 @@ def _size_of_arguments(node: fx.Node, placeholders: dict[fx.Node, int]) -> Calla
     return lambda args: fn(*(p(args) for p in parts))
 
 
+def carry_sizes(gm: fx.GraphModule, inputs: list[Any]) -> tuple[fx.GraphModule, list[Any], list[int]]:
+    """`gm` (changed in place) and its example inputs with each size argument that no tensor
+    argument has as a dimension (a sliding-window cache's length: its tensors are the window's)
+    taken in through a "carrier", an empty tensor of shape (size, 0), whose dimension the
+    compiled module reads as it reads every size. Returns the carriers' positions: the caller
+    makes `torch.empty_strided((n, 0), (1, 1))` of each such argument `n` at every call (no
+    memory, no launch)."""
+    carried = {d.node.expr for a in inputs if isinstance(a, torch.Tensor) for d in a.shape
+               if isinstance(d, torch.SymInt)}
+    positions = [k for k, a in enumerate(inputs)
+                 if isinstance(a, torch.SymInt) and a.node.expr.is_symbol and a.node.expr not in carried]
+    fake_mode = torch._guards.detect_fake_mode(inputs) if positions else None
+    device = next((a.device for a in inputs if isinstance(a, torch.Tensor)), None)
+    if fake_mode is None or device is None:
+        return gm, inputs, []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = list(inputs)
+    for k in positions:
+        node, size = placeholders[k], inputs[k]
+        with fake_mode:
+            carrier = torch.empty_strided((size, 0), (1, 1), device=device)
+        with gm.graph.inserting_after(node):
+            read = gm.graph.call_function(aten.sym_size.int, (node, 0))
+        read.meta["val"] = size
+        node.replace_all_uses_with(read, delete_user_cb=lambda user: user is not read)
+        node.meta["val"] = carrier
+        inputs[k] = carrier
+    gm.recompile()
+    return gm, inputs, positions
+
+
 # The CUDA SDPA ops F.scaled_dot_product_attention decomposes to; their schemas name the
 # mask `attn_bias` (the flash op takes none).
 _SDPA_VARIANTS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
