@@ -124,7 +124,7 @@ def _int_strides(stride: tuple) -> tuple[int, ...] | None:
     a symbolic graph may carry SymInt strides, most of them constants)."""
     if not any(isinstance(s, torch.SymInt) for s in stride):
         return stride
-    if not all(not isinstance(s, torch.SymInt) or s.node.expr.is_number for s in stride):
+    if any(isinstance(s, torch.SymInt) and not s.node.expr.is_number for s in stride):
         return None
     return tuple(int(s.node.expr) if isinstance(s, torch.SymInt) else s for s in stride)
 

@@ -33,7 +33,7 @@ from minicomp.codegen.names import safe_ident
 from minicomp.codegen.sizes import OWN_NAMES, module_names
 from minicomp.codegen.tlexpr import (Steps, Val, compute_tl, convert, op_text, py_literal, storage_tl, store_text,
                                      zero_literal)
-from minicomp.ir import dims as sizes
+from minicomp.ir.dims import py as size_text
 from minicomp.ir.graph import Node
 
 KERNEL_LOCALS = ("pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "c0", "col_blocks",
@@ -185,7 +185,7 @@ class Lowering:
         if op == "full":
             return Val(py_literal(a["value"], node.dtype), node.dtype, frozenset(), literal=True, value=a["value"])
         if op == "size_value":      # the kernel takes the symbols as arguments (sizes.used_symbols)
-            return self.emit(f"size{node.id}", f"tl.full([1], {sizes.py(a['value'], OWN_NAMES)}, tl.int64)",
+            return self.emit(f"size{node.id}", f"tl.full([1], {size_text(a['value'], OWN_NAMES)}, tl.int64)",
                              node.dtype, frozenset())
         if op == "arange":
             i = idx.to_dims()[0]

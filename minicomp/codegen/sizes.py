@@ -154,12 +154,7 @@ def bucket_fit(pairs: list[tuple[str, str, int]], key: list[str]) -> dict[str, t
     return {block: (b, least) for block, b, least in pairs if b in key}
 
 
-class _OwnNames(dict):
-    def __missing__(self, key: str) -> str:
-        return key          # call() names each size after its module symbol (`rename`)
-
-
-OWN_NAMES = _OwnNames()     # `dims.py(d, OWN_NAMES)`: a size as call()'s text over its size names
+OWN_NAMES = dims.OWN_NAMES  # `dims.py(d, OWN_NAMES)`: a size as call()'s text over its size names
 
 
 def bucket(size: dims.Expr) -> Runtime:

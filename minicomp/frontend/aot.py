@@ -168,10 +168,9 @@ def split_outputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, OutputLayout]:
     placeholders = {n: k for k, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     tensor_pos, others, sizes = [], {}, {}
     for i, a in enumerate(flat):
-        size = _size_of_arguments(a, placeholders) if isinstance(a, fx.Node) else None
         if _is_tensor_node(a):
             tensor_pos.append(i)
-        elif size is not None:
+        elif isinstance(a, fx.Node) and (size := _size_of_arguments(a, placeholders)) is not None:
             sizes[i] = size
         elif isinstance(a, fx.Node):
             raise ValueError(f"output {i} of the graph is {a.format_node()} ({type(a.meta.get('val')).__name__}), "
@@ -184,8 +183,8 @@ def split_outputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, OutputLayout]:
     return gm, OutputLayout(len(flat), tensor_pos, others, sizes)
 
 
-_SIZE_ARITHMETIC = {operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
-                    operator.floordiv: operator.floordiv, operator.mod: operator.mod, operator.neg: operator.neg}
+_SIZE_ARITHMETIC = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
+                              operator.neg})
 
 
 def _size_of_arguments(node: fx.Node, placeholders: dict[fx.Node, int]) -> Callable[[Sequence[Any]], int] | None:
@@ -196,9 +195,9 @@ def _size_of_arguments(node: fx.Node, placeholders: dict[fx.Node, int]) -> Calla
     if node in placeholders:
         k = placeholders[node]
         return lambda args: args[k]
-    fn = _SIZE_ARITHMETIC.get(node.target) if node.op == "call_function" and not node.kwargs else None
-    if fn is None:
+    if node.op != "call_function" or node.kwargs or node.target not in _SIZE_ARITHMETIC:
         return None
+    fn = node.target
     parts = []
     for a in node.args:
         if isinstance(a, fx.Node):

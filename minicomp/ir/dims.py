@@ -364,6 +364,14 @@ def numel(shape) -> Dim:
     return n
 
 
+class _OwnNames(dict):
+    def __missing__(self, key: str) -> str:
+        return key          # generated code names each size after its module symbol (codegen/sizes.rename)
+
+
+OWN_NAMES = _OwnNames()     # `py(d, OWN_NAMES)`: a size as generated code's text over its size names
+
+
 def py(d: Dim, names: Mapping[str, str]) -> str:
     """Python text computing `d` from variables named `names[sym.name]` (never a user's name:
     the caller maps symbols to its own identifiers)."""

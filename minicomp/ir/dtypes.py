@@ -20,6 +20,7 @@ NAME_TO_DTYPE: dict[str, torch.dtype] = {v: k for k, v in DTYPE_NAMES.items()}
 NAME_TO_DTYPE["bool"] = torch.bool
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import torch
 
+from minicomp.ir.dtypes import INT_DTYPES
 from minicomp.ir.graph import Graph
 
 Range = tuple[int, int]
 VIEWS = ("reshape", "permute", "expand", "slice", "cat")
-INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
 _LIMITS = {torch.int8: (-2**7, 2**7 - 1), torch.uint8: (0, 255), torch.int16: (-2**15, 2**15 - 1),
            torch.int32: (-2**31, 2**31 - 1), torch.int64: (-2**63, 2**63 - 1), torch.bool: (0, 1)}
 

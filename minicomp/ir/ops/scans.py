@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from minicomp.ir.dtypes import INT_DTYPES
 from minicomp.ir.ops import OpDef, register
 from minicomp.ir.ops.rules import FLOATS
 
@@ -50,7 +51,7 @@ def _logcumsumexp(x, *, axis):
     return torch.logcumsumexp(x, axis)
 
 
-_INTEGERS = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_INTEGERS = (torch.bool, *INT_DTYPES)
 
 
 def _scan_rule(index: bool = False, accumulates: bool = False, floats_only: bool = False):

@@ -13,6 +13,7 @@ import math
 import torch
 
 from minicomp.ir import dims
+from minicomp.ir.dtypes import INT_DTYPES
 
 from minicomp.ir.ops import OpDef, register
 from minicomp.ir.ops.rules import FLOATS, elementwise, promote, floats
@@ -76,7 +77,7 @@ def _full_rule(operands, attrs):
         return None
     if (dtype in FLOATS or dtype == torch.bool) and type(value) in (bool, int, float) and math.isfinite(value):
         return tuple(shape), dtype
-    if (dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64) and type(value) in (bool, int)
+    if (dtype in INT_DTYPES and type(value) in (bool, int)
             and torch.iinfo(dtype).min <= value <= torch.iinfo(dtype).max):
         return tuple(shape), dtype      # an int that fits (eager refuses one that overflows)
     return None
@@ -104,6 +105,8 @@ register(OpDef("full", "pointwise", _full_ref, arity=0, flops_per_element=0, att
                aten=("full.default", "new_full.default", "full_like.default", "ones.default", "ones_like.default",
                      "new_ones.default", "zeros.default", "zeros_like.default", "new_zeros.default",
                      "fill.Scalar")))
+
+
 def _size_ref(*, value):
     return torch.tensor(int(value), dtype=torch.int64)    # over symbols: SymbolicDim (never folded)
 
@@ -114,14 +117,9 @@ def _size_rule(operands, attrs):
 
 # a size over symbols as a 0-d int64 value (`arange(past, past + n)` decomposes to
 # `arange(n) + past`, past a SymInt): kernels compute it from their size arguments
-class _SameNames(dict):
-    def __missing__(self, key: str) -> str:
-        return key          # generated code names each symbol after its module symbol
-
-
 def _size_torch(x, attrs, shape) -> str:
     value = attrs["value"]
-    text = dims.py(value, _SameNames()) if isinstance(value, dims.Expr) else repr(value)
+    text = dims.py(value, dims.OWN_NAMES) if isinstance(value, dims.Expr) else repr(value)
     return f"torch.tensor({text}, device=device)"
 
 
