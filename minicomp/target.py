@@ -33,6 +33,7 @@ PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (r
 TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile kernel compiles before its first launch
 LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": our GEMM kernels only; "all": cuBLAS for every GEMM (library_mode)
 LIBRARY_ATTENTION_ENV = "MINICOMP_LIBRARY_ATTENTION" # "0": attention never calls SDPA (library_attention_on)
+DUAL_GEMM_ENV = "MINICOMP_DUAL_GEMM"                 # "fused": SwiGLU's pair stays one dual GEMM at every size (dual_gemm_fused)
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 MATMUL_PRECISIONS = ("ieee", "tf32")                 # fp32 `tl.dot` input precision
@@ -76,6 +77,14 @@ def library_attention_on(environ: dict | None = None) -> bool:
     (`Target.for_device`): one switch gives our kernels only."""
     env = os.environ if environ is None else environ
     return env.get(LIBRARY_ATTENTION_ENV, "").strip() != "0"
+
+
+def dual_gemm_fused(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_DUAL_GEMM ("fused") keeps a large dual GEMM (SwiGLU's gate and up
+    projections) as one kernel of ours on CUDA, instead of cuBLAS for one of the pair and our
+    GEMM, with the join in its epilogue, for the other (codegen/library.py `split_pairs`)."""
+    env = os.environ if environ is None else environ
+    return env.get(DUAL_GEMM_ENV, "").strip() == "fused"
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,10 @@ class Target:
     # least time (Llama 1 x 16: 0.344 ms against 0.381 with our fused GEMMs, H200, 2026-12-05);
     # in the default mode a call is host-bound and fewer launches win (2.07 ms against 2.46)
     graphs: bool = False
+    # CUDA: a dual GEMM of many rows (SwiGLU at prefill) is split: cuBLAS computes one matmul of
+    # the pair and our GEMM the other, with the join in its epilogue (codegen/library.py
+    # `split_pairs`); MINICOMP_DUAL_GEMM=fused keeps it one kernel of ours
+    split_dual: bool = True
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -178,7 +191,8 @@ class Target:
                       row_form=row_form or RowForm(), capture=capture_mode(env),
                       prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0",
                       library_gemm=library != "off", library_all=library == "all",
-                      library_attention=library != "off" and library_attention_on(env), graphs=graphs)
+                      library_attention=library != "off" and library_attention_on(env), graphs=graphs,
+                      split_dual=not dual_gemm_fused(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

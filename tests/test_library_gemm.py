@@ -416,6 +416,72 @@ def test_gpu_few_rows_swiglu_matches_eager(dtype):
         assert bool(f.compile_for(x, w1, w2).generated.library) == library, mode
 
 
+# ---------------------------------------------------------------- a dual GEMM of many rows: split
+# (cuBLAS for one matmul of SwiGLU's pair, our GEMM with the join in its epilogue for the other)
+
+def _swiglu_mlp(x, w_gate, w_up):
+    return F.silu(F.linear(x, w_gate)) * F.linear(x, w_up)
+
+
+def _swiglu_inputs(lead, k, n, dtype=torch.float32):
+    return [_randn(*lead, k, dtype=dtype), _randn(n, k, dtype=dtype, seed=1), _randn(n, k, dtype=dtype, seed=2)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("lead", [(600,), (2, 300)], ids=["2d", "3d"])
+def test_a_dual_gemm_of_many_rows_splits_its_pair(lead, dtype, monkeypatch):
+    inputs = _swiglu_inputs(lead, 64, 40, dtype)
+    c = _generate(_swiglu_mlp, inputs)
+    gen = c.generated
+    (gid,) = gen.library
+    assert gen.library[gid] == library.SPLIT.format(m="600 rows"), gen.library
+    (ours,) = [g for g in c.plan.groups if g.kind == "gemm" and g.id != gid]
+    ops = sorted(c.graph.node(n).op for n in ours.nodes if c.graph.node(n).kind != "view")
+    assert ops == ["matmul", "mul", "silu"], ops          # SiLU of cuBLAS's result, in our epilogue
+    assert [k for k in gen.kernel_names if not k.startswith("mc_gemm")] == [], gen.kernel_names
+    assert f"g{gid} calls cuBLAS: one matmul of a dual GEMM over 600 rows" in c.plan.table(library=gen.library)
+    (out,) = _run_interpreted(gen, inputs, monkeypatch)
+    torch.testing.assert_close(out, _swiglu_mlp(*inputs), **tol(dtype))
+
+
+@pytest.mark.parametrize("lead", [(511,), (2, 8)], ids=["under_the_rows", "few_rows"])
+def test_a_dual_gemm_of_fewer_rows_stays_one_kernel(lead):
+    gen = _generate(_swiglu_mlp, _swiglu_inputs(lead, 64, 40)).generated
+    assert gen.library == {} and len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_gemm_swiglu")
+
+
+def test_the_dual_gemm_switch_keeps_the_pair_fused(monkeypatch):
+    monkeypatch.setenv("MINICOMP_DUAL_GEMM", "fused")
+    target = replace(Target.for_device("cuda"), capability=(9, 0))
+    assert not target.split_dual
+    gen = _generate(_swiglu_mlp, _swiglu_inputs((600,), 64, 40), target).generated
+    assert gen.library == {} and gen.kernel_names[0].startswith("mc_gemm_swiglu")
+
+
+def test_a_pair_without_a_join_or_of_other_shapes_is_not_split():
+    x = _randn(600, 64)
+    w1, w2, w3 = _randn(40, 64, seed=1), _randn(40, 64, seed=2), _randn(24, 64, seed=3)
+    # q/k/v-like projections of one x, each used alone: plain cuBLAS calls, not a pair
+    gen = _generate(lambda x, a, b: (F.linear(x, a), F.linear(x, b)), [x, w1, w2]).generated
+    assert set(gen.library.values()) == {library.PLAIN}
+    gen = _generate(lambda x, a, b: F.linear(x, a)[:, :24] * F.linear(x, b), [x, w1, w3]).generated
+    assert library.SPLIT.format(m="600 rows") not in gen.library.values()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_gpu_split_swiglu_matches_eager(dtype):
+    """SwiGLU at prefill sizes (4 x 256 tokens, width 1024, hidden 2816; and an N no tile divides) on the GPU:
+    cuBLAS computes the gate, our GEMM the up projection with SiLU(gate) * up in its epilogue."""
+    for n in (2816, 1000):
+        x, wg, wu = (t.cuda() for t in _swiglu_inputs((4, 256), 1024, n, dtype))
+        f = minicomp.compile(_swiglu_mlp)
+        torch.testing.assert_close(f(x, wg, wu), _swiglu_mlp(x, wg, wu), **tol(dtype))
+        gen = f._need().generated
+        assert list(gen.library.values()) == [library.SPLIT.format(m="1024 rows")], gen.library
+        assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_gemm"), gen.kernel_names
+
+
 def test_a_llama_at_batch_1_x_16_fuses_around_its_cublas_projections(monkeypatch):
     """transformers' Llama as users call it, at decode-like size (1 x 16 tokens, width 1024):
     every projection is its own cuBLAS group, each residual add joins the next RMSNorm's row

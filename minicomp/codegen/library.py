@@ -50,6 +50,7 @@ from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.graph import Node
 from minicomp.ir.ops.text import py_value
 from minicomp.ir.ops.views import STRIDED
+from minicomp.passes.rewrites import pointwise_join
 from minicomp.plan.rules import topo
 from minicomp.plan.specs import GemmSpec
 from minicomp.plan.table import library_counts
@@ -67,6 +68,16 @@ BIAS = "cuBLAS: nothing to fuse but a bias along N (addmm)"
 PLANNED = "{m}, where reading the weights is the work"
 FEW = "cuBLAS: " + PLANNED
 FEW_BIAS = "cuBLAS: " + PLANNED + ", and its bias (addmm)"
+# A dual GEMM (SwiGLU's gate and up projections, sharing A) of many rows is compute-bound, and
+# one tile holding two fp32 accumulators runs slower than two GEMMs of one each: on the H100
+# (results/2026-12-06/session17-profile-llama-*.txt, 4-layer Llama at 4 x 512, N = 5632,
+# K = 2048) our dual kernel took 156 us a layer (605 TFLOP/s) where cuBLAS's GEMM took 61.5 us
+# for one of the pair. So cuBLAS computes one matmul of the pair and our GEMM the other, with
+# the join (`silu(gate) * up`) in its epilogue reading cuBLAS's result: no pointwise pass.
+# At few rows a call is launch- or weight-read-bound and the fused kernel (one launch, A read
+# once) stays.
+SPLIT = "cuBLAS: one matmul of a dual GEMM over {m} (its partner's kernel applies the join)"
+SPLIT_MIN_ROWS = 512
 ALL = "cuBLAS: library mode 'all' (every GEMM; what follows fuses with the next kernel)"
 SMALL_ROWS = 64
 SMALL_MIN_K = 1024
@@ -112,7 +123,7 @@ def _aligned_kn(graph, mm: int) -> bool:
 
 def choice(ctx: KernelCtx) -> str | None:
     """Why the group calls cuBLAS (`PLAIN` or `BIAS`; `FEW` or `FEW_BIAS` when its matmul has
-    few rows, which the planner kept alone), or None when a kernel of ours computes it:
+    few rows, `SPLIT` when it is one of a dual GEMM's pair: the planner kept those alone), or None when a kernel of ours computes it:
     another target, the switch off, a dual GEMM, a prologue that computes, an epilogue."""
     target, group = ctx.target, ctx.group
     if target.device_type != "cuda" or not target.library_gemm or group.kind != "gemm":
@@ -126,7 +137,11 @@ def choice(ctx: KernelCtx) -> str | None:
     rows = None if plain is None or not target.graphs else few_rows(ctx.graph, spec.matmuls[0])
     if rows is not None:
         return (FEW_BIAS if plain == BIAS else FEW).format(m=_rows(rows))
-    return ALL if plain is not None and target.library_all else plain
+    if plain is not None and target.library_all:
+        return ALL
+    if plain is not None and target.split_dual:
+        return split_pairs(ctx.graph).get(spec.matmuls[0], plain)
+    return plain
 
 
 def _plain(ctx: KernelCtx, spec: GemmSpec) -> str | None:
@@ -187,10 +202,46 @@ def planned(graph, target) -> dict[int, str]:
         return {}
     if target.library_all:
         return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
+    chosen = split_pairs(graph) if target.split_dual else {}
     if not target.graphs:
-        return {}        # the default mode: a call is host-bound, our fused GEMM saves launches
+        return chosen    # the default mode: at few rows a call is host-bound, our fused GEMM saves launches
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
-    return {nid: PLANNED.format(m=_rows(m)) for nid, m in rows.items() if m is not None}
+    return chosen | {nid: PLANNED.format(m=_rows(m)) for nid, m in rows.items() if m is not None}
+
+
+def split_pairs(graph) -> dict[int, str]:
+    """One matmul of each dual GEMM of many rows, for cuBLAS (`SPLIT`): two matmuls reading the
+    same A, of one shape and dtype, whose results meet in a pointwise join (SwiGLU's
+    `silu(x @ w_gate) * (x @ w_up)`), with at least SPLIT_MIN_ROWS rows, or rows the sizes do
+    not settle (a prefill over a symbolic length). The first of the pair (by node id) goes to
+    cuBLAS; the planner then gives the other our GEMM with the join in its epilogue, reading
+    cuBLAS's result as a tile (plan/rules.py: an epilogue may compute from memory alone)."""
+    by_a: dict[int, list[int]] = {}
+    for nid in sorted(graph.nx.nodes):
+        if graph.node(nid).op == "matmul":
+            by_a.setdefault(graph.node(nid).args[0], []).append(nid)
+    chosen: dict[int, str] = {}
+    for mms in by_a.values():
+        used: set[int] = set()
+        for i, m1 in enumerate(mms):
+            for m2 in mms[i + 1:]:
+                if m1 in used or m2 in used or not _split(graph, m1, m2):
+                    continue
+                used |= {m1, m2}
+                rows = math.prod(graph.node(m1).shape[:-1])
+                chosen[m1] = SPLIT.format(m="rows the sizes do not settle" if dims.any_symbolic((rows,))
+                                          else _rows(int(rows)))
+    return chosen
+
+
+def _split(graph, m1: int, m2: int) -> bool:
+    """Whether matmuls `m1` and `m2` (same A) are a dual GEMM worth splitting: one shape and
+    dtype, a pointwise join, cuBLAS takes `m1`, and many rows (or rows not settled)."""
+    a, b = graph.node(m1), graph.node(m2)
+    if a.shape != b.shape or a.dtype != b.dtype or not _takes(graph, m1) or not pointwise_join(graph, m1, m2):
+        return False
+    rows = math.prod(a.shape[:-1])
+    return dims.any_symbolic((rows,)) or rows >= SPLIT_MIN_ROWS
 
 
 def _takes(graph, nid: int) -> bool:

@@ -21,7 +21,7 @@ def _only_operand(g: Graph, n: Node, op: str) -> Node | None:
     return inner if inner.op == op else None
 
 
-def _pointwise_join(g: Graph, x: int, y: int, depth: int = 4) -> bool:
+def pointwise_join(g: Graph, x: int, y: int, depth: int = 4) -> bool:
     """Whether some pointwise node depends on both `x` and `y` through pointwise nodes only
     (at most `depth` steps from each): where a dual GEMM's two results meet."""
     def reach(start: int) -> set[int]:
@@ -51,7 +51,7 @@ def slice_of_matmul(g: Graph, n: Node) -> int | None:
     users = [g.node(u) for u in g.users(src.id)]
     if any(u.op != "slice" or u.attrs["dim"] % len(u.shape) != len(u.shape) - 1 for u in users):
         return None
-    if len(users) != 2 or not _pointwise_join(g, users[0].id, users[1].id):
+    if len(users) != 2 or not pointwise_join(g, users[0].id, users[1].id):
         return None     # a q/k/v split stays one GEMM: three would read A three times for nothing
     a, b = mm.args
 

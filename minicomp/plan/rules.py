@@ -267,6 +267,19 @@ def _descendants_in(graph: Graph, starts: Iterable[int], nodes: set[int]) -> set
     return out
 
 
+def _side_value(graph: Graph, n: Node, nodes: set[int], rest: set[int], epilogue: set[int],
+                shapes: set[tuple]) -> bool:
+    """Whether `n`, a group node that neither feeds the matmul nor depends on it, is a value the
+    epilogue computes from memory alone: pointwise, of the tile's shape, from tensors read from
+    memory or other such values, and read only by the epilogue or other such values
+    (`silu(gate) * (x @ w_up)` where cuBLAS wrote `gate`: SiLU is applied to the loaded tile)."""
+    if n.kind != "pointwise" or tuple(n.shape) not in shapes or n.op in indirect.OPS:
+        return False
+    if any(a not in rest for a in in_group_args(graph, n, nodes)):
+        return False
+    return all(u in epilogue or u in rest for u in graph.users(n.id) if u in nodes)
+
+
 def _check_library(graph: Graph, nodes: set[int], matmuls: list[int], library: dict[int, str]) -> str | None:
     """Why a group holding a library matmul breaks its rule (module docstring); None if it keeps it."""
     called = [m for m in matmuls if m in library]
@@ -350,7 +363,7 @@ def _check_anchored(graph: Graph, nodes: set[int], outputs: set[int], anchors: l
     for r in rest:
         n = graph.node(r)
         loads_for_epilogue = n.op in STRIDED_VIEWS and roots_outside(graph, r, nodes)
-        if not loads_for_epilogue:
+        if not (loads_for_epilogue or (kind == "gemm" and _side_value(graph, n, nodes, rest, epilogue, shapes))):
             return f"{describe(graph, r)} neither feeds the {kind} anchor nor consumes it"
     if len(anchors) == 2:
         m1, m2 = anchors
