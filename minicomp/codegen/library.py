@@ -78,6 +78,7 @@ FEW_BIAS = "cuBLAS: " + PLANNED + ", and its bias (addmm)"
 # once) stays.
 SPLIT = "cuBLAS: one matmul of a dual GEMM over {m} (its partner's kernel applies the join)"
 SPLIT_MIN_ROWS = 512
+LONG_K = "cuBLAS: {m} over K = {k}, where its main loop outweighs the epilogue's pass over memory"
 ALL = "cuBLAS: library mode 'all' (every GEMM; what follows fuses with the next kernel)"
 SMALL_ROWS = 64
 SMALL_MIN_K = 1024
@@ -139,8 +140,8 @@ def choice(ctx: KernelCtx) -> str | None:
         return (FEW_BIAS if plain == BIAS else FEW).format(m=_rows(rows))
     if plain is not None and target.library_all:
         return ALL
-    if plain is not None and target.split_dual:
-        return split_pairs(ctx.graph).get(spec.matmuls[0], plain)
+    if plain is not None and (target.split_dual or target.library_min_k):
+        return many_rows(ctx.graph, target).get(spec.matmuls[0], plain)
     return plain
 
 
@@ -202,11 +203,41 @@ def planned(graph, target) -> dict[int, str]:
         return {}
     if target.library_all:
         return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
-    chosen = split_pairs(graph) if target.split_dual else {}
+    chosen = many_rows(graph, target)
     if not target.graphs:
         return chosen    # the default mode: at few rows a call is host-bound, our fused GEMM saves launches
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
     return chosen | {nid: PLANNED.format(m=_rows(m)) for nid, m in rows.items() if m is not None}
+
+
+def many_rows(graph, target) -> dict[int, str]:
+    """The matmuls of many rows cuBLAS computes whatever follows them: those over a long K
+    (`long_k`, from `Target.library_min_k`), and one of each dual GEMM's pair (`split_pairs`,
+    unless `Target.split_dual` is off)."""
+    chosen = long_k(graph, target.library_min_k) if target.library_min_k else {}
+    return chosen | (split_pairs(graph) if target.split_dual else {})
+
+
+def _many(rows) -> bool:
+    return dims.any_symbolic((rows,)) or rows >= SPLIT_MIN_ROWS
+
+
+def _rows_text(rows) -> str:
+    return "rows the sizes do not settle" if dims.any_symbolic((rows,)) else _rows(int(rows))
+
+
+def long_k(graph, min_k: int) -> dict[int, str]:
+    """The matmuls cuBLAS takes (`_takes`) with many rows (at least SPLIT_MIN_ROWS, or rows the
+    sizes do not settle) over a static K of at least `min_k`, each with why (`LONG_K`)."""
+    out = {}
+    for nid in sorted(graph.nx.nodes):
+        node = graph.node(nid)
+        if node.op != "matmul" or not _takes(graph, nid):
+            continue
+        rows, k = math.prod(node.shape[:-1]), graph.node(node.args[0]).shape[-1]
+        if _many(rows) and not dims.any_symbolic((k,)) and k >= min_k:
+            out[nid] = LONG_K.format(m=_rows_text(rows), k=int(k))
+    return out
 
 
 def split_pairs(graph) -> dict[int, str]:
@@ -228,9 +259,7 @@ def split_pairs(graph) -> dict[int, str]:
                 if m1 in used or m2 in used or not _split(graph, m1, m2):
                     continue
                 used |= {m1, m2}
-                rows = math.prod(graph.node(m1).shape[:-1])
-                chosen[m1] = SPLIT.format(m="rows the sizes do not settle" if dims.any_symbolic((rows,))
-                                          else _rows(int(rows)))
+                chosen[m1] = SPLIT.format(m=_rows_text(math.prod(graph.node(m1).shape[:-1])))
     return chosen
 
 
@@ -238,10 +267,10 @@ def _split(graph, m1: int, m2: int) -> bool:
     """Whether matmuls `m1` and `m2` (same A) are a dual GEMM worth splitting: one shape and
     dtype, a pointwise join, cuBLAS takes `m1`, and many rows (or rows not settled)."""
     a, b = graph.node(m1), graph.node(m2)
-    if a.shape != b.shape or a.dtype != b.dtype or not _takes(graph, m1) or not pointwise_join(graph, m1, m2):
+    if a.shape != b.shape or a.dtype != b.dtype or not _takes(graph, m1) or \
+            not pointwise_join(graph, m1, m2, through=("reshape",)):
         return False
-    rows = math.prod(a.shape[:-1])
-    return dims.any_symbolic((rows,)) or rows >= SPLIT_MIN_ROWS
+    return _many(math.prod(a.shape[:-1]))
 
 
 def _takes(graph, nid: int) -> bool:

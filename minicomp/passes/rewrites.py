@@ -21,16 +21,18 @@ def _only_operand(g: Graph, n: Node, op: str) -> Node | None:
     return inner if inner.op == op else None
 
 
-def pointwise_join(g: Graph, x: int, y: int, depth: int = 4) -> bool:
+def pointwise_join(g: Graph, x: int, y: int, depth: int = 4, through: tuple[str, ...] = ()) -> bool:
     """Whether some pointwise node depends on both `x` and `y` through pointwise nodes only
-    (at most `depth` steps from each): where a dual GEMM's two results meet."""
+    (and ops named in `through`: the reshapes of aten's `view -> mm -> view` linears), at most
+    `depth` steps from each: where a dual GEMM's two results meet."""
     def reach(start: int) -> set[int]:
         seen, frontier = set(), {start}
         for _ in range(depth):
-            frontier = {u for f in frontier for u in g.users(f) if g.node(u).kind == "pointwise"} - seen
+            frontier = {u for f in frontier for u in g.users(f)
+                        if g.node(u).kind == "pointwise" or g.node(u).op in through} - seen
             seen |= frontier
         return seen
-    return bool(reach(x) & reach(y))
+    return any(g.node(n).kind == "pointwise" for n in reach(x) & reach(y))
 
 
 def slice_of_matmul(g: Graph, n: Node) -> int | None:

@@ -1,0 +1,132 @@
+"""Which GEMMs should call cuBLAS: whole models under each choice minicomp can make, in one run.
+
+`codegen/library.py` decides per matmul whether cuBLAS computes it (its epilogue then fuses
+with what follows) or our GEMM kernel does, epilogue included. The choice rests on measured
+times, not on a rule of thumb; this script measures them. For each model of the suite
+(`workloads_models.PREFILL`, bf16 on CUDA) it compiles one module per variant below, checks it
+against eager (the benchmark's tolerance against the fp32 model), and times every variant and
+torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench medians, L2 flushed):
+
+- `fused`: SwiGLU's gate and up projections as one dual GEMM of ours (MINICOMP_DUAL_GEMM=fused);
+- `split`: cuBLAS for one of the pair, our GEMM with the join for the other (the default);
+- `k<N>`: also every GEMM of many rows over K >= N through cuBLAS (MINICOMP_LIBRARY_MIN_K=N);
+- `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);
+- `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults.
+
+    python3 benchmarks/ablations/library_choice.py [--models llama,qwen2,gpt2,bert]
+        [--variants fused,split,k1024,k2048,all] [--rounds 3] [--out DIR]
+Prints one table (ms and speed over torch.compile per variant) and writes it to DIR/library-choice.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+# this folder holds a `kernels.py`, which would shadow the package of that name transformers imports
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import measure, workloads_models  # noqa: E402
+
+import minicomp  # noqa: E402
+
+ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_MIN_K", "MINICOMP_LIBRARY_GEMM")
+
+
+def variant_env(name: str) -> dict[str, str]:
+    """The environment switches of one variant (module docstring)."""
+    if name == "fused":
+        return {"MINICOMP_DUAL_GEMM": "fused"}
+    if name == "split":
+        return {}
+    if name == "all":
+        return {"MINICOMP_LIBRARY_GEMM": "all"}
+    if name == "backend":
+        return {}
+    if name.startswith("k") and name[1:].isdigit():
+        return {"MINICOMP_LIBRARY_MIN_K": name[1:]}
+    raise SystemExit(f"unknown variant {name!r}: fused, split, k<N>, all or backend")
+
+
+def compile_variant(fn, inputs, name: str):
+    """`minicomp.compile(fn)` under the variant's switches (read once, at the compile)."""
+    saved = {k: os.environ.pop(k, None) for k in ENV}
+    os.environ.update(variant_env(name))
+    try:
+        f = torch.compile(fn, backend=minicomp.backend()) if name == "backend" else minicomp.compile(fn)
+        with torch.no_grad():
+            f(*inputs)
+        measure.sync(inputs[0].device.type)
+        return f
+    finally:
+        for k in ENV:
+            os.environ.pop(k, None)
+            if saved[k] is not None:
+                os.environ[k] = saved[k]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="llama,qwen2,gpt2,bert")
+    p.add_argument("--variants", default="fused,split,k1024,k2048,all")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", default=None)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a smoke run of the script at tiny sizes in fp32 (the switches do nothing there)")
+    args = p.parse_args()
+    cpu = args.device == "cpu"
+    dtype = torch.float32 if cpu else torch.bfloat16
+    variants = args.variants.split(",")
+    for v in variants:
+        variant_env(v)
+    device = "CPU" if cpu else f"GPU {torch.cuda.get_device_name()}"
+    lines = [f"{device}, PyTorch {torch.__version__}, {dtype}; do_bench medians, "
+             f"{args.rounds} interleaved rounds; speed = torch.compile ms / variant ms",
+             "", "| model | torch.compile ms | " + " | ".join(f"{v} ms (speed)" for v in variants) + " |",
+             "|---|---|" + "---|" * len(variants)]
+    for family in args.models.split(","):
+        sizes = dict(workloads_models.TINY if cpu else workloads_models.PREFILL[family])
+        built = workloads_models.make_model(family)(args.device, dtype, sizes, torch.Generator().manual_seed(0))
+        fn, inputs = built.fn, built.inputs
+        wide = None if cpu else built.wide()
+        with torch.no_grad():
+            want = fn(*inputs)
+            fns = {"torch.compile": torch.compile(fn)}
+            fns["torch.compile"](*inputs)
+            measure.sync(args.device)
+            for v in variants:
+                try:
+                    fns[v] = compile_variant(fn, inputs, v)
+                except Exception as e:         # one variant failing still leaves the others' figures
+                    print(f"{family} {v}: {measure.error_text(e)}", flush=True)
+            for name, f in fns.items():
+                check = measure.compare(f(*inputs), want, measure.TOLERANCES[str(dtype).removeprefix("torch.")], wide=wide)
+                if not check.get("ok", False):
+                    print(f"{family} {name}: does not match eager: {check}", flush=True)
+            timing = SimpleNamespace(device=args.device, warmup_ms=25.0, rep_ms=100.0, reps=10)
+            times = measure.time_interleaved({k: (lambda f=f: f(*inputs)) for k, f in fns.items()}, timing, args.rounds)
+        ms = {k: t.get("ms") for k, t in times.items()}
+        tc = ms["torch.compile"]
+        cells = [f"{ms[v]:.3f} ({tc / ms[v]:.3f}x)" if ms.get(v) else "—" for v in variants]
+        lines.append(f"| {family} | {tc:.3f} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+        del fns, built, wide
+        if not cpu:
+            torch.cuda.empty_cache()
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "library-choice.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
