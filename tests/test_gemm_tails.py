@@ -262,6 +262,27 @@ def test_lm_head_shape_tries_a_second_config_for_misaligned_stores():
     assert "min(_sm_count(device) * meta['SM_SHARE'], " in src and "SM_SHARE: tl.constexpr" in src
 
 
+@pytest.mark.parametrize("n, big", [(5632, True), (2048, False)], ids=["big", "autotuned_table"])
+def test_an_epilogue_that_reads_a_tile_tries_two_programs_per_sm(n, big):
+    """A residual add (or SiLU of a gate cuBLAS wrote) in the epilogue reads a tile of the
+    output's size beside the accumulator: the 128x128 config launched two programs per SM is a
+    candidate too, in the big-problem cut and in the full table; a bias along N is no such read."""
+    g = Graph("residual")
+    x = g.add_input("x", (4, 512, 2048), torch.bfloat16)
+    w = g.add_input("w", (n, 2048), torch.bfloat16)
+    r = g.add_input("r", (4, 512, n), torch.bfloat16)
+    g.set_outputs([g.add("add", C.linear(g, x, w, None), r)])
+    src = one_group(g, "cuda")[0].source
+    two = '"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SM_SHARE": 2}, num_stages=3'
+    assert two in src and "min(_sm_count(device) * meta['SM_SHARE'], " in src
+    assert (src.count("triton.Config(") == 2) == big
+    g = Graph("bias")
+    x = g.add_input("x", (4, 512, 2048), torch.bfloat16)
+    w = g.add_input("w", (n, 2048), torch.bfloat16)
+    g.set_outputs([C.linear(g, x, w, g.add_input("b", (n,), torch.bfloat16))])
+    assert '"SM_SHARE": 2' not in one_group(g, "cuda")[0].source
+
+
 # --------------------------------------------------------------------------- fp32 precision
 # These tests flip only the legacy switch (`allow_tf32`): once the newer `fp32_precision` is set,
 # PyTorch raises on every later read of the legacy one in the process (other tests read it).

@@ -72,7 +72,7 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, few_configs, kernel_name
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, big_from, configs, needs_int64,
-                                        odd_store, programs_per_sm, tma_form)
+                                        odd_store, programs_per_sm, reads_tile, tma_form)
 from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
 from minicomp.codegen.tlexpr import Val
 from minicomp.ir import dims
@@ -300,7 +300,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     name = kernel_name(ctx, "gemm")
     tma = tma_form(ctx, spec)
     cfgs = few_configs(ctx, configs(spec, ctx.device_type, tma is not None, ctx.target.matmul_precision,
-                                    odd_store(ctx)),
+                                    odd_store(ctx) or reads_tile(ctx, spec)),
                        lambda c: -(-spec.m // c[0]) * -(-spec.n // c[1]) * math.prod(spec.batch))
     body = CodeBuilder()
     masks = {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}

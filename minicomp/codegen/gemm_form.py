@@ -273,11 +273,16 @@ def _cap(size, least: int) -> float:
     return float("inf") if dims.is_symbolic(size) else max(least, next_pow2(size))
 
 
-# a big TMA GEMM whose output rows are not 16-byte aligned (N = 50257: an lm_head) stores its
-# tiles element by element, and the persistent kernel does not overlap that epilogue with the
-# next tile's loads; this config's 96 KiB of shared memory lets two programs share an SM, and it
-# launches two per SM (`programs_per_sm`), so one stores while the other computes. A candidate
-# beside the 128x256 one, which keeps one program per SM; the autotuner picks (not measured yet)
+# A big TMA GEMM with a long epilogue: output rows not 16-byte aligned (N = 50257: an lm_head),
+# stored element by element, or a tile of the output's size read from memory (the residual of
+# o_proj/down_proj, the gate cuBLAS wrote for SwiGLU's up projection, `library.split_pairs`).
+# The persistent kernel does not overlap its epilogue with the next tile's loads, and a 128x256
+# tile's fp32 accumulator (128 registers a thread at 8 warps) leaves little room for a loaded
+# tile beside it: on the H100 our GEMM with SiLU(gate) * up in its epilogue took 89.6 us where
+# cuBLAS's plain GEMM of the shape took 59 (results/2026-12-06/session18-*). This config's
+# 96 KiB of shared memory lets two programs share an SM, and it launches two per SM
+# (`programs_per_sm`), so one runs its epilogue while the other computes. A candidate beside
+# the 128x256 one, which keeps one program per SM; the autotuner picks
 ODD_STORE_CONFIG = (128, 128, 64, 3, 8)
 
 
@@ -287,7 +292,7 @@ def programs_per_sm(spec: "GemmForm", tma: bool, cfg: tuple) -> int:
 
 
 def configs(spec: GemmForm, device_type: str, tma: bool = False, precision: str = "ieee",
-            odd_store: bool = False) -> list[tuple[int, int, int, int, int]]:
+            long_epilogue: bool = False) -> list[tuple[int, int, int, int, int]]:
     if device_type != "cuda":
         # interpreter: few, large programs; a symbolic size gets the largest block
         clamp = lambda v: min(_cap(v, 16), 64)  # noqa: E731
@@ -309,8 +314,9 @@ def configs(spec: GemmForm, device_type: str, tma: bool = False, precision: str 
         # form's 128x256 config won all four cases of the ablation (two shapes x two weight
         # layouts, by 5-10%), so it alone is compiled; two or three configs otherwise
         fit = fit[:1] if tma and len(spec.mms) == 1 else fit[:2] if len(spec.mms) > 1 else fit[:3]
-        if tma and len(spec.mms) == 1 and odd_store:
-            fit = fit + [ODD_STORE_CONFIG]
+    if tma and len(spec.mms) == 1 and long_epilogue and fit and ODD_STORE_CONFIG[0] <= _cap(spec.m, 32) \
+            and ODD_STORE_CONFIG[1] <= _cap(spec.n, 32):
+        fit = fit + [ODD_STORE_CONFIG]
     return fit or [min(table, key=lambda c: c[0] * c[1])]
 
 
@@ -339,6 +345,16 @@ def odd_store(ctx: KernelCtx) -> bool:
         if len(strides) >= 2 and not dims.is_symbolic(strides[-2]) and (strides[-2] * node.dtype.itemsize) % 16:
             return True
     return False
+
+
+def reads_tile(ctx: KernelCtx, spec: GemmForm) -> bool:
+    """The epilogue reads a tensor with as many elements as the output tiles cover (a residual,
+    a gate computed elsewhere): a load of a full tile beside the accumulator."""
+    operands = {op.leaf for op in [spec.a] + spec.bs}
+    out = math.prod(spec.shape)
+    return any(nid not in operands and not dims.any_symbolic(tuple(ctx.graph.node(nid).shape))
+               and math.prod(ctx.graph.node(nid).shape) >= out
+               for nid in ctx.group.inputs)
 
 
 def needs_int64(ctx: KernelCtx) -> bool:
