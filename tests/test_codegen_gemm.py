@@ -293,6 +293,46 @@ def test_dual_gemm_swiglu(dtype):
     assert gen.source.count("a = tl.load(") == 2          # A loaded once per K step (even and ragged K)
 
 
+SIDE_CASES = {   # an epilogue that also computes from memory alone: values that neither feed the matmul nor read it
+    "silu_of_gate": (lambda x, w, gate: F.silu(gate) * (x @ w), [(33, 24), (24, 40), (33, 40)]),
+    "two_steps": (lambda x, w, y, z: (x @ w + 1) * torch.tanh(y * z) + y, [(33, 24), (24, 40), (33, 40), (40,)]),
+    "broadcast_rows": (lambda x, w, y, b: (x @ w) * torch.sigmoid(y + b), [(2, 9, 24), (24, 40), (2, 9, 40), (9, 40)]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("case", sorted(SIDE_CASES))
+def test_an_epilogue_computes_values_read_from_memory(case, dtype):
+    """`silu(gate) * (x @ w)` with `gate` an input (what cuBLAS wrote for SwiGLU's other half,
+    codegen/library.split_pairs): the planner gives SiLU of the loaded tile to the GEMM's
+    epilogue, one kernel, no pointwise pass over `gate` first; also through two steps, and from
+    an input broadcast over the batch; a non-contiguous side input is read in place. (A side
+    value of another shape than the tile's is not taken: its own kernel computes it.)"""
+    import minicomp
+    fn, shapes = SIDE_CASES[case]
+    inputs = [randn(*s, dtype=dtype, scale=0.5) for s in shapes]
+    side = shapes[2]
+    inputs[2] = randn(*side[:-2], side[-1], side[-2], dtype=dtype, scale=0.5).transpose(-1, -2)   # column-major
+    f = minicomp.compile(fn)
+    out = f(*inputs)
+    want = fn(*(t.float() for t in inputs)).to(dtype)
+    torch.testing.assert_close(out, want, **tol(dtype))
+    (group,) = f.plan.groups
+    assert group.kind == "gemm" and f._need().generated.kernel_names[0].startswith("mc_gemm")
+
+
+def test_a_side_value_that_another_group_reads_stays_out():
+    """SiLU(gate) returned too: the GEMM's epilogue writes only values of its tile's results,
+    so SiLU is computed where it is written, and the planner says why it did not fuse."""
+    import minicomp
+    fn = lambda x, w, gate: (F.silu(gate), F.silu(gate) * (x @ w))   # noqa: E731
+    inputs = [randn(33, 24), randn(24, 40), randn(33, 40)]
+    f = minicomp.compile(fn)
+    for got, want in zip(f(*inputs), fn(*inputs)):
+        torch.testing.assert_close(got, want, **tol(torch.float32))
+    assert len(f.plan.groups) == 2
+
+
 def test_matmuls_not_sharing_a_fall_back():
     g = Graph("not_dual")
     x = g.add_input("x", (8, 16), torch.float32)
