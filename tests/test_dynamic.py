@@ -118,6 +118,26 @@ def test_a_branch_on_a_size_compiles_once_per_side_of_the_branch():
     assert cf.compiles == 3 and not cf.dynamic.refused, cf.dynamic.refused
 
 
+@pytest.mark.parametrize("first", [9, 2], ids=["longer_first", "shorter_first"])
+def test_the_last_rows_of_a_sequence_compile_once_on_each_side_of_their_count(first):
+    """`x[:, -3:]` (the last tokens, a window of a cache): PyTorch asks whether the slice is the
+    whole row (its stride equals 3 only at s = 3) and records `Ne(s, 3)`. The trace is made again
+    over the range on the first size's side of 3, which implies the guard: one compile for every
+    longer length (or every shorter one), never one per size; the other side compiles too."""
+    def f(x, w):
+        return torch.tanh(x[:, -3:]) * w
+    cf = minicomp.compile(f, dynamic=True)
+    sizes = (first, 12, 5, 4, 3, 2, 30) if first == 9 else (first, 3, 5, 12, 4)
+    w = torch.randn(3)
+    for s in sizes:
+        x = torch.randn(2, s, 3)
+        torch.testing.assert_close(cf(x, w), f(x, w), **tol(torch.float32))
+    # longer first: one module over [4, ...] for 9, 12, 5, 4 and 30; 3 and 2 compile on their
+    # own. Shorter first: 2 (the slice is the whole row), 3, then [4, ...] once for 5, 12 and 4
+    assert cf.compiles == 3 and not cf.dynamic.refused, (cf.compiles, cf.dynamic.refused)
+    assert "in [4, 2147483647]" in cf.explain(), cf.explain()
+
+
 def test_a_branch_between_two_sizes_compiles_per_size_and_says_why():
     def f(x):
         if x.shape[1] > x.shape[0]:            # no range implies this: no module re-checks it

@@ -292,10 +292,15 @@ class CompiledFunction(LastCompiled):
         fn = self.fn if spec.plain else taking_flat(self.fn, spec, input_names(self.fn, spec.positional), self._name)
         with _CAPTURE_LOCK:
             if symbolic is not None:          # make_fx over fake inputs with those dims symbolic
-                from minicomp.frontend.fx_symbolic import check_guards, fake_inputs, shape_env_of
+                from minicomp.frontend.fx_symbolic import check_guards, fake_inputs, narrowings, shape_env_of
                 fakes = fake_inputs(plain, symbolic)
                 graph = capture(fn, fakes, freeze=self.options.freeze, tracer="symbolic",
                                 on_tracer=functools.partial(setattr, self, "tracer"))
+                ranges = narrowings(shape_env_of(fakes), fakes)
+                if ranges:                    # `Ne(s, 3)`: trace again over ranges that exclude 3
+                    fakes = fake_inputs(plain, symbolic, ranges)
+                    graph = capture(fn, fakes, freeze=self.options.freeze, tracer="symbolic",
+                                    on_tracer=functools.partial(setattr, self, "tracer"))
                 check_guards(shape_env_of(fakes))
             else:
                 graph = capture(fn, plain, freeze=self.options.freeze, tracer=target.capture,

@@ -15,6 +15,9 @@ A compile over symbols can fail where a static one works: the trace assumed a fa
 size that a module cannot re-check (a branch on `x.shape[1] > 64`), an op has no shape rule
 over symbols, a size is used as a number. Then the call compiles for its sizes as before,
 the structure is not tried again, and `explain()` says why (`DynamicState.refused`).
+A disequality on one size (`Ne(s, 3)`: PyTorch asks whether `x[:, -3:]` is the whole row)
+is no such fact: the trace is made again over the range on the first size's side of the
+value (`fx_symbolic.narrowings`), which the module re-checks; the other side compiles again.
 
 Which calls a symbolic specialisation serves is decided by its graph's input shapes
 (`accepts`): each symbol is read from the first input dim that is exactly it, and every

@@ -16,7 +16,9 @@ symbols equal to constants, and every fact the symbols' ranges imply (the ShapeE
 symbol's range with a guard such as `s3 <= 512`), but no other fact. An equality that the ShapeEnv's replacements
 make an identity (`Eq(s76 + 1, s30 + 1)` once s76 is replaced by s30) is such a fact too:
 both dims are written over the one symbol. `check_guards` refuses any other guard, and the
-caller compiles for concrete sizes instead.
+caller compiles for concrete sizes instead. A disequality on one input size (`Ne(s, 3)`) can
+be made such a fact: `narrowings` gives the range on the hint's side of it, and the caller
+traces again over that range (`fake_inputs(..., ranges)`), where the ShapeEnv knows it holds.
 """
 
 from __future__ import annotations
@@ -99,18 +101,58 @@ def _finite(v: Any, default: int) -> int:
     return default                      # int_oo, sympy.oo: unbounded
 
 
-def fake_inputs(tensors: Sequence[torch.Tensor], dynamic: Sequence[Iterable[int]]) -> list[torch.Tensor]:
+def fake_inputs(tensors: Sequence[torch.Tensor], dynamic: Sequence[Iterable[int]],
+                ranges: dict[tuple[int, int], tuple[int, int]] | None = None) -> list[torch.Tensor]:
     """Fake copies of `tensors` whose dims `dynamic[i]` are symbols (each its own: a trace
-    that needs two equal finds out and says so in a guard); other dims stay as they are."""
+    that needs two equal finds out and says so in a guard); other dims stay as they are.
+    `ranges` narrows the symbol of (input, dim) to [lo, hi] before anything is traced
+    (`narrowings`: what a first trace's disequality guards ask)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
-    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
     out = []
     for t, dyn in zip(tensors, dynamic):
         dyn = set(dyn)
         sizes = [DimDynamic.DYNAMIC if i in dyn and t.shape[i] >= 2 else DimDynamic.STATIC for i in range(t.dim())]
         out.append(mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
+    for (i, d), (lo, hi) in (ranges or {}).items():
+        size = out[i].shape[d]
+        if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+            env.constrain_symbol_range(size.node.expr, lo, hi)
+    return out
+
+
+def narrowings(shape_env: Any, fakes: Sequence[torch.Tensor]) -> dict[tuple[int, int], tuple[int, int]]:
+    """For each guard `Ne(s, c)` on one input symbol (`x[:, -3:]`: PyTorch asks whether the
+    slice's stride equals its length, true only at s = 3), the range of s on the side of c its
+    hint is on, keyed by the (input, dim) that holds s. A module over those ranges re-checks
+    the guard (any s in them differs from c); a size on the other side compiles again. Empty
+    when there is no such guard."""
+    if shape_env is None:
+        return {}
+    import sympy
+    where: dict[Any, tuple[int, int]] = {}
+    for i, t in enumerate(fakes):
+        for d, size in enumerate(t.shape):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                where.setdefault(size.node.expr, (i, d))
+    hints = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for guard in getattr(shape_env, "guards", ()):
+        e = guard.expr
+        excluded = _excluded_value(e) if isinstance(e, sympy.Ne) else None
+        if excluded is None:
+            continue
+        sym, c = excluded
+        if sym not in where or sym not in hints:
+            continue
+        vr = shape_env.var_to_range.get(sym)
+        lo, hi = max(2, _finite(vr.lower, 2)) if vr else 2, min(_MAX, _finite(vr.upper, _MAX)) if vr else _MAX
+        key = where[sym]
+        lo, hi = out.get(key, (lo, hi))
+        out[key] = (max(lo, int(c) + 1), hi) if int(hints[sym]) > int(c) else (lo, min(hi, int(c) - 1))
     return out
 
 
@@ -120,6 +162,23 @@ def shape_env_of(tensors: Sequence[torch.Tensor]) -> Any:
             if isinstance(d, torch.SymInt):
                 return d.node.shape_env
     return None
+
+
+def _excluded_value(e: Any) -> tuple[Any, int] | None:
+    """(s, c) when disequality `e` says only s != c for sizes (each symbol at least 2):
+    `Ne(s49, 3)`, or `Ne(s36*s49, 3*s36)` (the same, times another size); else None."""
+    import sympy
+    factors = sympy.factor(e.args[0] - e.args[1]).as_ordered_factors()
+    left = [f for f in factors if not (f.is_Symbol or (f.is_Integer and f != 0))]   # sizes and numbers are not 0
+    if len(left) != 1 or len(left[0].free_symbols) != 1:
+        return None
+    (sym,) = left[0].free_symbols
+    poly = sympy.Poly(left[0], sym)
+    if poly.degree() != 1 or abs(poly.coeffs()[0]) != 1:
+        return None
+    a, b = poly.all_coeffs()
+    c = -b / a
+    return (sym, int(c)) if c.is_Integer else None
 
 
 def check_guards(shape_env: Any) -> None:
