@@ -22,6 +22,13 @@ launch, the skinny configs of gemm_form) wins: a 4-layer Llama at 1 x 16 ran 2.0
 2.46 with the cuBLAS plan, where under CUDA graphs cuBLAS won 0.344 against 0.381 (H200,
 results/2026-12-05).
 
+At many rows (prefill), `many_rows` names before planning the matmuls cuBLAS computes whatever
+follows them: one matmul of each dual GEMM's pair (`split_pairs`: SwiGLU's gate, whose partner
+is our GEMM with the join in its epilogue; `Target.split_dual`, MINICOMP_DUAL_GEMM=fused turns
+it off), and, when `Target.library_min_k` is set (MINICOMP_LIBRARY_MIN_K), every GEMM over a
+K at least that long (`long_k`; off by default: on the H100 it made Llama slower,
+benchmarks/results/2026-12-06/session18-library-choice-*).
+
 Invariants:
 - only CUDA targets with `Target.library_gemm` on choose the library; the CPU target never
   does (the interpreter path keeps testing minicomp's own GEMM kernels);
@@ -124,8 +131,9 @@ def _aligned_kn(graph, mm: int) -> bool:
 
 def choice(ctx: KernelCtx) -> str | None:
     """Why the group calls cuBLAS (`PLAIN` or `BIAS`; `FEW` or `FEW_BIAS` when its matmul has
-    few rows, `SPLIT` when it is one of a dual GEMM's pair: the planner kept those alone), or None when a kernel of ours computes it:
-    another target, the switch off, a dual GEMM, a prologue that computes, an epilogue."""
+    few rows, `SPLIT` or `LONG_K` for many rows: the planner kept those alone), or None when a
+    kernel of ours computes it: another target, the switch off, a dual GEMM, a prologue that
+    computes, an epilogue."""
     target, group = ctx.target, ctx.group
     if target.device_type != "cuda" or not target.library_gemm or group.kind != "gemm":
         return None
