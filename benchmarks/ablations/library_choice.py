@@ -13,6 +13,12 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);
 - `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults.
 
+Each variant's callable sets its switches around every call: minicomp's compile cache keys on
+them, and a call under the defaults would compile the default plan again and time that (what
+session 18's first run of this script did: every variant was the default plan). Wall times of
+whole models move by more than plan changes of a few percent (host time sets the pace of
+torch.compile's calls); the CUDA kernel time per call, host excluded, is the steadier figure.
+
     python3 benchmarks/ablations/library_choice.py [--models llama,qwen2,gpt2,bert]
         [--variants fused,split,k1024,k2048,all] [--rounds 3] [--out DIR]
 Prints one table (ms and speed over torch.compile per variant) and writes it to DIR/library-choice.md.
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -56,21 +63,48 @@ def variant_env(name: str) -> dict[str, str]:
     raise SystemExit(f"unknown variant {name!r}: fused, split, k<N>, all or backend")
 
 
-def compile_variant(fn, inputs, name: str):
-    """`minicomp.compile(fn)` under the variant's switches (read once, at the compile)."""
+@contextmanager
+def switches(name: str):
+    """The process's environment with the variant's switches, and only those, set."""
     saved = {k: os.environ.pop(k, None) for k in ENV}
     os.environ.update(variant_env(name))
     try:
-        f = torch.compile(fn, backend=minicomp.backend()) if name == "backend" else minicomp.compile(fn)
-        with torch.no_grad():
-            f(*inputs)
-        measure.sync(inputs[0].device.type)
-        return f
+        yield
     finally:
         for k in ENV:
             os.environ.pop(k, None)
             if saved[k] is not None:
                 os.environ[k] = saved[k]
+
+
+def compile_variant(fn, inputs, name: str):
+    """`minicomp.compile(fn)` compiled under the variant's switches, as a callable that sets them
+    again around every call: minicomp's compile cache keys on them (api._modes), so a call under
+    other switches would compile the other plan and time that instead."""
+    with switches(name):
+        f = torch.compile(fn, backend=minicomp.backend()) if name == "backend" else minicomp.compile(fn)
+        with torch.no_grad():
+            f(*inputs)
+        measure.sync(inputs[0].device.type)
+    compiles = getattr(f, "compiles", None)
+
+    def call(*args):
+        with switches(name):
+            return f(*args)
+    call.compiles = lambda: (getattr(f, "compiles", None), compiles)     # (now, after the first call)
+    return call
+
+
+def kernel_us(f, inputs, calls: int = 5) -> float:
+    """CUDA kernel time of one call (the profiler's device time of every kernel, summed over
+    `calls` calls and divided), host time excluded: what a plan's kernels cost, which wall
+    times hide where the host sets the pace (Dynamo's guards and wrappers)."""
+    from torch.autograd import DeviceType
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            f(*inputs)
+        torch.cuda.synchronize()
+    return sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / calls
 
 
 def main() -> None:
@@ -89,8 +123,9 @@ def main() -> None:
         variant_env(v)
     device = "CPU" if cpu else f"GPU {torch.cuda.get_device_name()}"
     lines = [f"{device}, PyTorch {torch.__version__}, {dtype}; do_bench medians, "
-             f"{args.rounds} interleaved rounds; speed = torch.compile ms / variant ms",
-             "", "| model | torch.compile ms | " + " | ".join(f"{v} ms (speed)" for v in variants) + " |",
+             f"{args.rounds} interleaved rounds; speed = torch.compile ms / variant ms; "
+             "each cell: wall ms (speed) / CUDA kernel us per call (host excluded, profiler)",
+             "", "| model | torch.compile | " + " | ".join(variants) + " |",
              "|---|---|" + "---|" * len(variants)]
     for family in args.models.split(","):
         sizes = dict(workloads_models.TINY if cpu else workloads_models.PREFILL[family])
@@ -113,10 +148,20 @@ def main() -> None:
                     print(f"{family} {name}: does not match eager: {check}", flush=True)
             timing = SimpleNamespace(device=args.device, warmup_ms=25.0, rep_ms=100.0, reps=10)
             times = measure.time_interleaved({k: (lambda f=f: f(*inputs)) for k, f in fns.items()}, timing, args.rounds)
+            kernels = {k: (None if cpu else kernel_us(f, inputs)) for k, f in fns.items()}
+        for v in variants:           # a variant compiled again under other switches would time another plan
+            counts = fns[v].compiles() if v in fns else (None, None)
+            if counts[0] != counts[1]:
+                print(f"{family} {v}: compiled {counts[1]} then {counts[0]} times: not one plan", flush=True)
         ms = {k: t.get("ms") for k, t in times.items()}
         tc = ms["torch.compile"]
-        cells = [f"{ms[v]:.3f} ({tc / ms[v]:.3f}x)" if ms.get(v) else "—" for v in variants]
-        lines.append(f"| {family} | {tc:.3f} | " + " | ".join(cells) + " |")
+
+        def cell(k: str) -> str:
+            if not ms.get(k):
+                return "—"
+            speed = "" if k == "torch.compile" else f" ({tc / ms[k]:.3f}x)"
+            return f"{ms[k]:.3f}{speed}" + (f" / {kernels[k]:.0f}" if kernels.get(k) else "")
+        lines.append(f"| {family} | {cell('torch.compile')} | " + " | ".join(cell(v) for v in variants) + " |")
         print(lines[-1], flush=True)
         del fns, built, wide
         if not cpu:
