@@ -133,6 +133,23 @@ def _one_round(fn: Callable[[], Any], args, rep_ms: float | None, rounds: int) -
     return times
 
 
+def kernel_us(fn: Callable[[], Any], calls: int = 5) -> float:
+    """CUDA kernel time of one `fn()` in microseconds: the profiler's device time of every kernel
+    over `calls` calls, divided. Host time is left out, so this is what a plan's kernels cost
+    where a wall time also holds the host's pace (torch.compile's and the Dynamo backend's
+    calls spend as long on the host as on the GPU for a 4-layer Llama at 4 x 512, and their
+    do_bench times moved by 5-35% between runs of one plan, BENCHMARKS.md session 18)."""
+    import torch
+    from torch.autograd import DeviceType
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / calls
+
+
 def compare(outs: Any, refs: Any, tol: dict, wide: Any = None) -> dict:
     """assert_close against eager, plus the size of the difference (for the tuner).
 

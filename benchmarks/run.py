@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:            # run as a script: make `benchmarks` im
 
 from benchmarks.backends import (NotApplicable, backend_names, check_after_timing,  # noqa: E402
                                  prepare_backend)
-from benchmarks.measure import (TOLERANCES, deadline, error_record, io_bytes,  # noqa: E402
+from benchmarks.measure import (TOLERANCES, deadline, error_record, error_text, io_bytes, kernel_us,  # noqa: E402
                                 measure_ceilings, sync, time_fn, time_interleaved)
 from benchmarks.compile_runs import child_main, compile_time_runs  # noqa: E402
 from benchmarks.measure import DTYPES  # noqa: E402
@@ -138,6 +138,26 @@ def _timing_args(w, args: argparse.Namespace) -> argparse.Namespace:
     return out
 
 
+def _kernel_times(rec: dict, calls: dict[str, Callable], limit: Callable[[], float]) -> None:
+    """Each timed backend's CUDA kernel time per call (`measure.kernel_us`, host excluded) into
+    its record (`kernel_us`), and one note comparing them: wall times of whole models move with
+    the host's pace, kernel times do not (BENCHMARKS.md session 18)."""
+    got = {}
+    for name, call in calls.items():
+        if name not in rec["backends"]:
+            continue
+        try:
+            with deadline(limit()):
+                got[name] = rec["backends"][name]["kernel_us"] = kernel_us(call)
+        except Exception as e:            # a figure beside the timing: its failure fails nothing
+            rec["notes"].append(f"kernel time of {name} not measured: {error_text(e)}")
+    if got:
+        text = ", ".join(f"{n} {us:.0f}" for n, us in got.items())
+        ratio = (f"; torch.compile / minicomp {got['inductor'] / got['minicomp']:.3f}"
+                 if got.get("inductor") and got.get("minicomp") else "")
+        rec["notes"].append(f"CUDA kernel time per call, host excluded (us): {text}{ratio}")
+
+
 def _run_workload(w, args, ends_at: float) -> dict:
     import torch
 
@@ -204,6 +224,8 @@ def _run_workload(w, args, ends_at: float) -> dict:
         except Exception as e:
             rec["errors"][name] = error_record(e)
             rec["backends"].pop(name, None)
+    if args.device == "cuda" and w.kind == "block":
+        _kernel_times(rec, calls, limit)
     for name in names:
         status = rec["backends"].get(name, {})
         print(f"  {w.name:14s} {name:9s} "

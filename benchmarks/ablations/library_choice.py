@@ -95,18 +95,6 @@ def compile_variant(fn, inputs, name: str):
     return call
 
 
-def kernel_us(f, inputs, calls: int = 5) -> float:
-    """CUDA kernel time of one call (the profiler's device time of every kernel, summed over
-    `calls` calls and divided), host time excluded: what a plan's kernels cost, which wall
-    times hide where the host sets the pace (Dynamo's guards and wrappers)."""
-    from torch.autograd import DeviceType
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            f(*inputs)
-        torch.cuda.synchronize()
-    return sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / calls
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="llama,qwen2,gpt2,bert")
@@ -148,7 +136,7 @@ def main() -> None:
                     print(f"{family} {name}: does not match eager: {check}", flush=True)
             timing = SimpleNamespace(device=args.device, warmup_ms=25.0, rep_ms=100.0, reps=10)
             times = measure.time_interleaved({k: (lambda f=f: f(*inputs)) for k, f in fns.items()}, timing, args.rounds)
-            kernels = {k: (None if cpu else kernel_us(f, inputs)) for k, f in fns.items()}
+            kernels = {k: (None if cpu else measure.kernel_us(lambda f=f: f(*inputs))) for k, f in fns.items()}
         for v in variants:           # a variant compiled again under other switches would time another plan
             counts = fns[v].compiles() if v in fns else (None, None)
             if counts[0] != counts[1]:

@@ -177,3 +177,27 @@ def test_a_model_workload_is_timed_through_both_minicomp_entry_points(tmp_path):
         assert w["backends"][backend]["ms"] > 0
     assert 'torch.compile(backend="minicomp")' in (tmp_path / "bench.md").read_text()
     assert 'minicomp.compile(fn, library="all")' in (tmp_path / "bench.md").read_text()
+
+
+def test_kernel_times_go_into_the_records_and_one_note(monkeypatch):
+    """On CUDA a block workload's backends also get their CUDA kernel time per call (host
+    excluded): recorded per backend and compared in a note; a backend whose profile fails gets
+    a note, not an error. (The profiler itself needs CUDA: stood in for here.)"""
+    from benchmarks import run
+    times = {"inductor": 1876.0, "minicomp": 1778.0}
+
+    def fake(call):
+        return call()
+    monkeypatch.setattr(run, "kernel_us", fake)
+
+    def broken():
+        raise RuntimeError("no CUPTI")
+    rec = {"backends": {"inductor": {}, "minicomp": {}, "eager": {}}, "notes": []}
+    calls = {"inductor": lambda: times["inductor"], "minicomp": lambda: times["minicomp"], "eager": broken,
+             "gone": lambda: 1.0}
+    run._kernel_times(rec, calls, lambda: 5.0)
+    assert rec["backends"]["inductor"]["kernel_us"] == 1876.0 and rec["backends"]["minicomp"]["kernel_us"] == 1778.0
+    assert "kernel_us" not in rec["backends"]["eager"] and "gone" not in rec["backends"]
+    assert rec["notes"][0].startswith("kernel time of eager not measured: RuntimeError: no CUPTI")
+    assert rec["notes"][1] == ("CUDA kernel time per call, host excluded (us): inductor 1876, minicomp 1778; "
+                               "torch.compile / minicomp 1.055")
