@@ -33,7 +33,6 @@ PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (r
 TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile kernel compiles before its first launch
 LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": our GEMM kernels only; "all": cuBLAS for every GEMM (library_mode)
 LIBRARY_ATTENTION_ENV = "MINICOMP_LIBRARY_ATTENTION" # "0": attention never calls SDPA (library_attention_on)
-LIBRARY_MIN_K_ENV = "MINICOMP_LIBRARY_MIN_K"         # a GEMM of many rows over at least this K calls cuBLAS ("0": never)
 DUAL_GEMM_ENV = "MINICOMP_DUAL_GEMM"                 # "fused": SwiGLU's pair stays one dual GEMM at every size (dual_gemm_fused)
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -86,21 +85,6 @@ def dual_gemm_fused(environ: dict | None = None) -> bool:
     GEMM, with the join in its epilogue, for the other (codegen/library.py `split_pairs`)."""
     env = os.environ if environ is None else environ
     return env.get(DUAL_GEMM_ENV, "").strip() == "fused"
-
-
-LIBRARY_MIN_K = 0
-
-
-def library_min_k(environ: dict | None = None) -> int:
-    """$MINICOMP_LIBRARY_MIN_K, or LIBRARY_MIN_K: a CUDA GEMM of many rows over a static K of at
-    least this many calls cuBLAS whatever its epilogue (codegen/library.py `long_k`); 0: never."""
-    env = os.environ if environ is None else environ
-    value = env.get(LIBRARY_MIN_K_ENV, "").strip()
-    if not value:
-        return LIBRARY_MIN_K
-    if not value.isdigit():
-        raise MinicompError(f"{LIBRARY_MIN_K_ENV}={value!r}: expected a whole number (0: never)")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -157,9 +141,6 @@ class Target:
     # the pair and our GEMM the other, with the join in its epilogue (codegen/library.py
     # `split_pairs`); MINICOMP_DUAL_GEMM=fused keeps it one kernel of ours
     split_dual: bool = True
-    # CUDA: a GEMM of many rows over a static K of at least this calls cuBLAS, its epilogue fused
-    # forward (codegen/library.py `long_k`); 0: never. MINICOMP_LIBRARY_MIN_K sets it
-    library_min_k: int = LIBRARY_MIN_K
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -211,7 +192,7 @@ class Target:
                       prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0",
                       library_gemm=library != "off", library_all=library == "all",
                       library_attention=library != "off" and library_attention_on(env), graphs=graphs,
-                      split_dual=not dual_gemm_fused(env), library_min_k=library_min_k(env))
+                      split_dual=not dual_gemm_fused(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

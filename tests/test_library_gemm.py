@@ -468,33 +468,6 @@ def test_a_pair_without_a_join_or_of_other_shapes_is_not_split():
     assert library.SPLIT.format(m="600 rows") not in gen.library.values()
 
 
-@pytest.mark.parametrize("k, cublas", [(1024, True), (512, False)], ids=["long_k", "short_k"])
-def test_a_gemm_of_many_rows_over_a_long_k_calls_cublas_when_asked(k, cublas, monkeypatch):
-    """MINICOMP_LIBRARY_MIN_K=1024: a residual GEMM of 600 rows over K = 1024 calls cuBLAS and
-    its add is a kernel of ours after it; over K = 512 the add stays in our GEMM's epilogue."""
-    monkeypatch.setenv("MINICOMP_LIBRARY_MIN_K", "1024")
-    target = replace(Target.for_device("cuda"), capability=(9, 0))
-    assert target.library_min_k == 1024
-    fn = lambda x, w, r: r + x @ w                # noqa: E731
-    inputs = [_randn(600, k, dtype=torch.float16), _randn(k, 40, dtype=torch.float16, seed=1),
-              _randn(600, 40, dtype=torch.float16, seed=2)]
-    gen = _generate(fn, inputs, target).generated
-    if cublas:
-        assert list(gen.library.values()) == [library.LONG_K.format(m="600 rows", k=1024)], gen.library
-        assert [k[:6] for k in gen.kernel_names] == ["mc_pw_"], gen.kernel_names
-        (out,) = _run_interpreted(gen, inputs, monkeypatch)
-        torch.testing.assert_close(out, fn(*inputs), **tol(torch.float16))
-    else:
-        assert gen.library == {} and gen.kernel_names[0].startswith("mc_gemm_residual")
-
-
-def test_a_bad_min_k_is_a_clear_error(monkeypatch):
-    from minicomp.errors import MinicompError
-    monkeypatch.setenv("MINICOMP_LIBRARY_MIN_K", "big")
-    with pytest.raises(MinicompError, match="MINICOMP_LIBRARY_MIN_K='big': expected a whole number"):
-        Target.for_device("cuda")
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
 def test_an_aten_shaped_swiglu_splits_through_its_reshapes(dtype, monkeypatch):
     """The backend's graph writes each linear as view -> mm -> view: the pair's join is found

@@ -9,7 +9,6 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 
 - `fused`: SwiGLU's gate and up projections as one dual GEMM of ours (MINICOMP_DUAL_GEMM=fused);
 - `split`: cuBLAS for one of the pair, our GEMM with the join for the other (the default);
-- `k<N>`: also every GEMM of many rows over K >= N through cuBLAS (MINICOMP_LIBRARY_MIN_K=N);
 - `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);
 - `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults.
 
@@ -20,7 +19,7 @@ whole models move by more than plan changes of a few percent (host time sets the
 torch.compile's calls); the CUDA kernel time per call, host excluded, is the steadier figure.
 
     python3 benchmarks/ablations/library_choice.py [--models llama,qwen2,gpt2,bert]
-        [--variants fused,split,k1024,k2048,all] [--rounds 3] [--out DIR]
+        [--variants fused,split,all,backend] [--rounds 3] [--out DIR]
 Prints one table (ms and speed over torch.compile per variant) and writes it to DIR/library-choice.md.
 """
 
@@ -45,7 +44,7 @@ from benchmarks import measure, workloads_models  # noqa: E402
 
 import minicomp  # noqa: E402
 
-ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_MIN_K", "MINICOMP_LIBRARY_GEMM")
+ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM")
 
 
 def variant_env(name: str) -> dict[str, str]:
@@ -58,9 +57,7 @@ def variant_env(name: str) -> dict[str, str]:
         return {"MINICOMP_LIBRARY_GEMM": "all"}
     if name == "backend":
         return {}
-    if name.startswith("k") and name[1:].isdigit():
-        return {"MINICOMP_LIBRARY_MIN_K": name[1:]}
-    raise SystemExit(f"unknown variant {name!r}: fused, split, k<N>, all or backend")
+    raise SystemExit(f"unknown variant {name!r}: fused, split, all or backend")
 
 
 @contextmanager
@@ -98,7 +95,7 @@ def compile_variant(fn, inputs, name: str):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="llama,qwen2,gpt2,bert")
-    p.add_argument("--variants", default="fused,split,k1024,k2048,all")
+    p.add_argument("--variants", default="fused,split,all,backend")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],

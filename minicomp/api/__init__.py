@@ -39,8 +39,7 @@ from minicomp.api.last import LastCompiled
 from minicomp.api.pipeline import (Compiled, Options, compile_graph, optimise, plan_only,  # noqa: F401  (the api's)
                                    run_compiled, set_input_layouts)
 from minicomp.errors import GuardError, MinicompError
-from minicomp.target import (Target, dual_gemm_fused, library_attention_on, library_min_k, library_mode,
-                             read_matmul_precision)
+from minicomp.target import Target, dual_gemm_fused, library_attention_on, library_mode, read_matmul_precision
 
 # the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
 if TYPE_CHECKING:
@@ -67,13 +66,12 @@ def _modes() -> tuple:
     (`torch.tensor(1.0)`), and autocast (per device type, with its dtype); and the fp32 matmul
     precision PyTorch's TF32 switches allow, which the GEMM kernels follow (Target.matmul_precision);
     and which GEMMs call cuBLAS ($MINICOMP_LIBRARY_GEMM, target.library_mode) and whether attention
-    may call SDPA ($MINICOMP_LIBRARY_ATTENTION), whether SwiGLU's pair is split ($MINICOMP_DUAL_GEMM),
-    and from which K a GEMM of many rows calls cuBLAS ($MINICOMP_LIBRARY_MIN_K)."""
+    may call SDPA ($MINICOMP_LIBRARY_ATTENTION), and whether SwiGLU's pair is split ($MINICOMP_DUAL_GEMM)."""
     autocast = ()
     if torch._C._is_any_autocast_enabled():
         autocast = tuple((d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
     return (torch.get_default_dtype(), autocast, read_matmul_precision(), library_mode(), library_attention_on(),
-            dual_gemm_fused(), library_min_k())
+            dual_gemm_fused())
 
 
 def _shape_key(args: tuple) -> tuple | None:
@@ -293,14 +291,14 @@ class CompiledFunction(LastCompiled):
         with _CAPTURE_LOCK:
             if symbolic is not None:          # make_fx over fake inputs with those dims symbolic
                 from minicomp.frontend.fx_symbolic import check_guards, fake_inputs, narrowings, shape_env_of
+                trace = functools.partial(capture, fn, freeze=self.options.freeze, tracer="symbolic",
+                                          on_tracer=functools.partial(setattr, self, "tracer"))
                 fakes = fake_inputs(plain, symbolic)
-                graph = capture(fn, fakes, freeze=self.options.freeze, tracer="symbolic",
-                                on_tracer=functools.partial(setattr, self, "tracer"))
+                graph = trace(fakes)
                 ranges = narrowings(shape_env_of(fakes), fakes)
                 if ranges:                    # `Ne(s, 3)`: trace again over ranges that exclude 3
                     fakes = fake_inputs(plain, symbolic, ranges)
-                    graph = capture(fn, fakes, freeze=self.options.freeze, tracer="symbolic",
-                                    on_tracer=functools.partial(setattr, self, "tracer"))
+                    graph = trace(fakes)
                 check_guards(shape_env_of(fakes))
             else:
                 graph = capture(fn, plain, freeze=self.options.freeze, tracer=target.capture,

@@ -22,12 +22,9 @@ launch, the skinny configs of gemm_form) wins: a 4-layer Llama at 1 x 16 ran 2.0
 2.46 with the cuBLAS plan, where under CUDA graphs cuBLAS won 0.344 against 0.381 (H200,
 results/2026-12-05).
 
-At many rows (prefill), `many_rows` names before planning the matmuls cuBLAS computes whatever
-follows them: one matmul of each dual GEMM's pair (`split_pairs`: SwiGLU's gate, whose partner
-is our GEMM with the join in its epilogue; `Target.split_dual`, MINICOMP_DUAL_GEMM=fused turns
-it off), and, when `Target.library_min_k` is set (MINICOMP_LIBRARY_MIN_K), every GEMM over a
-K at least that long (`long_k`; off by default: on the H100 it made Llama slower,
-benchmarks/results/2026-12-06/session18-library-choice-*).
+At many rows (prefill), `split_pairs` names before planning one matmul of each dual GEMM's
+pair (SwiGLU's gate) for cuBLAS, whose partner is our GEMM with the join in its epilogue
+(`Target.split_dual`; MINICOMP_DUAL_GEMM=fused turns it off).
 
 Invariants:
 - only CUDA targets with `Target.library_gemm` on choose the library; the CPU target never
@@ -85,7 +82,6 @@ FEW_BIAS = "cuBLAS: " + PLANNED + ", and its bias (addmm)"
 # once) stays.
 SPLIT = "cuBLAS: one matmul of a dual GEMM over {m} (its partner's kernel applies the join)"
 SPLIT_MIN_ROWS = 512
-LONG_K = "cuBLAS: {m} over K = {k}, where its main loop outweighs the epilogue's pass over memory"
 ALL = "cuBLAS: library mode 'all' (every GEMM; what follows fuses with the next kernel)"
 SMALL_ROWS = 64
 SMALL_MIN_K = 1024
@@ -131,7 +127,7 @@ def _aligned_kn(graph, mm: int) -> bool:
 
 def choice(ctx: KernelCtx) -> str | None:
     """Why the group calls cuBLAS (`PLAIN` or `BIAS`; `FEW` or `FEW_BIAS` when its matmul has
-    few rows, `SPLIT` or `LONG_K` for many rows: the planner kept those alone), or None when a
+    few rows, `SPLIT` for one of a dual GEMM's pair: the planner kept those alone), or None when a
     kernel of ours computes it: another target, the switch off, a dual GEMM, a prologue that
     computes, an epilogue."""
     target, group = ctx.target, ctx.group
@@ -148,8 +144,8 @@ def choice(ctx: KernelCtx) -> str | None:
         return (FEW_BIAS if plain == BIAS else FEW).format(m=_rows(rows))
     if plain is not None and target.library_all:
         return ALL
-    if plain is not None and (target.split_dual or target.library_min_k):
-        return many_rows(ctx.graph, target).get(spec.matmuls[0], plain)
+    if plain is not None and target.split_dual:
+        return _split_of(ctx.graph, spec.matmuls[0]) or plain
     return plain
 
 
@@ -211,41 +207,15 @@ def planned(graph, target) -> dict[int, str]:
         return {}
     if target.library_all:
         return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
-    chosen = many_rows(graph, target)
+    chosen = split_pairs(graph) if target.split_dual else {}
     if not target.graphs:
         return chosen    # the default mode: at few rows a call is host-bound, our fused GEMM saves launches
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
     return chosen | {nid: PLANNED.format(m=_rows(m)) for nid, m in rows.items() if m is not None}
 
 
-def many_rows(graph, target) -> dict[int, str]:
-    """The matmuls of many rows cuBLAS computes whatever follows them: those over a long K
-    (`long_k`, from `Target.library_min_k`), and one of each dual GEMM's pair (`split_pairs`,
-    unless `Target.split_dual` is off)."""
-    chosen = long_k(graph, target.library_min_k) if target.library_min_k else {}
-    return chosen | (split_pairs(graph) if target.split_dual else {})
-
-
 def _many(rows) -> bool:
     return dims.any_symbolic((rows,)) or rows >= SPLIT_MIN_ROWS
-
-
-def _rows_text(rows) -> str:
-    return "rows the sizes do not settle" if dims.any_symbolic((rows,)) else _rows(int(rows))
-
-
-def long_k(graph, min_k: int) -> dict[int, str]:
-    """The matmuls cuBLAS takes (`_takes`) with many rows (at least SPLIT_MIN_ROWS, or rows the
-    sizes do not settle) over a static K of at least `min_k`, each with why (`LONG_K`)."""
-    out = {}
-    for nid in sorted(graph.nx.nodes):
-        node = graph.node(nid)
-        if node.op != "matmul" or not _takes(graph, nid):
-            continue
-        rows, k = math.prod(node.shape[:-1]), graph.node(node.args[0]).shape[-1]
-        if _many(rows) and not dims.any_symbolic((k,)) and k >= min_k:
-            out[nid] = LONG_K.format(m=_rows_text(rows), k=int(k))
-    return out
 
 
 def split_pairs(graph) -> dict[int, str]:
@@ -259,16 +229,33 @@ def split_pairs(graph) -> dict[int, str]:
     for nid in sorted(graph.nx.nodes):
         if graph.node(nid).op == "matmul":
             by_a.setdefault(graph.node(nid).args[0], []).append(nid)
-    chosen: dict[int, str] = {}
-    for mms in by_a.values():
-        used: set[int] = set()
-        for i, m1 in enumerate(mms):
-            for m2 in mms[i + 1:]:
-                if m1 in used or m2 in used or not _split(graph, m1, m2):
-                    continue
+    return {m: _split_text(graph, m) for mms in by_a.values() for m in _firsts(graph, mms)}
+
+
+def _split_of(graph, mm: int) -> str | None:
+    """`split_pairs`' answer for matmul `mm` alone, from the matmuls reading its A (no walk of
+    the whole graph: codegen asks once per GEMM group)."""
+    a = graph.node(mm).args[0]
+    mms = sorted(u for u in set(graph.users(a)) if graph.node(u).op == "matmul" and graph.node(u).args[0] == a)
+    return _split_text(graph, mm) if mm in _firsts(graph, mms) else None
+
+
+def _firsts(graph, mms: list[int]) -> list[int]:
+    """The first matmul of each pair `_split` takes among `mms` (one A's matmuls, by id), each
+    matmul in one pair at most."""
+    used: set[int] = set()
+    firsts = []
+    for i, m1 in enumerate(mms):
+        for m2 in mms[i + 1:]:
+            if m1 not in used and m2 not in used and _split(graph, m1, m2):
                 used |= {m1, m2}
-                chosen[m1] = SPLIT.format(m=_rows_text(math.prod(graph.node(m1).shape[:-1])))
-    return chosen
+                firsts.append(m1)
+    return firsts
+
+
+def _split_text(graph, mm: int) -> str:
+    rows = math.prod(graph.node(mm).shape[:-1])
+    return SPLIT.format(m="rows the sizes do not settle" if dims.any_symbolic((rows,)) else _rows(int(rows)))
 
 
 def _split(graph, m1: int, m2: int) -> bool:

@@ -81,10 +81,7 @@ class Symbols:
         if name not in self.table:
             lo, hi, hint = 2, _MAX, 1024
             if env is not None:
-                vr = env.var_to_range.get(s)
-                if vr is not None:
-                    lo = max(2, _finite(vr.lower, 2))
-                    hi = min(_MAX, _finite(vr.upper, _MAX))
+                lo, hi = _range(env, s)
                 hints = getattr(env, "backed_var_to_val", None) or env.var_to_val
                 if s in hints:
                     hint = int(hints[s])
@@ -93,6 +90,14 @@ class Symbols:
                 raise dims.SymbolicDim(f"symbol {name} ranges over [{lo}, {hi}]")
             self.table[name] = dims.Sym(name, lo, hi, hint)
         return dims.Expr({(self.table[name],): 1})
+
+
+def _range(env: Any, s: Any) -> tuple[int, int]:
+    """The ShapeEnv's range of symbol `s` as sizes: at least 2, at most INT_MAX."""
+    vr = env.var_to_range.get(s)
+    if vr is None:
+        return 2, _MAX
+    return max(2, _finite(vr.lower, 2)), min(_MAX, _finite(vr.upper, _MAX))
 
 
 def _finite(v: Any, default: int) -> int:
@@ -148,10 +153,8 @@ def narrowings(shape_env: Any, fakes: Sequence[torch.Tensor]) -> dict[tuple[int,
         sym, c = excluded
         if sym not in where or sym not in hints:
             continue
-        vr = shape_env.var_to_range.get(sym)
-        lo, hi = max(2, _finite(vr.lower, 2)) if vr else 2, min(_MAX, _finite(vr.upper, _MAX)) if vr else _MAX
         key = where[sym]
-        lo, hi = out.get(key, (lo, hi))
+        lo, hi = out.get(key) or _range(shape_env, sym)
         out[key] = (max(lo, int(c) + 1), hi) if int(hints[sym]) > int(c) else (lo, min(hi, int(c) - 1))
     return out
 
