@@ -133,12 +133,13 @@ def _one_round(fn: Callable[[], Any], args, rep_ms: float | None, rounds: int) -
     return times
 
 
-def kernel_us(fn: Callable[[], Any], calls: int = 5) -> float:
+def kernel_us(fn: Callable[[], Any], calls: int = 5, by_kernel: dict | None = None) -> float:
     """CUDA kernel time of one `fn()` in microseconds: the profiler's device time of every kernel
     over `calls` calls, divided. Host time is left out, so this is what a plan's kernels cost
     where a wall time also holds the host's pace (torch.compile's and the Dynamo backend's
     calls spend as long on the host as on the GPU for a 4-layer Llama at 4 x 512, and their
-    do_bench times moved by 5-35% between runs of one plan, BENCHMARKS.md session 18)."""
+    do_bench times moved by 5-35% between runs of one plan, BENCHMARKS.md session 18).
+    `by_kernel`, when given, receives each kernel name's microseconds per call."""
     import torch
     from torch.autograd import DeviceType
     fn()
@@ -147,7 +148,13 @@ def kernel_us(fn: Callable[[], Any], calls: int = 5) -> float:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    return sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA) / calls
+    total = 0.0
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            total += e.device_time
+            if by_kernel is not None:
+                by_kernel[e.name] = by_kernel.get(e.name, 0.0) + e.device_time / calls
+    return total / calls
 
 
 def compare(outs: Any, refs: Any, tol: dict, wide: Any = None) -> dict:

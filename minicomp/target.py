@@ -34,6 +34,8 @@ TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile ke
 LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": our GEMM kernels only; "all": cuBLAS for every GEMM (library_mode)
 LIBRARY_ATTENTION_ENV = "MINICOMP_LIBRARY_ATTENTION" # "0": attention never calls SDPA (library_attention_on)
 DUAL_GEMM_ENV = "MINICOMP_DUAL_GEMM"                 # "fused": SwiGLU's pair stays one dual GEMM at every size (dual_gemm_fused)
+GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM runs its epilogue (gemm_epilogue_mode)
+GEMM_EPILOGUES = ("plain", "overlap", "subtile")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 MATMUL_PRECISIONS = ("ieee", "tf32")                 # fp32 `tl.dot` input precision
@@ -85,6 +87,19 @@ def dual_gemm_fused(environ: dict | None = None) -> bool:
     GEMM, with the join in its epilogue, for the other (codegen/library.py `split_pairs`)."""
     env = os.environ if environ is None else environ
     return env.get(DUAL_GEMM_ENV, "").strip() == "fused"
+
+
+def gemm_epilogue_mode(environ: dict | None = None) -> str:
+    """How the persistent TMA GEMM (codegen/gemm.py) runs its epilogue, as $MINICOMP_GEMM_EPILOGUE
+    says: "plain" (after each tile's K loop), "overlap" (the tile loop and the K loop are one
+    flattened loop, so the next tile's loads are issued while the epilogue runs) or "subtile"
+    ("overlap", with the epilogue applied to each half of the tile in turn). Unknown values are
+    an error that names the choices."""
+    env = os.environ if environ is None else environ
+    value = env.get(GEMM_EPILOGUE_ENV, "").strip() or Target.gemm_epilogue
+    if value not in GEMM_EPILOGUES:
+        raise MinicompError(f"{GEMM_EPILOGUE_ENV}={value!r}: expected one of {', '.join(GEMM_EPILOGUES)}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,8 @@ class Target:
     # the pair and our GEMM the other, with the join in its epilogue (codegen/library.py
     # `split_pairs`); MINICOMP_DUAL_GEMM=fused keeps it one kernel of ours
     split_dual: bool = True
+    # CUDA: the persistent TMA GEMM's epilogue (gemm_epilogue_mode, codegen/gemm.py)
+    gemm_epilogue: str = "plain"
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -151,6 +168,8 @@ class Target:
             raise MinicompError(f"row_form={self.row_form!r}: expected a minicomp.target.RowForm")
         if self.verify_depth not in VERIFY_DEPTHS:
             raise MinicompError(f"{VERIFY_DEPTH_ENV}={self.verify_depth!r}: expected one of {', '.join(VERIFY_DEPTHS)}")
+        if self.gemm_epilogue not in GEMM_EPILOGUES:
+            raise MinicompError(f"gemm_epilogue={self.gemm_epilogue!r}: expected one of {', '.join(GEMM_EPILOGUES)}")
         if self.matmul_precision not in MATMUL_PRECISIONS:
             raise MinicompError(f"matmul_precision={self.matmul_precision!r}: expected one of "
                                 f"{', '.join(MATMUL_PRECISIONS)}")
@@ -192,7 +211,7 @@ class Target:
                       prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0",
                       library_gemm=library != "off", library_all=library == "all",
                       library_attention=library != "off" and library_attention_on(env), graphs=graphs,
-                      split_dual=not dual_gemm_fused(env))
+                      split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

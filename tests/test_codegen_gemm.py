@@ -360,12 +360,13 @@ def test_matrix_vector_falls_back():
 # --------------------------------------------------------------------------- the TMA form
 
 
-@pytest.fixture
-def tma_on_cpu():
+@pytest.fixture(params=["plain", "overlap", "subtile"])
+def tma_on_cpu(request):
     """A target that emits the persistent TMA kernel for the CPU too: Triton's interpreter runs
-    tensor descriptors."""
+    tensor descriptors. Each form of its epilogue (`Target.gemm_epilogue`): after the K loop, in
+    the flattened loop, and over half tiles."""
     from minicomp.target import Target
-    return Target("cpu", tma_on_cpu=True)
+    return Target("cpu", tma_on_cpu=True, gemm_epilogue=request.param)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -392,7 +393,10 @@ def test_tma_form_matches_eager(layout, dtype, tma_on_cpu):
     ref = (F.gelu(xm @ wm + bb.float(), approximate="tanh") + rr.float()).to(dtype)
     torch.testing.assert_close(out, ref, **tol(dtype))
     src = gen.source
-    assert src.count("tl.make_tensor_descriptor(") == 2 and "for tile in range(tl.program_id(0)" in src
+    assert src.count("tl.make_tensor_descriptor(") == 2
+    loop = {"plain": "for tile in range(tl.program_id(0)", "overlap": "flatten=True",
+            "subtile": "acc_lo, acc_hi = tl.split("}[tma_on_cpu.gemm_epilogue]
+    assert loop in src
     assert ("a_desc.load([k0, pid_m * BLOCK_M]).T" in src) == a_t
     assert ("b_desc.load([pid_n * BLOCK_N, k0]).T" in src) == b_t
 

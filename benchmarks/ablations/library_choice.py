@@ -10,7 +10,9 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `fused`: SwiGLU's gate and up projections as one dual GEMM of ours (MINICOMP_DUAL_GEMM=fused);
 - `split`: cuBLAS for one of the pair, our GEMM with the join for the other (the default);
 - `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);
-- `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults.
+- `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults;
+- `plain`, `overlap`, `subtile`: the default plan with the persistent GEMM's epilogue in each
+  form (MINICOMP_GEMM_EPILOGUE, `target.gemm_epilogue_mode`).
 
 Each variant's callable sets its switches around every call: minicomp's compile cache keys on
 them, and a call under the defaults would compile the default plan again and time that (what
@@ -19,8 +21,9 @@ whole models move by more than plan changes of a few percent (host time sets the
 torch.compile's calls); the CUDA kernel time per call, host excluded, is the steadier figure.
 
     python3 benchmarks/ablations/library_choice.py [--models llama,qwen2,gpt2,bert]
-        [--variants fused,split,all,backend] [--rounds 3] [--out DIR]
-Prints one table (ms and speed over torch.compile per variant) and writes it to DIR/library-choice.md.
+        [--variants fused,split,all,backend] [--rounds 3] [--kernels 8] [--out DIR]
+Prints one table (ms and speed over torch.compile per variant) and writes it to DIR/library-choice.md,
+with each variant's `--kernels` costliest kernels (us per call) under it.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from benchmarks import measure, workloads_models  # noqa: E402
 
 import minicomp  # noqa: E402
 
-ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM")
+ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM", "MINICOMP_GEMM_EPILOGUE")
+EPILOGUES = ("plain", "overlap", "subtile")
 
 
 def variant_env(name: str) -> dict[str, str]:
@@ -57,7 +61,9 @@ def variant_env(name: str) -> dict[str, str]:
         return {"MINICOMP_LIBRARY_GEMM": "all"}
     if name == "backend":
         return {}
-    raise SystemExit(f"unknown variant {name!r}: fused, split, all or backend")
+    if name in EPILOGUES:
+        return {"MINICOMP_GEMM_EPILOGUE": name}
+    raise SystemExit(f"unknown variant {name!r}: fused, split, all, backend, {', '.join(EPILOGUES)}")
 
 
 @contextmanager
@@ -97,6 +103,7 @@ def main() -> None:
     p.add_argument("--models", default="llama,qwen2,gpt2,bert")
     p.add_argument("--variants", default="fused,split,all,backend")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--kernels", type=int, default=8, help="costliest kernels listed per variant")
     p.add_argument("--out", default=None)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the script at tiny sizes in fp32 (the switches do nothing there)")
@@ -112,6 +119,7 @@ def main() -> None:
              "each cell: wall ms (speed) / CUDA kernel us per call (host excluded, profiler)",
              "", "| model | torch.compile | " + " | ".join(variants) + " |",
              "|---|---|" + "---|" * len(variants)]
+    notes = []
     for family in args.models.split(","):
         sizes = dict(workloads_models.TINY if cpu else workloads_models.PREFILL[family])
         built = workloads_models.make_model(family)(args.device, dtype, sizes, torch.Generator().manual_seed(0))
@@ -133,7 +141,9 @@ def main() -> None:
                     print(f"{family} {name}: does not match eager: {check}", flush=True)
             timing = SimpleNamespace(device=args.device, warmup_ms=25.0, rep_ms=100.0, reps=10)
             times = measure.time_interleaved({k: (lambda f=f: f(*inputs)) for k, f in fns.items()}, timing, args.rounds)
-            kernels = {k: (None if cpu else measure.kernel_us(lambda f=f: f(*inputs))) for k, f in fns.items()}
+            per_kernel = {k: {} for k in fns}
+            kernels = {k: (None if cpu else measure.kernel_us(lambda f=f: f(*inputs), by_kernel=per_kernel[k]))
+                       for k, f in fns.items()}
         for v in variants:           # a variant compiled again under other switches would time another plan
             counts = fns[v].compiles() if v in fns else (None, None)
             if counts[0] != counts[1]:
@@ -148,10 +158,14 @@ def main() -> None:
             return f"{ms[k]:.3f}{speed}" + (f" / {kernels[k]:.0f}" if kernels.get(k) else "")
         lines.append(f"| {family} | {cell('torch.compile')} | " + " | ".join(cell(v) for v in variants) + " |")
         print(lines[-1], flush=True)
+        for k, table in per_kernel.items():
+            top = sorted(table.items(), key=lambda kv: -kv[1])[:args.kernels]
+            if top:
+                notes.append(f"- {family} {k}: " + "; ".join(f"{n[:48]} {us:.1f}" for n, us in top))
         del fns, built, wide
         if not cpu:
             torch.cuda.empty_cache()
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n" + ("\nCostliest kernels, us per call:\n\n" + "\n".join(notes) + "\n" if notes else "")
     print(text)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

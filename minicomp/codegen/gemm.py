@@ -81,7 +81,8 @@ LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "
           "offs_m", "offs_n", "offs_k", "offs_am", "offs_bn", "offs_kk", "mask_m", "mask_n", "k0",
           "a_rows", "a_ptrs", "num_pid_m", "num_pid_n", "pid_m", "pid_n", "pid_batch", "first_pid_m",
           "group_size_m", "M", "N", "K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "min", "range", "float",
-          "a_desc", "b_desc", "b0_desc", "b1_desc", "tile", "num_tiles")
+          "a_desc", "b_desc", "b0_desc", "b1_desc", "tile", "num_tiles", "tile_c", "acc_lo", "acc_hi", "acc0_lo",
+          "acc0_hi", "acc1_lo", "acc1_hi")
 
 
 # --------------------------------------------------------------------------- emission
@@ -238,8 +239,18 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
     body.writeline("num_pid_n = tl.cdiv(N, BLOCK_N)")
     body.writeline("num_tiles = num_pid_m * num_pid_n")
     body.writeline("# persistent: the grid holds at most one program per SM, each walking output tiles")
-    with body.block("for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):"):
-        _write_tile_coords(body, "tile", ".to(tl.int64)" if wide else "")
+    w = ".to(tl.int64)" if wide else ""
+    mode = ctx.target.gemm_epilogue
+    if mode == "plain":
+        loop = "for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):"
+    else:
+        body.writeline("# the tile loop and the K loop are flattened into one software-pipelined loop, so the next")
+        body.writeline("# tile's first loads are in flight while this tile's epilogue runs; the epilogue finds its")
+        body.writeline("# tile from a counter of its own (tile_c) instead of waiting on the next tile's coordinates")
+        body.writeline("tile_c = tl.program_id(0) - tl.num_programs(0)")
+        loop = "for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):"
+    with body.block(loop):
+        _write_tile_coords(body, "tile", w)
         for acc in accs:
             body.writeline(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
         with body.block("for k0 in range(0, K, BLOCK_K):"):
@@ -247,7 +258,23 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
             for tile, bt in zip(tiles, b_tmas):
                 body.writeline(f"{tile} = {_descriptor_load(tile, bt, 'k0', 'pid_n * BLOCK_N')}")
             _write_dots(ctx, spec, body, tiles, accs)
-        _write_epilogue(ctx, spec, body, low, accs)
+        if mode == "plain":
+            _write_epilogue(ctx, spec, body, low, accs)
+            return
+        body.writeline("tile_c += tl.num_programs(0)")
+        _write_tile_coords(body, "tile_c", w)
+        if mode == "overlap":
+            _write_epilogue(ctx, spec, body, low, accs)
+            return
+        body.writeline("# the epilogue runs on each half of the tile's columns in turn: the tiles it loads")
+        body.writeline("# (a residual, the gate of SwiGLU) take half the registers beside the accumulator")
+        for acc in accs:
+            body.writeline(f"{acc}_lo, {acc}_hi = tl.split(tl.permute(tl.reshape({acc}, (BLOCK_M, 2, BLOCK_N // 2)), "
+                           f"(0, 2, 1)))")
+        for half, part in enumerate(("lo", "hi")):
+            with low.scope():
+                body.writeline(f"offs_n = (pid_n * BLOCK_N + {half} * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)){w}")
+                _write_epilogue(ctx, spec, body, low, [f"{acc}_{part}" for acc in accs])
 
 
 def _write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, accs: list[str]) -> None:
