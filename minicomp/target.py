@@ -35,7 +35,7 @@ LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": our GEMM kernels onl
 LIBRARY_ATTENTION_ENV = "MINICOMP_LIBRARY_ATTENTION" # "0": attention never calls SDPA (library_attention_on)
 DUAL_GEMM_ENV = "MINICOMP_DUAL_GEMM"                 # "fused": SwiGLU's pair stays one dual GEMM at every size (dual_gemm_fused)
 GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM runs its epilogue (gemm_epilogue_mode)
-GEMM_EPILOGUES = ("plain", "overlap", "subtile")
+GEMM_EPILOGUES = ("plain", "overlap", "subtile", "specialize")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 MATMUL_PRECISIONS = ("ieee", "tf32")                 # fp32 `tl.dot` input precision
@@ -93,8 +93,9 @@ def gemm_epilogue_mode(environ: dict | None = None) -> str:
     """How the persistent TMA GEMM (codegen/gemm.py) runs its epilogue, as $MINICOMP_GEMM_EPILOGUE
     says: "plain" (after each tile's K loop), "overlap" (the tile loop and the K loop are one
     flattened loop, so the next tile's loads are issued while the epilogue runs) or "subtile"
-    ("overlap", with the epilogue applied to each half of the tile in turn). Unknown values are
-    an error that names the choices."""
+    ("overlap", with the epilogue applied to each half of the tile in turn) or "specialize" (the
+    tile loop warp-specialized by Triton: a producer warp group issues the loads, the others
+    compute and run the epilogue). Unknown values are an error that names the choices."""
     env = os.environ if environ is None else environ
     value = env.get(GEMM_EPILOGUE_ENV, "").strip() or Target.gemm_epilogue
     if value not in GEMM_EPILOGUES:

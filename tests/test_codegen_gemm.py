@@ -360,7 +360,7 @@ def test_matrix_vector_falls_back():
 # --------------------------------------------------------------------------- the TMA form
 
 
-@pytest.fixture(params=["plain", "overlap", "subtile"])
+@pytest.fixture(params=["plain", "overlap", "subtile", "specialize"])
 def tma_on_cpu(request):
     """A target that emits the persistent TMA kernel for the CPU too: Triton's interpreter runs
     tensor descriptors. Each form of its epilogue (`Target.gemm_epilogue`): after the K loop, in
@@ -395,7 +395,7 @@ def test_tma_form_matches_eager(layout, dtype, tma_on_cpu):
     src = gen.source
     assert src.count("tl.make_tensor_descriptor(") == 2
     loop = {"plain": "for tile in range(tl.program_id(0)", "overlap": "flatten=True",
-            "subtile": "acc_lo, acc_hi = tl.split("}[tma_on_cpu.gemm_epilogue]
+            "subtile": "acc_lo, acc_hi = tl.split(", "specialize": "warp_specialize=True"}[tma_on_cpu.gemm_epilogue]
     assert loop in src
     assert ("a_desc.load([k0, pid_m * BLOCK_M]).T" in src) == a_t
     assert ("b_desc.load([pid_n * BLOCK_N, k0]).T" in src) == b_t

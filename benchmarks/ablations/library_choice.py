@@ -11,7 +11,7 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `split`: cuBLAS for one of the pair, our GEMM with the join for the other (the default);
 - `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);
 - `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults;
-- `plain`, `overlap`, `subtile`: the default plan with the persistent GEMM's epilogue in each
+- `plain`, `overlap`, `subtile`, `specialize`: the default plan with the persistent GEMM's epilogue in each
   form (MINICOMP_GEMM_EPILOGUE, `target.gemm_epilogue_mode`).
 
 Each variant's callable sets its switches around every call: minicomp's compile cache keys on
@@ -48,7 +48,7 @@ from benchmarks import measure, workloads_models  # noqa: E402
 import minicomp  # noqa: E402
 
 ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM", "MINICOMP_GEMM_EPILOGUE")
-EPILOGUES = ("plain", "overlap", "subtile")
+EPILOGUES = ("plain", "overlap", "subtile", "specialize")
 
 
 def variant_env(name: str) -> dict[str, str]:

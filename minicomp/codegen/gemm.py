@@ -57,6 +57,16 @@ Two forms of the kernel:
   `Buf.wrap`), when the GEMM reuses it enough (`gemm_form.PAD_MIN_REUSE`); the descriptor's
   shape stops at the real length, so the padding is never read. A config may launch more
   than one persistent program per SM (`SM_SHARE`, `gemm_form.programs_per_sm`).
+  The persistent kernel's epilogue has three forms (`Target.gemm_epilogue`,
+  $MINICOMP_GEMM_EPILOGUE): "plain", after each tile's K loop, so the SM's tensor cores wait
+  while it loads and stores; "overlap", the tile loop written as `tl.range(..., flatten=True)`
+  so Triton's software pipeliner flattens it with the K loop and issues the next tile's first
+  loads before this tile's epilogue (which finds its tile from a counter of its own, `tile_c`,
+  not from the coordinates the next tile's loads use); "subtile", "overlap" with the epilogue
+  run on each half of the tile's columns in turn (`tl.split` of the accumulator), so a tile the
+  epilogue loads (a residual, SwiGLU's gate) takes half the registers beside the accumulator;
+  "specialize", the tile loop as `tl.range(..., warp_specialize=True)` (Triton splits the
+  loads and the math into warp groups of their own).
 
 Unsupported (the group falls back to PyTorch): see `gemm_form.py`.
 """
@@ -248,7 +258,8 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
         body.writeline("# tile's first loads are in flight while this tile's epilogue runs; the epilogue finds its")
         body.writeline("# tile from a counter of its own (tile_c) instead of waiting on the next tile's coordinates")
         body.writeline("tile_c = tl.program_id(0) - tl.num_programs(0)")
-        loop = "for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):"
+        how = "warp_specialize=True" if mode == "specialize" else "flatten=True"
+        loop = f"for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), {how}):"
     with body.block(loop):
         _write_tile_coords(body, "tile", w)
         for acc in accs:
@@ -263,7 +274,7 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
             return
         body.writeline("tile_c += tl.num_programs(0)")
         _write_tile_coords(body, "tile_c", w)
-        if mode == "overlap":
+        if mode in ("overlap", "specialize"):
             _write_epilogue(ctx, spec, body, low, accs)
             return
         body.writeline("# the epilogue runs on each half of the tile's columns in turn: the tiles it loads")
