@@ -34,8 +34,9 @@ TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile ke
 LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": our GEMM kernels only; "all": cuBLAS for every GEMM (library_mode)
 LIBRARY_ATTENTION_ENV = "MINICOMP_LIBRARY_ATTENTION" # "0": attention never calls SDPA (library_attention_on)
 DUAL_GEMM_ENV = "MINICOMP_DUAL_GEMM"                 # "fused": SwiGLU's pair stays one dual GEMM at every size (dual_gemm_fused)
+LIBRARY_JOINS_ENV = "MINICOMP_LIBRARY_JOINS"         # "0": a GEMM whose result meets a tile keeps the join in our epilogue
 GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM runs its epilogue (gemm_epilogue_mode)
-GEMM_EPILOGUES = ("plain", "overlap", "subtile", "specialize")
+GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
 MATMUL_PRECISIONS = ("ieee", "tf32")                 # fp32 `tl.dot` input precision
@@ -89,13 +90,20 @@ def dual_gemm_fused(environ: dict | None = None) -> bool:
     return env.get(DUAL_GEMM_ENV, "").strip() == "fused"
 
 
+def library_joins_on(environ: dict | None = None) -> bool:
+    """Whether a GEMM of many rows whose result meets a tile of its own size (a residual add)
+    calls cuBLAS, the join fusing with the next kernel (codegen/library.py `tile_joins`): unless
+    $MINICOMP_LIBRARY_JOINS is "0"."""
+    env = os.environ if environ is None else environ
+    return env.get(LIBRARY_JOINS_ENV, "").strip() != "0"
+
+
 def gemm_epilogue_mode(environ: dict | None = None) -> str:
     """How the persistent TMA GEMM (codegen/gemm.py) runs its epilogue, as $MINICOMP_GEMM_EPILOGUE
     says: "plain" (after each tile's K loop), "overlap" (the tile loop and the K loop are one
-    flattened loop, so the next tile's loads are issued while the epilogue runs) or "subtile"
-    ("overlap", with the epilogue applied to each half of the tile in turn) or "specialize" (the
-    tile loop warp-specialized by Triton: a producer warp group issues the loads, the others
-    compute and run the epilogue). Unknown values are an error that names the choices."""
+    flattened loop, so the next tile's loads are issued while the epilogue runs) or "auto" (the
+    default: "overlap" unless the epilogue loads a tile of the output's size, where "plain" ran
+    faster). Unknown values are an error that names the choices."""
     env = os.environ if environ is None else environ
     value = env.get(GEMM_EPILOGUE_ENV, "").strip() or Target.gemm_epilogue
     if value not in GEMM_EPILOGUES:
@@ -157,8 +165,11 @@ class Target:
     # the pair and our GEMM the other, with the join in its epilogue (codegen/library.py
     # `split_pairs`); MINICOMP_DUAL_GEMM=fused keeps it one kernel of ours
     split_dual: bool = True
+    # CUDA: a GEMM of many rows whose result meets a tile of its own size calls cuBLAS and the
+    # join fuses forward (codegen/library.py `tile_joins`); MINICOMP_LIBRARY_JOINS=0 keeps our GEMM
+    library_joins: bool = True
     # CUDA: the persistent TMA GEMM's epilogue (gemm_epilogue_mode, codegen/gemm.py)
-    gemm_epilogue: str = "plain"
+    gemm_epilogue: str = "auto"
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -212,7 +223,8 @@ class Target:
                       prime_triton=env.get(PRIME_TRITON_ENV) != "0", tiered=env.get(TIERED_ENV) != "0",
                       library_gemm=library != "off", library_all=library == "all",
                       library_attention=library != "off" and library_attention_on(env), graphs=graphs,
-                      split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env))
+                      split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
+                      library_joins=library_joins_on(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

@@ -115,7 +115,8 @@ def test_odd_k_cuda_source_splits_the_loop():
 @pytest.mark.parametrize("name", ["fp32_linear_gelu", "bf16_linear_tma", "fp16_bmm"])
 def test_aligned_shapes_generate_what_they_did(name):
     """K a multiple of every BLOCK_K: the kernel text and launch are exactly main's before the
-    tail forms (fp32 under TF32: full-precision fp32 has its own configs now)."""
+    tail forms (fp32 under TF32: full-precision fp32 has its own configs now; the TMA form's tile loop
+    flattened with its K loop since session 19, `Target.gemm_epilogue`)."""
     cases = dict(_aligned_cases())
     old = torch.backends.cuda.matmul.allow_tf32
     try:

@@ -427,11 +427,35 @@ def _swiglu_inputs(lead, k, n, dtype=torch.float32):
     return [_randn(*lead, k, dtype=dtype), _randn(n, k, dtype=dtype, seed=1), _randn(n, k, dtype=dtype, seed=2)]
 
 
+NO_JOINS = replace(SM90, library_joins=False)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("lead", [(600,), (2, 300)], ids=["2d", "3d"])
-def test_a_dual_gemm_of_many_rows_splits_its_pair(lead, dtype, monkeypatch):
+def test_a_dual_gemm_of_many_rows_calls_cublas_for_both_and_joins_in_one_kernel(lead, dtype, monkeypatch):
+    """SwiGLU at prefill rows: cuBLAS computes the gate (one matmul of the pair) and the up
+    projection (its result meets SiLU(gate), a tile of its own size); SiLU and the product are
+    one pointwise kernel, torch.compile's plan."""
     inputs = _swiglu_inputs(lead, 64, 40, dtype)
     c = _generate(_swiglu_mlp, inputs)
+    gen = c.generated
+    assert sorted(gen.library.values()) == sorted([library.SPLIT.format(m="600 rows"),
+                                                    library.JOIN.format(m="600 rows")]), gen.library
+    assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_pw_silu_mul"), gen.kernel_names
+    table = c.plan.table(library=gen.library)
+    assert "calls cuBLAS: one matmul of a dual GEMM over 600 rows" in table
+    assert "calls cuBLAS: its result meets a tile of its own size over 600 rows" in table
+    (out,) = _run_interpreted(gen, inputs, monkeypatch)
+    torch.testing.assert_close(out, _swiglu_mlp(*inputs), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_without_library_joins_the_partner_is_our_gemm_with_the_join_in_its_epilogue(dtype, monkeypatch):
+    """MINICOMP_LIBRARY_JOINS=0: cuBLAS for the gate only, our GEMM for the up projection with
+    SiLU of cuBLAS's result and the product in its epilogue (the plan before session 19)."""
+    inputs = _swiglu_inputs((600,), 64, 40, dtype)
+    assert not Target.for_device("cuda", {"MINICOMP_LIBRARY_JOINS": "0"}).library_joins
+    c = _generate(_swiglu_mlp, inputs, NO_JOINS)
     gen = c.generated
     (gid,) = gen.library
     assert gen.library[gid] == library.SPLIT.format(m="600 rows"), gen.library
@@ -439,9 +463,50 @@ def test_a_dual_gemm_of_many_rows_splits_its_pair(lead, dtype, monkeypatch):
     ops = sorted(c.graph.node(n).op for n in ours.nodes if c.graph.node(n).kind != "view")
     assert ops == ["matmul", "mul", "silu"], ops          # SiLU of cuBLAS's result, in our epilogue
     assert [k for k in gen.kernel_names if not k.startswith("mc_gemm")] == [], gen.kernel_names
-    assert f"g{gid} calls cuBLAS: one matmul of a dual GEMM over 600 rows" in c.plan.table(library=gen.library)
     (out,) = _run_interpreted(gen, inputs, monkeypatch)
     torch.testing.assert_close(out, _swiglu_mlp(*inputs), **tol(dtype))
+
+
+def _pre_norm_layer(x, wq, wo, wg, wu, wd, g):
+    """A Llama-shaped layer: RMSNorm, a projection back with the residual, SwiGLU with the residual."""
+    def rms(t):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+    h = x + F.linear(F.relu(F.linear(rms(x), wq)), wo)
+    return h + F.linear(F.silu(F.linear(rms(h), wg)) * F.linear(rms(h), wu), wd)
+
+
+@pytest.mark.parametrize("rows", [600, 64])
+def test_a_residual_gemm_of_many_rows_calls_cublas_and_the_add_joins_the_norm(rows, monkeypatch):
+    """At prefill rows each GEMM whose result meets a tile (the residual adds, SwiGLU's up) is
+    cuBLAS's and the add runs in the next norm's row kernel; at few rows (default mode) our
+    GEMMs keep the residual in their epilogue. Both match eager on CPU tensors."""
+    w = 32
+    shapes = [(rows, w), (48, w), (w, 48), (64, w), (64, w), (w, 64), (w,)]
+    inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
+    c = _generate(_pre_norm_layer, inputs)
+    gen = c.generated
+    joins = [why for why in gen.library.values() if why == library.JOIN.format(m=f"{rows} rows")]
+    if rows == 600:
+        assert len(joins) == 3, gen.library                      # o, up, down
+        assert any(k.startswith("mc_red_add_") for k in gen.kernel_names), gen.kernel_names
+        assert not any(k.startswith("mc_gemm") and "residual" in k for k in gen.kernel_names), gen.kernel_names
+    else:
+        assert joins == [] and any("residual" in k for k in gen.kernel_names), gen.kernel_names
+    (out,) = _run_interpreted(gen, inputs, monkeypatch)
+    torch.testing.assert_close(out, _pre_norm_layer(*inputs), **tol(torch.float32))
+
+
+def test_a_result_that_only_meets_itself_is_not_a_join():
+    """GPT-2's tanh GELU multiplies values that all come from the matmul: no tile is loaded, our
+    GEMM keeps the epilogue. A bias add (addmm's) and a row regrouping are looked through."""
+    def gelu_mlp(x, w, b):
+        h = F.linear(x, w, b)
+        return 0.5 * h * (1.0 + torch.tanh(0.79788456 * (h + 0.044715 * h.pow(3))))
+    inputs = [_randn(2, 300, 32), _randn(48, 32, seed=1), _randn(48, seed=2)]
+    gen = _generate(gelu_mlp, inputs).generated
+    assert gen.library == {} and gen.kernel_names[0].startswith("mc_gemm"), gen.kernel_names
+    with_residual = _generate(lambda x, w, b, r: F.linear(x, w, b) + r, inputs + [_randn(2, 300, 48, seed=3)]).generated
+    assert list(with_residual.library.values()) == [library.JOIN.format(m="600 rows")], with_residual.library
 
 
 @pytest.mark.parametrize("lead", [(511,), (2, 8)], ids=["under_the_rows", "few_rows"])
@@ -478,7 +543,7 @@ def test_an_aten_shaped_swiglu_splits_through_its_reshapes(dtype, monkeypatch):
         up = (rows @ wu.t()).reshape(*x.shape[:-1], -1)
         return F.silu(gate) * up
     inputs = _swiglu_inputs((2, 300), 64, 40, dtype)
-    c = _generate(mlp, inputs)
+    c = _generate(mlp, inputs, NO_JOINS)
     assert list(c.generated.library.values()) == [library.SPLIT.format(m="600 rows")], c.generated.library
     (out,) = _run_interpreted(c.generated, inputs, monkeypatch)
     torch.testing.assert_close(out, mlp(*inputs), **tol(dtype))
@@ -486,16 +551,22 @@ def test_an_aten_shaped_swiglu_splits_through_its_reshapes(dtype, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_gpu_split_swiglu_matches_eager(dtype):
+@pytest.mark.parametrize("joins", ["1", "0"])
+def test_gpu_split_swiglu_matches_eager(dtype, joins, monkeypatch):
     """SwiGLU at prefill sizes (4 x 256 tokens, width 1024, hidden 2816; and an N no tile divides) on the GPU:
-    cuBLAS computes the gate, our GEMM the up projection with SiLU(gate) * up in its epilogue."""
+    cuBLAS computes the gate and the up projection, one pointwise kernel the join; with
+    MINICOMP_LIBRARY_JOINS=0 our GEMM computes the up projection with SiLU(gate) * up in its epilogue."""
+    monkeypatch.setenv("MINICOMP_LIBRARY_JOINS", joins)
     for n in (2816, 1000):
         x, wg, wu = (t.cuda() for t in _swiglu_inputs((4, 256), 1024, n, dtype))
         f = minicomp.compile(_swiglu_mlp)
         torch.testing.assert_close(f(x, wg, wu), _swiglu_mlp(x, wg, wu), **tol(dtype))
         gen = f._need().generated
-        assert list(gen.library.values()) == [library.SPLIT.format(m="1024 rows")], gen.library
-        assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_gemm"), gen.kernel_names
+        split = library.SPLIT.format(m="1024 rows")
+        want = [split, library.JOIN.format(m="1024 rows")] if joins == "1" else [split]
+        assert sorted(gen.library.values()) == sorted(want), gen.library
+        kind = "mc_pw" if joins == "1" else "mc_gemm"
+        assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith(kind), gen.kernel_names
 
 
 def test_a_llama_at_batch_1_x_16_fuses_around_its_cublas_projections(monkeypatch):

@@ -39,8 +39,8 @@ from minicomp.api.last import LastCompiled
 from minicomp.api.pipeline import (Compiled, Options, compile_graph, optimise, plan_only,  # noqa: F401  (the api's)
                                    run_compiled, set_input_layouts)
 from minicomp.errors import GuardError, MinicompError
-from minicomp.target import (Target, dual_gemm_fused, gemm_epilogue_mode, library_attention_on, library_mode,
-                             read_matmul_precision)
+from minicomp.target import (Target, dual_gemm_fused, gemm_epilogue_mode, library_attention_on, library_joins_on,
+                             library_mode, read_matmul_precision)
 
 # the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
 if TYPE_CHECKING:
@@ -66,13 +66,14 @@ def _modes() -> tuple:
     """Process state that changes what eager computes and capture records: the default dtype
     (`torch.tensor(1.0)`), and autocast (per device type, with its dtype); and the fp32 matmul
     precision PyTorch's TF32 switches allow, which the GEMM kernels follow (Target.matmul_precision);
-    and which GEMMs call cuBLAS ($MINICOMP_LIBRARY_GEMM, target.library_mode) and whether attention
-    may call SDPA ($MINICOMP_LIBRARY_ATTENTION), and whether SwiGLU's pair is split ($MINICOMP_DUAL_GEMM), and the GEMM epilogue's form ($MINICOMP_GEMM_EPILOGUE)."""
+    and the codegen switches: which GEMMs call cuBLAS ($MINICOMP_LIBRARY_GEMM, target.library_mode;
+    $MINICOMP_LIBRARY_JOINS), whether attention may call SDPA ($MINICOMP_LIBRARY_ATTENTION), whether
+    SwiGLU's pair is split ($MINICOMP_DUAL_GEMM), and the GEMM epilogue's form ($MINICOMP_GEMM_EPILOGUE)."""
     autocast = ()
     if torch._C._is_any_autocast_enabled():
         autocast = tuple((d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
     return (torch.get_default_dtype(), autocast, read_matmul_precision(), library_mode(), library_attention_on(),
-            dual_gemm_fused(), gemm_epilogue_mode())
+            dual_gemm_fused(), gemm_epilogue_mode(), library_joins_on())
 
 
 def _shape_key(args: tuple) -> tuple | None:

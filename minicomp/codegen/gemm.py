@@ -57,16 +57,19 @@ Two forms of the kernel:
   `Buf.wrap`), when the GEMM reuses it enough (`gemm_form.PAD_MIN_REUSE`); the descriptor's
   shape stops at the real length, so the padding is never read. A config may launch more
   than one persistent program per SM (`SM_SHARE`, `gemm_form.programs_per_sm`).
-  The persistent kernel's epilogue has three forms (`Target.gemm_epilogue`,
-  $MINICOMP_GEMM_EPILOGUE): "plain", after each tile's K loop, so the SM's tensor cores wait
-  while it loads and stores; "overlap", the tile loop written as `tl.range(..., flatten=True)`
-  so Triton's software pipeliner flattens it with the K loop and issues the next tile's first
-  loads before this tile's epilogue (which finds its tile from a counter of its own, `tile_c`,
-  not from the coordinates the next tile's loads use); "subtile", "overlap" with the epilogue
-  run on each half of the tile's columns in turn (`tl.split` of the accumulator), so a tile the
-  epilogue loads (a residual, SwiGLU's gate) takes half the registers beside the accumulator;
-  "specialize", the tile loop as `tl.range(..., warp_specialize=True)` (Triton splits the
-  loads and the math into warp groups of their own).
+  The persistent kernel's epilogue has two forms (`Target.gemm_epilogue`, $MINICOMP_GEMM_EPILOGUE):
+  "plain", after each tile's K loop, so the tensor cores wait while it loads and stores;
+  "overlap", the tile loop written `tl.range(..., flatten=True)`, so Triton's software
+  pipeliner flattens it with the K loop and issues the next tile's first loads before this
+  tile's epilogue, which finds its tile from a counter of its own (`tile_c`), not from the
+  coordinates the next tile's loads use. "auto" takes "overlap" unless the epilogue loads a
+  tile of the output's size (`gemm_form.reads_tile`). On the H100 (results/2026-12-06/
+  session19-epilogue-forms-*) "overlap" took GPT-2's lm_head from 360 to 336 us a call and the
+  bias-GELU GEMMs of GPT-2 and BERT from 169 to 152 and 360 to 338, and made the
+  tile-loading epilogues slower (SwiGLU's 364 -> 489, Llama's o_proj with its residual 130 ->
+  169). Two more forms measured then and removed: the epilogue over half tiles (`tl.split` of
+  the accumulator; o_proj 130 -> 323) and `tl.range(..., warp_specialize=True)` (within 1% of
+  "plain" everywhere).
 
 Unsupported (the group falls back to PyTorch): see `gemm_form.py`.
 """
@@ -82,7 +85,8 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, few_configs, kernel_name
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, TmaOperand, analyse, big_from, configs, needs_int64,
-                                        odd_store, programs_per_sm, reads_tile, tma_form)
+                                        odd_store, pad_functions, pad_text, programs_per_sm, reads_tile,
+                                        tma_form)
 from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
 from minicomp.codegen.tlexpr import Val
 from minicomp.ir import dims
@@ -91,8 +95,7 @@ LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "
           "offs_m", "offs_n", "offs_k", "offs_am", "offs_bn", "offs_kk", "mask_m", "mask_n", "k0",
           "a_rows", "a_ptrs", "num_pid_m", "num_pid_n", "pid_m", "pid_n", "pid_batch", "first_pid_m",
           "group_size_m", "M", "N", "K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "min", "range", "float",
-          "a_desc", "b_desc", "b0_desc", "b1_desc", "tile", "num_tiles", "tile_c", "acc_lo", "acc_hi", "acc0_lo",
-          "acc0_hi", "acc1_lo", "acc1_hi")
+          "a_desc", "b_desc", "b0_desc", "b1_desc", "tile", "num_tiles", "tile_c")
 
 
 # --------------------------------------------------------------------------- emission
@@ -251,6 +254,8 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
     body.writeline("# persistent: the grid holds at most one program per SM, each walking output tiles")
     w = ".to(tl.int64)" if wide else ""
     mode = ctx.target.gemm_epilogue
+    if mode == "auto":
+        mode = "plain" if reads_tile(ctx, spec) else "overlap"
     if mode == "plain":
         loop = "for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):"
     else:
@@ -258,8 +263,7 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
         body.writeline("# tile's first loads are in flight while this tile's epilogue runs; the epilogue finds its")
         body.writeline("# tile from a counter of its own (tile_c) instead of waiting on the next tile's coordinates")
         body.writeline("tile_c = tl.program_id(0) - tl.num_programs(0)")
-        how = "warp_specialize=True" if mode == "specialize" else "flatten=True"
-        loop = f"for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), {how}):"
+        loop = "for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):"
     with body.block(loop):
         _write_tile_coords(body, "tile", w)
         for acc in accs:
@@ -269,23 +273,10 @@ def _write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: Tile
             for tile, bt in zip(tiles, b_tmas):
                 body.writeline(f"{tile} = {_descriptor_load(tile, bt, 'k0', 'pid_n * BLOCK_N')}")
             _write_dots(ctx, spec, body, tiles, accs)
-        if mode == "plain":
-            _write_epilogue(ctx, spec, body, low, accs)
-            return
-        body.writeline("tile_c += tl.num_programs(0)")
-        _write_tile_coords(body, "tile_c", w)
-        if mode in ("overlap", "specialize"):
-            _write_epilogue(ctx, spec, body, low, accs)
-            return
-        body.writeline("# the epilogue runs on each half of the tile's columns in turn: the tiles it loads")
-        body.writeline("# (a residual, the gate of SwiGLU) take half the registers beside the accumulator")
-        for acc in accs:
-            body.writeline(f"{acc}_lo, {acc}_hi = tl.split(tl.permute(tl.reshape({acc}, (BLOCK_M, 2, BLOCK_N // 2)), "
-                           f"(0, 2, 1)))")
-        for half, part in enumerate(("lo", "hi")):
-            with low.scope():
-                body.writeline(f"offs_n = (pid_n * BLOCK_N + {half} * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)){w}")
-                _write_epilogue(ctx, spec, body, low, [f"{acc}_{part}" for acc in accs])
+        if mode == "overlap":
+            body.writeline("tile_c += tl.num_programs(0)")
+            _write_tile_coords(body, "tile_c", w)
+        _write_epilogue(ctx, spec, body, low, accs)
 
 
 def _write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, accs: list[str]) -> None:
@@ -309,28 +300,6 @@ def _output_index(ctx: KernelCtx, out_idx: ix.Index, nid: int) -> ix.Index:
     if node.op in ("permute", "reshape") and node.args[0] in ctx.group.nodes:
         return ix.stored_through(_output_index(ctx, out_idx, node.args[0]), node.op, node.attrs, shape)
     return out_idx if shape == tuple(out_idx.shape) else ix.reshape(out_idx, shape)
-
-
-def _pad_functions(name: str, spec: GemmForm,
-                   tma: tuple[TmaOperand, list[TmaOperand]] | None) -> dict[int, tuple[tuple[int, int], str]]:
-    """leaf -> ((L, P), the call()-side function copying it into rows padded from L to P)."""
-    if not tma:
-        return {}
-    pads = {op.leaf: t.pad for op, t in zip([spec.a] + spec.bs, [tma[0]] + list(tma[1])) if t.pad}
-    names = {pad: f"{name}_pad{i}" for i, pad in enumerate(sorted(set(pads.values())))}
-    return {leaf: (pad, names[pad]) for leaf, pad in pads.items()}
-
-
-def _pad_text(fn: str, last: int, padded: int) -> str:
-    """A Python function of call(): the tensor's copy whose last dim's stride is padded (TMA
-    descriptors need 16-byte aligned row strides; the kernel reads only the first `last`)."""
-    out = CodeBuilder()
-    with out.block(f"def {fn}(t):"):
-        out.writeline(f"# rows of {last} elements start 16-byte aligned in a [..., {padded}] buffer; "
-                      "the padding is never read")
-        out.writeline(f"out = torch.empty(tuple(t.shape[:-1]) + ({padded},), dtype=t.dtype, device=t.device)")
-        out.writeline(f"return out[..., :{last}].copy_(t)")
-    return out.getvalue()
 
 
 def emit(ctx: KernelCtx) -> Kernel:
@@ -392,11 +361,11 @@ def emit(ctx: KernelCtx) -> Kernel:
         src.splice(body.getvalue())
 
     tma_leaves = {spec.a.leaf} | {b.leaf for b in spec.bs} if tma else set()
-    pads = _pad_functions(name, spec, tma)
+    pads = pad_functions(name, spec, tma)
     for (last, padded), fn in sorted(set(pads.values()), key=lambda p: p[1]):
         src.writeline("")
         src.writeline("")
-        src.splice(_pad_text(fn, last, padded))
+        src.splice(pad_text(fn, last, padded))
     args = tuple(Buf(p.nid, align16=p.nid in tma_leaves and p.nid not in pads,
                      wrap=pads[p.nid][1] if p.nid in pads else "") for p in pointers) + size_args(g, touched)
     bm, bn, bk, stages, warps = cfgs[0]

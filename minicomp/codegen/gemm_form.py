@@ -12,7 +12,8 @@ of different shapes or not sharing operand A once folded, an output of another s
 The configs tried follow the problem: the table by form, dtype and fp32 precision (FMA
 candidates for "ieee", tensor-core ones for TF32), cut to the tiles that fit, and to the
 largest few for a big problem (`BIG_TILES`), plus `ODD_STORE_CONFIG` where a big TMA GEMM's
-output rows are misaligned.
+output rows are misaligned. An operand whose rows a descriptor cannot read is copied in call()
+into padded rows (`pad_functions`, `pad_text`).
 
 Index symbols: `am`/`ak` (A tile rows/cols), `bk`/`bn` (B tile), `rm`/`rn` (output tile),
 `z0`, `z1`... (batch coordinates).
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from minicomp.codegen import indexing as ix
+from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx, Unsupported, group_spec, next_pow2
 from minicomp.codegen.epilogue import Operand, fold_operand
 from minicomp.ir import dims
@@ -372,3 +374,25 @@ def needs_int64(ctx: KernelCtx) -> bool:
         if span >= 2 ** 31 - 1:
             return True
     return False
+
+
+def pad_functions(name: str, spec: GemmForm,
+                   tma: tuple[TmaOperand, list[TmaOperand]] | None) -> dict[int, tuple[tuple[int, int], str]]:
+    """leaf -> ((L, P), the call()-side function copying it into rows padded from L to P)."""
+    if not tma:
+        return {}
+    pads = {op.leaf: t.pad for op, t in zip([spec.a] + spec.bs, [tma[0]] + list(tma[1])) if t.pad}
+    names = {pad: f"{name}_pad{i}" for i, pad in enumerate(sorted(set(pads.values())))}
+    return {leaf: (pad, names[pad]) for leaf, pad in pads.items()}
+
+
+def pad_text(fn: str, last: int, padded: int) -> str:
+    """A Python function of call(): the tensor's copy whose last dim's stride is padded (TMA
+    descriptors need 16-byte aligned row strides; the kernel reads only the first `last`)."""
+    out = CodeBuilder()
+    with out.block(f"def {fn}(t):"):
+        out.writeline(f"# rows of {last} elements start 16-byte aligned in a [..., {padded}] buffer; "
+                      "the padding is never read")
+        out.writeline(f"out = torch.empty(tuple(t.shape[:-1]) + ({padded},), dtype=t.dtype, device=t.device)")
+        out.writeline(f"return out[..., :{last}].copy_(t)")
+    return out.getvalue()
