@@ -8,10 +8,13 @@ against eager (the benchmark's tolerance against the fp32 model), and times ever
 torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench medians, L2 flushed):
 
 - `fused`: SwiGLU's gate and up projections as one dual GEMM of ours (MINICOMP_DUAL_GEMM=fused);
-- `split`: cuBLAS for one of the pair, our GEMM with the join for the other (the default);
+- `default`: the defaults (session 19's plan: cuBLAS for both matmuls of the pair and for every
+  GEMM of many rows whose result meets a tile, `library.tile_joins`);
+- `split`: cuBLAS for one of the pair, our GEMM with the join for the other (MINICOMP_LIBRARY_JOINS=0);
+- `session18`: session 18's default plan (`split`, every GEMM epilogue after its K loop);
 - `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);
 - `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults;
-- `plain`, `overlap`, `subtile`, `specialize`: the default plan with the persistent GEMM's epilogue in each
+- `auto`, `plain`, `overlap`: the default plan with the persistent GEMM's epilogue in each
   form (MINICOMP_GEMM_EPILOGUE, `target.gemm_epilogue_mode`).
 
 Each variant's callable sets its switches around every call: minicomp's compile cache keys on
@@ -21,7 +24,7 @@ whole models move by more than plan changes of a few percent (host time sets the
 torch.compile's calls); the CUDA kernel time per call, host excluded, is the steadier figure.
 
     python3 benchmarks/ablations/library_choice.py [--models llama,qwen2,gpt2,bert]
-        [--variants fused,split,all,backend] [--rounds 3] [--kernels 8] [--out DIR]
+        [--variants default,session18,all,backend] [--rounds 3] [--kernels 8] [--out DIR]
 Prints one table (ms and speed over torch.compile per variant) and writes it to DIR/library-choice.md,
 with each variant's `--kernels` costliest kernels (us per call) under it.
 """
@@ -47,23 +50,28 @@ from benchmarks import measure, workloads_models  # noqa: E402
 
 import minicomp  # noqa: E402
 
-ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM", "MINICOMP_GEMM_EPILOGUE")
-EPILOGUES = ("plain", "overlap", "subtile", "specialize")
+ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM", "MINICOMP_GEMM_EPILOGUE", "MINICOMP_LIBRARY_JOINS")
+EPILOGUES = ("auto", "plain", "overlap")
 
 
 def variant_env(name: str) -> dict[str, str]:
     """The environment switches of one variant (module docstring)."""
     if name == "fused":
         return {"MINICOMP_DUAL_GEMM": "fused"}
-    if name == "split":
+    if name == "default":
         return {}
+    if name == "split":
+        return {"MINICOMP_LIBRARY_JOINS": "0"}
+    if name == "session18":
+        return {"MINICOMP_LIBRARY_JOINS": "0", "MINICOMP_GEMM_EPILOGUE": "plain"}
     if name == "all":
         return {"MINICOMP_LIBRARY_GEMM": "all"}
     if name == "backend":
         return {}
     if name in EPILOGUES:
         return {"MINICOMP_GEMM_EPILOGUE": name}
-    raise SystemExit(f"unknown variant {name!r}: fused, split, all, backend, {', '.join(EPILOGUES)}")
+    raise SystemExit(f"unknown variant {name!r}: default, fused, split, session18, all, backend, "
+                     f"{', '.join(EPILOGUES)}")
 
 
 @contextmanager
@@ -101,7 +109,7 @@ def compile_variant(fn, inputs, name: str):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="llama,qwen2,gpt2,bert")
-    p.add_argument("--variants", default="fused,split,all,backend")
+    p.add_argument("--variants", default="default,session18,all,backend")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--kernels", type=int, default=8, help="costliest kernels listed per variant")
     p.add_argument("--out", default=None)
