@@ -428,6 +428,7 @@ def _swiglu_inputs(lead, k, n, dtype=torch.float32):
 
 
 NO_JOINS = replace(SM90, library_joins=False)
+JOINS = replace(SM90, join_min_flop=0)      # the tests' GEMMs are far under Target.join_min_flop
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
@@ -437,7 +438,7 @@ def test_a_dual_gemm_of_many_rows_calls_cublas_for_both_and_joins_in_one_kernel(
     projection (its result meets SiLU(gate), a tile of its own size); SiLU and the product are
     one pointwise kernel, torch.compile's plan."""
     inputs = _swiglu_inputs(lead, 64, 40, dtype)
-    c = _generate(_swiglu_mlp, inputs)
+    c = _generate(_swiglu_mlp, inputs, JOINS)
     gen = c.generated
     assert sorted(gen.library.values()) == sorted([library.SPLIT.format(m="600 rows"),
                                                     library.JOIN.format(m="600 rows")]), gen.library
@@ -479,11 +480,12 @@ def _pre_norm_layer(x, wq, wo, wg, wu, wd, g):
 def test_a_residual_gemm_of_many_rows_calls_cublas_and_the_add_joins_the_norm(rows, monkeypatch):
     """At prefill rows each GEMM whose result meets a tile (the residual adds, SwiGLU's up) is
     cuBLAS's and the add runs in the next norm's row kernel; at few rows (default mode) our
-    GEMMs keep the residual in their epilogue. Both match eager on CPU tensors."""
+    GEMMs keep the residual in their epilogue. Both match eager on CPU tensors. Under the default
+    `join_min_flop` these small GEMMs all keep our kernel."""
     w = 32
     shapes = [(rows, w), (48, w), (w, 48), (64, w), (64, w), (w, 64), (w,)]
     inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
-    c = _generate(_pre_norm_layer, inputs)
+    c = _generate(_pre_norm_layer, inputs, JOINS)
     gen = c.generated
     joins = [why for why in gen.library.values() if why == library.JOIN.format(m=f"{rows} rows")]
     if rows == 600:
@@ -494,6 +496,8 @@ def test_a_residual_gemm_of_many_rows_calls_cublas_and_the_add_joins_the_norm(ro
         assert joins == [] and any("residual" in k for k in gen.kernel_names), gen.kernel_names
     (out,) = _run_interpreted(gen, inputs, monkeypatch)
     torch.testing.assert_close(out, _pre_norm_layer(*inputs), **tol(torch.float32))
+    small = _generate(_pre_norm_layer, inputs).generated
+    assert library.JOIN.format(m=f"{rows} rows") not in small.library.values(), small.library
 
 
 def test_a_result_that_only_meets_itself_is_not_a_join():
@@ -503,9 +507,10 @@ def test_a_result_that_only_meets_itself_is_not_a_join():
         h = F.linear(x, w, b)
         return 0.5 * h * (1.0 + torch.tanh(0.79788456 * (h + 0.044715 * h.pow(3))))
     inputs = [_randn(2, 300, 32), _randn(48, 32, seed=1), _randn(48, seed=2)]
-    gen = _generate(gelu_mlp, inputs).generated
+    gen = _generate(gelu_mlp, inputs, JOINS).generated
     assert gen.library == {} and gen.kernel_names[0].startswith("mc_gemm"), gen.kernel_names
-    with_residual = _generate(lambda x, w, b, r: F.linear(x, w, b) + r, inputs + [_randn(2, 300, 48, seed=3)]).generated
+    with_residual = _generate(lambda x, w, b, r: F.linear(x, w, b) + r, inputs + [_randn(2, 300, 48, seed=3)],
+                              JOINS).generated
     assert list(with_residual.library.values()) == [library.JOIN.format(m="600 rows")], with_residual.library
 
 
@@ -553,19 +558,21 @@ def test_an_aten_shaped_swiglu_splits_through_its_reshapes(dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("joins", ["1", "0"])
 def test_gpu_split_swiglu_matches_eager(dtype, joins, monkeypatch):
-    """SwiGLU at prefill sizes (4 x 256 tokens, width 1024, hidden 2816; and an N no tile divides) on the GPU:
-    cuBLAS computes the gate and the up projection, one pointwise kernel the join; with
-    MINICOMP_LIBRARY_JOINS=0 our GEMM computes the up projection with SiLU(gate) * up in its epilogue."""
+    """SwiGLU at prefill sizes on the GPU (and an N no tile divides). At 4 x 512 tokens, width 2048,
+    hidden 5632 (47 GFLOP, over `Target.join_min_flop`) cuBLAS computes the gate and the up
+    projection and one pointwise kernel the join; at 4 x 256, width 1024, hidden 2816, or with
+    MINICOMP_LIBRARY_JOINS=0, our GEMM computes the up projection with SiLU(gate) * up in its epilogue."""
     monkeypatch.setenv("MINICOMP_LIBRARY_JOINS", joins)
-    for n in (2816, 1000):
-        x, wg, wu = (t.cuda() for t in _swiglu_inputs((4, 256), 1024, n, dtype))
+    for lead, k, n in [((4, 512), 2048, 5632), ((4, 512), 2048, 5000), ((4, 256), 1024, 2816), ((4, 256), 1024, 1000)]:
+        x, wg, wu = (t.cuda() for t in _swiglu_inputs(lead, k, n, dtype))
         f = minicomp.compile(_swiglu_mlp)
         torch.testing.assert_close(f(x, wg, wu), _swiglu_mlp(x, wg, wu), **tol(dtype))
         gen = f._need().generated
-        split = library.SPLIT.format(m="1024 rows")
-        want = [split, library.JOIN.format(m="1024 rows")] if joins == "1" else [split]
+        rows = f"{math.prod(lead)} rows"
+        joined = joins == "1" and k == 2048
+        want = [library.SPLIT.format(m=rows)] + ([library.JOIN.format(m=rows)] if joined else [])
         assert sorted(gen.library.values()) == sorted(want), gen.library
-        kind = "mc_pw" if joins == "1" else "mc_gemm"
+        kind = "mc_pw" if joined else "mc_gemm"
         assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith(kind), gen.kernel_names
 
 

@@ -92,6 +92,14 @@ SPLIT_MIN_ROWS = 512
 # from 1802 to 1729 us, Qwen2's from 1819 to 1718, BERT's from 1291 to 1139. cuBLAS computes
 # such a matmul (its bias by addmm); the join fuses with the next kernel (the residual add into
 # the next norm's row kernel, SiLU and the product into one pointwise kernel).
+# The cuBLAS call costs more host time than our launch (PyTorch's dispatch, the row views
+# around it), and the next norm's kernel reads one more tensor: where the call is host-bound
+# that outweighs the GPU time saved. With every such GEMM of 4 x 512 rows joined, GPT-2's call
+# (width 1024, host-bound: 1.0 ms wall for 0.85 ms of kernels) took 1.058 ms against 0.962
+# while its kernels took 831 us against 873, and BERT's 3.109 against 2.997 (H100,
+# results/2026-12-06/session19-library-choice-a4817e7.md). So only GEMMs of at least
+# `Target.join_min_flop` join (Llama's and Qwen2's MLPs at 4 x 512: 47 and 56 GFLOP; not
+# GPT-2's projections, 4.3 and 17, nor BERT's).
 JOIN = "cuBLAS: its result meets a tile of its own size over {m} (the join fuses with the next kernel)"
 ALL = "cuBLAS: library mode 'all' (every GEMM; what follows fuses with the next kernel)"
 SMALL_ROWS = 64
@@ -158,7 +166,7 @@ def choice(ctx: KernelCtx) -> str | None:
     mm = spec.matmuls[0]
     if plain is not None and target.split_dual and (split := _split_of(ctx.graph, mm)):
         return split
-    if plain is not None and target.library_joins and _joins(ctx.graph, mm) and \
+    if plain is not None and target.library_joins and _joins(ctx.graph, mm, target.join_min_flop) and \
             not (not target.split_dual and _paired(ctx.graph, mm)):
         return _join_text(ctx.graph, mm)
     return plain
@@ -224,26 +232,29 @@ def planned(graph, target) -> dict[int, str]:
         return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
     chosen = split_pairs(graph) if target.split_dual else {}
     if target.library_joins:
-        chosen = tile_joins(graph, skip_pairs=not target.split_dual) | chosen
+        chosen = tile_joins(graph, target.join_min_flop, skip_pairs=not target.split_dual) | chosen
     if not target.graphs:
         return chosen    # the default mode: at few rows a call is host-bound, our fused GEMM saves launches
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
     return chosen | {nid: PLANNED.format(m=_rows(m)) for nid, m in rows.items() if m is not None}
 
 
-def tile_joins(graph, skip_pairs: bool = False) -> dict[int, str]:
-    """The matmuls of many rows (`JOIN`) whose result, past a bias along N and reshapes that
+def tile_joins(graph, min_flop: int, skip_pairs: bool = False) -> dict[int, str]:
+    """The matmuls of many rows and at least `min_flop` operations (`JOIN`) whose result, past a bias along N and reshapes that
     regroup its rows, meets in a pointwise op a value of its own shape that does not depend on
     it: `x + o_proj(h)`, `silu(gate) * up`. Not `gelu(h)`, whose operands all come from the
     matmul's result. `skip_pairs`: leave a matmul of a dual GEMM to its pair (the pair is kept
     one kernel of ours, MINICOMP_DUAL_GEMM=fused)."""
     return {nid: _join_text(graph, nid) for nid in sorted(graph.nx.nodes)
-            if _joins(graph, nid) and not (skip_pairs and _paired(graph, nid))}
+            if _joins(graph, nid, min_flop) and not (skip_pairs and _paired(graph, nid))}
 
 
-def _joins(graph, nid: int) -> bool:
+def _joins(graph, nid: int, min_flop: int) -> bool:
     mm = graph.node(nid)
     if mm.op != "matmul" or not _takes(graph, nid) or not _many(math.prod(mm.shape[:-1])):
+        return False
+    flop = 2 * math.prod(mm.shape) * graph.node(mm.args[0]).shape[-1]
+    if not dims.any_symbolic((flop,)) and flop < min_flop:
         return False
     last = nid
     users = graph.users(last)
