@@ -24,7 +24,11 @@ results/2026-12-05).
 
 At many rows (prefill), `split_pairs` names before planning one matmul of each dual GEMM's
 pair (SwiGLU's gate) for cuBLAS, whose partner is our GEMM with the join in its epilogue
-(`Target.split_dual`; MINICOMP_DUAL_GEMM=fused turns it off).
+(`Target.split_dual`; MINICOMP_DUAL_GEMM=fused turns it off). `tile_joins` names the matmuls
+of many rows and at least `Target.join_min_flop` operations whose result meets a tile of its
+own size in a pointwise op (a residual add; the up projection once cuBLAS has the gate): our
+GEMM would load that tile in its epilogue, where it runs far under cuBLAS, so cuBLAS computes
+the matmul and the join fuses with the next kernel (`JOIN`; MINICOMP_LIBRARY_JOINS=0 turns it off).
 
 Invariants:
 - only CUDA targets with `Target.library_gemm` on choose the library; the CPU target never
