@@ -168,7 +168,7 @@ class Target:
     # CUDA: a GEMM of many rows whose result meets a tile of its own size calls cuBLAS and the
     # join fuses forward (codegen/library.py `tile_joins`); MINICOMP_LIBRARY_JOINS=0 keeps our GEMM
     library_joins: bool = True
-    join_min_flop: int = 2 ** 35    # ... of at least this many operations (library.JOIN says why; tests lower it)
+    join_min_flop: int = 2 ** 35    # ... of at least this many operations (library_plan.JOIN says why; tests lower it)
     # CUDA: the persistent TMA GEMM's epilogue (gemm_epilogue_mode, codegen/gemm.py)
     gemm_epilogue: str = "auto"
 

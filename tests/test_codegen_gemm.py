@@ -304,7 +304,7 @@ SIDE_CASES = {   # an epilogue that also computes from memory alone: values that
 @pytest.mark.parametrize("case", sorted(SIDE_CASES))
 def test_an_epilogue_computes_values_read_from_memory(case, dtype):
     """`silu(gate) * (x @ w)` with `gate` an input (what cuBLAS wrote for SwiGLU's other half,
-    codegen/library.split_pairs): the planner gives SiLU of the loaded tile to the GEMM's
+    codegen/library_plan.split_pairs): the planner gives SiLU of the loaded tile to the GEMM's
     epilogue, one kernel, no pointwise pass over `gate` first; also through two steps, and from
     an input broadcast over the batch; a non-contiguous side input is read in place. (A side
     value of another shape than the tile's is not taken: its own kernel computes it.)"""

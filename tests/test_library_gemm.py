@@ -22,7 +22,7 @@ from library_testing import generate_quietly, run_on_cpu as _run_on_cpu
 
 import minicomp
 from minicomp.api import compile_graph
-from minicomp.codegen import library
+from minicomp.codegen import library, library_plan
 from minicomp.frontend.dsl import load_dsl
 from minicomp.frontend.fx import capture
 from minicomp.plan.table import group_count
@@ -440,8 +440,8 @@ def test_a_dual_gemm_of_many_rows_calls_cublas_for_both_and_joins_in_one_kernel(
     inputs = _swiglu_inputs(lead, 64, 40, dtype)
     c = _generate(_swiglu_mlp, inputs, JOINS)
     gen = c.generated
-    assert sorted(gen.library.values()) == sorted([library.SPLIT.format(m="600 rows"),
-                                                    library.JOIN.format(m="600 rows")]), gen.library
+    assert sorted(gen.library.values()) == sorted([library_plan.SPLIT.format(m="600 rows"),
+                                                    library_plan.JOIN.format(m="600 rows")]), gen.library
     assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_pw_silu_mul"), gen.kernel_names
     table = c.plan.table(library=gen.library)
     assert "calls cuBLAS: one matmul of a dual GEMM over 600 rows" in table
@@ -459,7 +459,7 @@ def test_without_library_joins_the_partner_is_our_gemm_with_the_join_in_its_epil
     c = _generate(_swiglu_mlp, inputs, NO_JOINS)
     gen = c.generated
     (gid,) = gen.library
-    assert gen.library[gid] == library.SPLIT.format(m="600 rows"), gen.library
+    assert gen.library[gid] == library_plan.SPLIT.format(m="600 rows"), gen.library
     (ours,) = [g for g in c.plan.groups if g.kind == "gemm" and g.id != gid]
     ops = sorted(c.graph.node(n).op for n in ours.nodes if c.graph.node(n).kind != "view")
     assert ops == ["matmul", "mul", "silu"], ops          # SiLU of cuBLAS's result, in our epilogue
@@ -487,7 +487,7 @@ def test_a_residual_gemm_of_many_rows_calls_cublas_and_the_add_joins_the_norm(ro
     inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
     c = _generate(_pre_norm_layer, inputs, JOINS)
     gen = c.generated
-    joins = [why for why in gen.library.values() if why == library.JOIN.format(m=f"{rows} rows")]
+    joins = [why for why in gen.library.values() if why == library_plan.JOIN.format(m=f"{rows} rows")]
     if rows == 600:
         assert len(joins) == 3, gen.library                      # o, up, down
         assert any(k.startswith("mc_red_add_") for k in gen.kernel_names), gen.kernel_names
@@ -497,7 +497,7 @@ def test_a_residual_gemm_of_many_rows_calls_cublas_and_the_add_joins_the_norm(ro
     (out,) = _run_interpreted(gen, inputs, monkeypatch)
     torch.testing.assert_close(out, _pre_norm_layer(*inputs), **tol(torch.float32))
     small = _generate(_pre_norm_layer, inputs).generated
-    assert library.JOIN.format(m=f"{rows} rows") not in small.library.values(), small.library
+    assert library_plan.JOIN.format(m=f"{rows} rows") not in small.library.values(), small.library
 
 
 def test_a_result_that_only_meets_itself_is_not_a_join():
@@ -511,7 +511,7 @@ def test_a_result_that_only_meets_itself_is_not_a_join():
     assert gen.library == {} and gen.kernel_names[0].startswith("mc_gemm"), gen.kernel_names
     with_residual = _generate(lambda x, w, b, r: F.linear(x, w, b) + r, inputs + [_randn(2, 300, 48, seed=3)],
                               JOINS).generated
-    assert list(with_residual.library.values()) == [library.JOIN.format(m="600 rows")], with_residual.library
+    assert list(with_residual.library.values()) == [library_plan.JOIN.format(m="600 rows")], with_residual.library
 
 
 @pytest.mark.parametrize("lead", [(511,), (2, 8)], ids=["under_the_rows", "few_rows"])
@@ -535,7 +535,7 @@ def test_a_pair_without_a_join_or_of_other_shapes_is_not_split():
     gen = _generate(lambda x, a, b: (F.linear(x, a), F.linear(x, b)), [x, w1, w2]).generated
     assert set(gen.library.values()) == {library.PLAIN}
     gen = _generate(lambda x, a, b: F.linear(x, a)[:, :24] * F.linear(x, b), [x, w1, w3]).generated
-    assert library.SPLIT.format(m="600 rows") not in gen.library.values()
+    assert library_plan.SPLIT.format(m="600 rows") not in gen.library.values()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
@@ -549,7 +549,7 @@ def test_an_aten_shaped_swiglu_splits_through_its_reshapes(dtype, monkeypatch):
         return F.silu(gate) * up
     inputs = _swiglu_inputs((2, 300), 64, 40, dtype)
     c = _generate(mlp, inputs, NO_JOINS)
-    assert list(c.generated.library.values()) == [library.SPLIT.format(m="600 rows")], c.generated.library
+    assert list(c.generated.library.values()) == [library_plan.SPLIT.format(m="600 rows")], c.generated.library
     (out,) = _run_interpreted(c.generated, inputs, monkeypatch)
     torch.testing.assert_close(out, mlp(*inputs), **tol(dtype))
 
@@ -570,7 +570,7 @@ def test_gpu_split_swiglu_matches_eager(dtype, joins, monkeypatch):
         gen = f._need().generated
         rows = f"{math.prod(lead)} rows"
         joined = joins == "1" and k == 2048
-        want = [library.SPLIT.format(m=rows)] + ([library.JOIN.format(m=rows)] if joined else [])
+        want = [library_plan.SPLIT.format(m=rows)] + ([library_plan.JOIN.format(m=rows)] if joined else [])
         assert sorted(gen.library.values()) == sorted(want), gen.library
         kind = "mc_pw" if joined else "mc_gemm"
         assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith(kind), gen.kernel_names
@@ -615,7 +615,7 @@ def test_library_all_sends_every_gemm_to_cublas_and_fuses_what_follows(monkeypat
     assert every.library_gemm and every.library_all
     c = _generate(layer, inputs, every)
     gen = c.generated
-    assert list(gen.library.values()) == [library.ALL] * 2, gen.library
+    assert list(gen.library.values()) == [library_plan.ALL] * 2, gen.library
     assert len(gen.kernel_names) == 2 and not any(k.startswith("mc_gemm") for k in gen.kernel_names)
     assert any(k.startswith("mc_red_add_layernorm") for k in gen.kernel_names), gen.kernel_names
     (out,) = _run_interpreted(gen, inputs, monkeypatch)
@@ -718,9 +718,9 @@ def test_a_decode_step_over_a_symbolic_past_plans_its_one_row_projections_for_cu
     args = [torch.randn(1, 1, d), torch.randn(1, heads, 5, d // heads), torch.randn(1, heads, 5, d // heads)]
     c = f.compile_for(*args)
     assert c.graph.symbolic
-    plan = plan_graph(c.graph, library=library.planned(c.graph, SM90_GRAPHS))
+    plan = plan_graph(c.graph, library=library_plan.planned(c.graph, SM90_GRAPHS))
     gen = generate(assign_layout(c.graph, plan), plan, SM90_GRAPHS)
-    assert len(gen.library) == 6 and all(why == library.FEW.format(m="1 row") for why in gen.library.values())
+    assert len(gen.library) == 6 and all(why == library_plan.FEW.format(m="1 row") for why in gen.library.values())
     assert not any(k.startswith("mc_gemm") for k in gen.kernel_names), gen.kernel_names
     for past in (5, 9):
         args = [torch.randn(1, 1, d), torch.randn(1, heads, past, d // heads), torch.randn(1, heads, past, d // heads)]
@@ -750,7 +750,7 @@ def test_a_few_rows_conv1d_keeps_its_view_and_fuses_the_gelu_after_it(monkeypatc
         return F.gelu(h, approximate="tanh")
     inputs = [_randn(1, 3, 1024), _randn(1024, 48, seed=1), _randn(48, seed=2)]
     gen = _generate(fn, inputs, SM90_GRAPHS).generated
-    assert list(gen.library.values()) == [library.FEW_BIAS.format(m="3 rows")], gen.library
+    assert list(gen.library.values()) == [library_plan.FEW_BIAS.format(m="3 rows")], gen.library
     assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_pw_gelu"), gen.kernel_names
     (out,) = _run_interpreted(gen, inputs, monkeypatch)
     torch.testing.assert_close(out, fn(*inputs), **tol(torch.float32))

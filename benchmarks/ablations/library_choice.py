@@ -9,7 +9,7 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 
 - `fused`: SwiGLU's gate and up projections as one dual GEMM of ours (MINICOMP_DUAL_GEMM=fused);
 - `default`: the defaults (session 19's plan: cuBLAS for both matmuls of the pair and for every
-  GEMM of many rows whose result meets a tile, `library.tile_joins`);
+  GEMM of many rows whose result meets a tile, `library_plan.tile_joins`);
 - `split`: cuBLAS for one of the pair, our GEMM with the join for the other (MINICOMP_LIBRARY_JOINS=0);
 - `session18`: session 18's default plan (`split`, every GEMM epilogue after its K loop);
 - `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);

@@ -162,7 +162,7 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     else cuda when present) the target, `target` its record (default: `Target.for_options`, read now).
     `load=False` stops at the generated module (`call` raises) and takes meta tensors as `inputs`
     (the CLI's dumps and `--emit`, which run nothing)."""
-    from minicomp.codegen import generate, library
+    from minicomp.codegen import generate, library_plan
     from minicomp.plan import assign_layout, plan_graph
     from minicomp.runtime import load as load_module
 
@@ -182,8 +182,8 @@ def compile_graph(graph: Graph, inputs: Sequence[torch.Tensor], options: Options
     captured = graph
     graph, records = optimise(graph, options)   # the manager works on a copy: `captured` stays as it was
     # the unfused baseline is the user's program as written (before attention matching); the
-    # matmuls cuBLAS computes whatever follows them keep groups of their own (codegen/library.py)
-    plan = plan_graph(graph, options.machine, baseline=captured, library=library.planned(graph, target))
+    # matmuls cuBLAS computes whatever follows them keep groups of their own (codegen/library_plan.py)
+    plan = plan_graph(graph, options.machine, baseline=captured, library=library_plan.planned(graph, target))
     graph = assign_layout(graph, plan)            # strides of what the plan's kernels write
     generated = generate(graph, plan, target)     # with the GPU-true check when the target asks for it
     call = load_module(generated, device) if load else _not_loaded

@@ -277,7 +277,7 @@ def _cap(size, least: int) -> float:
 
 # A big TMA GEMM with a long epilogue: output rows not 16-byte aligned (N = 50257: an lm_head),
 # stored element by element, or a tile of the output's size read from memory (the residual of
-# o_proj/down_proj, the gate cuBLAS wrote for SwiGLU's up projection, `library.split_pairs`).
+# o_proj/down_proj, the gate cuBLAS wrote for SwiGLU's up projection, `library_plan.split_pairs`).
 # The persistent kernel does not overlap its epilogue with the next tile's loads, and a 128x256
 # tile's fp32 accumulator (128 registers a thread at 8 warps) leaves little room for a loaded
 # tile beside it: on the H100 our GEMM with SiLU(gate) * up in its epilogue took 89.6 us where
