@@ -278,10 +278,11 @@ def _cap(size, least: int) -> float:
 # A big TMA GEMM with a long epilogue: output rows not 16-byte aligned (N = 50257: an lm_head),
 # stored element by element, or a tile of the output's size read from memory (the residual of
 # o_proj/down_proj, the gate cuBLAS wrote for SwiGLU's up projection, `library_plan.split_pairs`).
-# The persistent kernel does not overlap its epilogue with the next tile's loads, and a 128x256
-# tile's fp32 accumulator (128 registers a thread at 8 warps) leaves little room for a loaded
-# tile beside it: on the H100 our GEMM with SiLU(gate) * up in its epilogue took 89.6 us where
-# cuBLAS's plain GEMM of the shape took 59 (results/2026-12-06/session18-*). This config's
+# A tile-loading epilogue runs after the K loop (flattening the loops made it slower: gemm.py's
+# "auto" form), not overlapping the next tile's loads, and a 128x256 tile's fp32 accumulator (128
+# registers a thread at 8 warps) leaves little room for a loaded tile beside it: on the H100
+# our GEMM with SiLU(gate) * up in its epilogue took 89.6 us where cuBLAS's plain GEMM of the
+# shape took 59 (results/2026-12-06/session18-*). This config's
 # 96 KiB of shared memory lets two programs share an SM, and it launches two per SM
 # (`programs_per_sm`), so one runs its epilogue while the other computes. A candidate beside
 # the 128x256 one, which keeps one program per SM; the autotuner picks
