@@ -521,9 +521,11 @@ def test_a_dual_gemm_of_fewer_rows_stays_one_kernel(lead):
 
 
 def test_the_dual_gemm_switch_keeps_the_pair_fused(monkeypatch):
+    """MINICOMP_DUAL_GEMM=fused: one kernel of ours for the pair, even where the up projection
+    would otherwise join (its result meets SiLU(gate), a tile of its own size)."""
     monkeypatch.setenv("MINICOMP_DUAL_GEMM", "fused")
-    target = replace(Target.for_device("cuda"), capability=(9, 0))
-    assert not target.split_dual
+    target = replace(Target.for_device("cuda"), capability=(9, 0), join_min_flop=0)
+    assert not target.split_dual and target.library_joins
     gen = _generate(_swiglu_mlp, _swiglu_inputs((600,), 64, 40), target).generated
     assert gen.library == {} and gen.kernel_names[0].startswith("mc_gemm_swiglu")
 
@@ -538,18 +540,21 @@ def test_a_pair_without_a_join_or_of_other_shapes_is_not_split():
     assert library_plan.SPLIT.format(m="600 rows") not in gen.library.values()
 
 
+@pytest.mark.parametrize("joins", [False, True], ids=["split", "joined"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
-def test_an_aten_shaped_swiglu_splits_through_its_reshapes(dtype, monkeypatch):
+def test_an_aten_shaped_swiglu_splits_through_its_reshapes(dtype, joins, monkeypatch):
     """The backend's graph writes each linear as view -> mm -> view: the pair's join is found
-    through the reshapes, and the split plan still gives eager's answer."""
+    through the reshapes, and so is the up projection's meeting with SiLU(gate) (a row
+    regrouping is looked through); either plan gives eager's answer."""
     def mlp(x, wg, wu):
         rows = x.reshape(-1, x.shape[-1])
         gate = (rows @ wg.t()).reshape(*x.shape[:-1], -1)
         up = (rows @ wu.t()).reshape(*x.shape[:-1], -1)
         return F.silu(gate) * up
     inputs = _swiglu_inputs((2, 300), 64, 40, dtype)
-    c = _generate(mlp, inputs, NO_JOINS)
-    assert list(c.generated.library.values()) == [library_plan.SPLIT.format(m="600 rows")], c.generated.library
+    c = _generate(mlp, inputs, JOINS if joins else NO_JOINS)
+    want = [library_plan.SPLIT.format(m="600 rows")] + ([library_plan.JOIN.format(m="600 rows")] if joins else [])
+    assert sorted(c.generated.library.values()) == sorted(want), c.generated.library
     (out,) = _run_interpreted(c.generated, inputs, monkeypatch)
     torch.testing.assert_close(out, mlp(*inputs), **tol(dtype))
 
