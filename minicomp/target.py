@@ -85,14 +85,14 @@ def library_attention_on(environ: dict | None = None) -> bool:
 def dual_gemm_fused(environ: dict | None = None) -> bool:
     """Whether $MINICOMP_DUAL_GEMM ("fused") keeps a large dual GEMM (SwiGLU's gate and up
     projections) as one kernel of ours on CUDA, instead of cuBLAS for one of the pair and our
-    GEMM, with the join in its epilogue, for the other (codegen/library.py `split_pairs`)."""
+    GEMM, with the join in its epilogue, for the other (codegen/library_plan.py `split_pairs`)."""
     env = os.environ if environ is None else environ
     return env.get(DUAL_GEMM_ENV, "").strip() == "fused"
 
 
 def library_joins_on(environ: dict | None = None) -> bool:
     """Whether a GEMM of many rows whose result meets a tile of its own size (a residual add)
-    calls cuBLAS, the join fusing with the next kernel (codegen/library.py `tile_joins`): unless
+    calls cuBLAS, the join fusing with the next kernel (codegen/library_plan.py `tile_joins`): unless
     $MINICOMP_LIBRARY_JOINS is "0"."""
     env = os.environ if environ is None else environ
     return env.get(LIBRARY_JOINS_ENV, "").strip() != "0"
@@ -157,16 +157,16 @@ class Target:
     # (codegen/library_attention.py); off with MINICOMP_LIBRARY_ATTENTION=0 or library mode "off"
     library_attention: bool = True
     # the module is replayed as CUDA graphs (mode="reduce-overhead"): a GEMM of few rows calls
-    # cuBLAS and its epilogue fuses forward (codegen/library.py `few_rows`), which took the GPU
+    # cuBLAS and its epilogue fuses forward (codegen/library_plan.py `few_rows`), which took the GPU
     # least time (Llama 1 x 16: 0.344 ms against 0.381 with our fused GEMMs, H200, 2026-12-05);
     # in the default mode a call is host-bound and fewer launches win (2.07 ms against 2.46)
     graphs: bool = False
     # CUDA: a dual GEMM of many rows (SwiGLU at prefill) is split: cuBLAS computes one matmul of
-    # the pair and our GEMM the other, with the join in its epilogue (codegen/library.py
+    # the pair and our GEMM the other, with the join in its epilogue (codegen/library_plan.py
     # `split_pairs`); MINICOMP_DUAL_GEMM=fused keeps it one kernel of ours
     split_dual: bool = True
     # CUDA: a GEMM of many rows whose result meets a tile of its own size calls cuBLAS and the
-    # join fuses forward (codegen/library.py `tile_joins`); MINICOMP_LIBRARY_JOINS=0 keeps our GEMM
+    # join fuses forward (codegen/library_plan.py `tile_joins`); MINICOMP_LIBRARY_JOINS=0 keeps our GEMM
     library_joins: bool = True
     join_min_flop: int = 2 ** 35    # ... of at least this many operations (library_plan.JOIN says why; tests lower it)
     # CUDA: the persistent TMA GEMM's epilogue (gemm_epilogue_mode, codegen/gemm.py)

@@ -27,7 +27,7 @@ def plan_graph(graph: Graph, machine: "str | ledger.Machine" = "h200", *, baseli
 
     `baseline`: the program as written (before the passes), whose eager bytes the plan's
     `unfused_bytes` should count; by default `graph` itself. `library`: matmuls a library
-    call computes (node id -> why; the caller's choice for its target, codegen/library.py):
+    call computes (node id -> why; the caller's choice for its target, codegen/library_plan.py):
     each keeps a group of its own, whose epilogue fuses with what follows instead.
     """
     m = ledger.get_machine(machine)

@@ -26,7 +26,7 @@ contracts.md:
   groups the rows otherwise (`[B*S, N] -> [B, S, N]`, static sizes) keeps every element
   where it is: what follows it may have that shape too (GPT-2's Conv1D: addmm, view, gelu).
   A matmul the caller hands the planner as a library call (`library`: cuBLAS computes it,
-  codegen/library.py chose it) keeps a group of its own: strided views before it, and after
+  codegen/library_plan.py chose it) keeps a group of its own: strided views before it, and after
   it nothing, or only the one bias add cuBLAS does itself, then reshapes that regroup the
   rows; its epilogue is another kernel.
 - attention: one attention node, prologue views on q/k/v/mask, pointwise epilogue.
