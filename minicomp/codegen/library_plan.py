@@ -92,9 +92,9 @@ def aligned_kn(graph, mm: int) -> bool:
 
 def few_rows(graph, nid: int) -> int | None:
     """The rows of matmul `nid` when the few-rows rule holds for the node alone: cuBLAS takes it
-    (`takes`), and it has at most SMALL_ROWS static rows over a static K of at least
+    (`_takes`), and it has at most SMALL_ROWS static rows over a static K of at least
     SMALL_MIN_K (and a static N); else None."""
-    if not takes(graph, nid):
+    if not _takes(graph, nid):
         return None
     mm = graph.node(nid)
     rows, k, n = math.prod(mm.shape[:-1]), graph.node(mm.args[0]).shape[-1], mm.shape[-1]
@@ -104,15 +104,16 @@ def few_rows(graph, nid: int) -> int | None:
 
 
 def planned(graph, target) -> dict[int, str]:
-    """The matmuls the few-rows rule sends to cuBLAS on a `target` replayed as CUDA graphs
-    (`Target.graphs`: in the default mode a call is host-bound, and our GEMM with its epilogue
-    fused is one launch where cuBLAS and the epilogue's kernel are two), each with why; in
-    library mode "all" (`Target.library_all`) every matmul cuBLAS takes (`takes`). Empty for a
-    target that calls no library. The planner gives each a group of its own (plan/rules.py)."""
+    """The matmuls cuBLAS computes whatever follows them on `target`, each with why: one of each
+    split pair and the tile joins, and on a target replayed as CUDA graphs (`Target.graphs`: in
+    the default mode a call is host-bound, and our GEMM with its epilogue fused is one launch
+    where cuBLAS and the epilogue's kernel are two) those of few rows; in library mode "all"
+    (`Target.library_all`) every matmul cuBLAS takes (`_takes`). Empty for a target that calls
+    no library. The planner gives each a group of its own (plan/rules.py)."""
     if target.device_type != "cuda" or not target.library_gemm:
         return {}
     if target.library_all:
-        return {nid: ALL for nid in graph.nx.nodes if takes(graph, nid)}
+        return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
     chosen = split_pairs(graph) if target.split_dual else {}
     chosen = tile_joins(graph, target) | chosen
     if not target.graphs:
@@ -133,14 +134,14 @@ def join_of(graph, nid: int, target) -> str | None:
     """`tile_joins`' answer for matmul `nid` alone under `target`'s switches: none with
     `library_joins` off, nor for a matmul of a dual GEMM kept one kernel of ours
     (MINICOMP_DUAL_GEMM=fused: `split_dual` off)."""
-    if not target.library_joins or not joins(graph, nid, target.join_min_flop):
+    if not target.library_joins or not _joins(graph, nid, target.join_min_flop):
         return None
-    return None if not target.split_dual and paired(graph, nid) else join_text(graph, nid)
+    return None if not target.split_dual and _paired(graph, nid) else _over_rows(JOIN, graph, nid)
 
 
-def joins(graph, nid: int, min_flop: int) -> bool:
+def _joins(graph, nid: int, min_flop: int) -> bool:
     mm = graph.node(nid)
-    if mm.op != "matmul" or not takes(graph, nid) or not _many(math.prod(mm.shape[:-1])):
+    if mm.op != "matmul" or not _takes(graph, nid) or not _many(math.prod(mm.shape[:-1])):
         return False
     flop = 2 * math.prod(mm.shape) * graph.node(mm.args[0]).shape[-1]
     if not dims.any_symbolic((flop,)) and flop < min_flop:
@@ -163,16 +164,21 @@ def joins(graph, nid: int, min_flop: int) -> bool:
     return False
 
 
-def paired(graph, nid: int) -> bool:
+def _paired(graph, nid: int) -> bool:
     """Whether matmul `nid` and another reading its A meet in a pointwise join (a dual GEMM)."""
-    a = graph.node(nid).args[0]
-    return any(u != nid and graph.node(u).op == "matmul" and graph.node(u).args[0] == a
-               and pointwise_join(graph, nid, u, through=("reshape",)) for u in set(graph.users(a)))
+    return any(u != nid and pointwise_join(graph, nid, u, through=("reshape",)) for u in _sharing_a(graph, nid))
 
 
-def join_text(graph, mm: int) -> str:
+def _sharing_a(graph, mm: int) -> list[int]:
+    """The matmuls whose A is matmul `mm`'s (`mm` among them), by id."""
+    a = graph.node(mm).args[0]
+    return sorted(u for u in set(graph.users(a)) if graph.node(u).op == "matmul" and graph.node(u).args[0] == a)
+
+
+def _over_rows(reason: str, graph, mm: int) -> str:
+    """`reason` (SPLIT, JOIN) with matmul `mm`'s row count, or that the sizes do not settle it."""
     rows = math.prod(graph.node(mm).shape[:-1])
-    return JOIN.format(m="rows the sizes do not settle" if dims.any_symbolic((rows,)) else rows_text(int(rows)))
+    return reason.format(m="rows the sizes do not settle" if dims.any_symbolic((rows,)) else rows_text(int(rows)))
 
 
 def _many(rows) -> bool:
@@ -190,15 +196,13 @@ def split_pairs(graph) -> dict[int, str]:
     for nid in sorted(graph.nx.nodes):
         if graph.node(nid).op == "matmul":
             by_a.setdefault(graph.node(nid).args[0], []).append(nid)
-    return {m: _split_text(graph, m) for mms in by_a.values() for m in _firsts(graph, mms)}
+    return {m: _over_rows(SPLIT, graph, m) for mms in by_a.values() for m in _firsts(graph, mms)}
 
 
 def split_of(graph, mm: int) -> str | None:
     """`split_pairs`' answer for matmul `mm` alone, from the matmuls reading its A (no walk of
     the whole graph: codegen asks once per GEMM group)."""
-    a = graph.node(mm).args[0]
-    mms = sorted(u for u in set(graph.users(a)) if graph.node(u).op == "matmul" and graph.node(u).args[0] == a)
-    return _split_text(graph, mm) if mm in _firsts(graph, mms) else None
+    return _over_rows(SPLIT, graph, mm) if mm in _firsts(graph, _sharing_a(graph, mm)) else None
 
 
 def _firsts(graph, mms: list[int]) -> list[int]:
@@ -214,24 +218,19 @@ def _firsts(graph, mms: list[int]) -> list[int]:
     return firsts
 
 
-def _split_text(graph, mm: int) -> str:
-    rows = math.prod(graph.node(mm).shape[:-1])
-    return SPLIT.format(m="rows the sizes do not settle" if dims.any_symbolic((rows,)) else rows_text(int(rows)))
-
-
 def _split(graph, m1: int, m2: int) -> bool:
     """Whether matmuls `m1` and `m2` (same A) are a dual GEMM worth splitting: one shape and
     dtype, a pointwise join, cuBLAS takes `m1`, and many rows (or rows not settled)."""
     a, b = graph.node(m1), graph.node(m2)
-    if a.shape != b.shape or a.dtype != b.dtype or not takes(graph, m1) or \
+    if a.shape != b.shape or a.dtype != b.dtype or not _takes(graph, m1) or \
             not pointwise_join(graph, m1, m2, through=("reshape",)):
         return False
     return _many(math.prod(a.shape[:-1]))
 
 
-def takes(graph, nid: int) -> bool:
+def _takes(graph, nid: int) -> bool:
     """Whether cuBLAS takes matmul `nid` as well as our kernel would: operands of its dtype, and
-    every static K and N a whole number of 16 bytes (see `_aligned`)."""
+    every static K and N a whole number of 16 bytes (see library.py's `_aligned`)."""
     mm = graph.node(nid)
     if mm.op != "matmul":
         return False
