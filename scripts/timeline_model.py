@@ -11,7 +11,9 @@ synchronisation between calls), records torch.profiler's timeline and reads it p
   the GPU (the kernel was queued and still started late: launch latency, stream ordering);
 - the largest gaps with the kernels on either side.
 A model whose wall time exceeds its kernel time by the host-charged gaps needs fewer or cheaper
-host operations; one whose gaps are GPU-charged needs fewer kernels.
+host operations; one whose gaps are GPU-charged needs fewer kernels. The profiler slows the host
+(every operation is recorded), so host-charged gaps here are an upper bound: compare the enqueue
+time of scripts/host_profile.py, which runs without it.
 """
 import json
 import statistics
@@ -49,8 +51,8 @@ def timeline(f, ins) -> list[dict]:
 
 def per_call(events: list[dict]) -> list[dict]:
     """Each counted call's kernels (with their launch's host end time) and its host span."""
-    launches = {e["args"]["correlation"]: e for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    launches = {e["args"]["correlation"]: e for e in events        # cudaLaunchKernel and cuLaunchKernelEx alike
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     kernels = sorted((e for e in events if e.get("cat") in DEVICE_CATS and e.get("ph") == "X"),
                      key=lambda e: e["ts"])
     calls = sorted((e for e in events if e.get("cat") == "user_annotation" and e.get("name") == "call"),

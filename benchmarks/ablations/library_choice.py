@@ -11,6 +11,8 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `default`: the defaults (session 19's plan: cuBLAS for both matmuls of the pair and for every
   GEMM of many rows whose result meets a tile, `library_plan.tile_joins`);
 - `split`: cuBLAS for one of the pair, our GEMM with the join for the other (MINICOMP_LIBRARY_JOINS=0);
+- `joins`: every GEMM whose result meets a tile through cuBLAS, whatever its size
+  (MINICOMP_LIBRARY_JOINS=all);
 - `session18`: session 18's default plan (`split`, every GEMM epilogue after its K loop);
 - `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);
 - `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults;
@@ -62,6 +64,8 @@ def variant_env(name: str) -> dict[str, str]:
         return {}
     if name == "split":
         return {"MINICOMP_LIBRARY_JOINS": "0"}
+    if name == "joins":
+        return {"MINICOMP_LIBRARY_JOINS": "all"}
     if name == "session18":
         return {"MINICOMP_LIBRARY_JOINS": "0", "MINICOMP_GEMM_EPILOGUE": "plain"}
     if name == "all":
@@ -70,7 +74,7 @@ def variant_env(name: str) -> dict[str, str]:
         return {}
     if name in EPILOGUES:
         return {"MINICOMP_GEMM_EPILOGUE": name}
-    raise SystemExit(f"unknown variant {name!r}: default, fused, split, session18, all, backend, "
+    raise SystemExit(f"unknown variant {name!r}: default, fused, split, joins, session18, all, backend, "
                      f"{', '.join(EPILOGUES)}")
 
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.ablations import library_choice as lc  # noqa: E402
 from minicomp.target import Target  # noqa: E402
 
-VARIANTS = ["default", "fused", "split", "session18", "all", "backend", "auto", "plain", "overlap"]
+VARIANTS = ["default", "fused", "split", "joins", "session18", "all", "backend", "auto", "plain", "overlap"]
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -35,13 +35,14 @@ def test_each_variant_sets_switches_the_target_reads(name, monkeypatch):
         assert t.split_dual == (name != "fused")
         assert t.library_all == (name == "all")
         assert t.library_joins == (name not in ("split", "session18"))
+        assert (t.join_min_flop == 0) == (name == "joins")
         assert t.gemm_epilogue == {"session18": "plain", "plain": "plain", "overlap": "overlap"}.get(name, "auto")
     assert os.environ["MINICOMP_DUAL_GEMM"] == "fused" and "MINICOMP_LIBRARY_JOINS" not in os.environ
 
 
 def test_an_unknown_variant_names_the_choices():
-    with pytest.raises(SystemExit, match="unknown variant 'joins'.*session18"):
-        lc.variant_env("joins")
+    with pytest.raises(SystemExit, match="unknown variant 'tiles'.*session18"):
+        lc.variant_env("tiles")
 
 
 def test_a_variant_is_called_under_its_switches_and_compiles_once(monkeypatch):

@@ -39,7 +39,7 @@ from minicomp.api.last import LastCompiled
 from minicomp.api.pipeline import (Compiled, Options, compile_graph, optimise, plan_only,  # noqa: F401  (the api's)
                                    run_compiled, set_input_layouts)
 from minicomp.errors import GuardError, MinicompError
-from minicomp.target import (Target, dual_gemm_fused, gemm_epilogue_mode, library_attention_on, library_joins_on,
+from minicomp.target import (Target, dual_gemm_fused, gemm_epilogue_mode, library_attention_on, library_joins_mode,
                              library_mode, read_matmul_precision)
 
 # the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
@@ -73,7 +73,7 @@ def _modes() -> tuple:
     if torch._C._is_any_autocast_enabled():
         autocast = tuple((d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
     return (torch.get_default_dtype(), autocast, read_matmul_precision(), library_mode(), library_attention_on(),
-            dual_gemm_fused(), gemm_epilogue_mode(), library_joins_on())
+            dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode())
 
 
 def _shape_key(args: tuple) -> tuple | None:

@@ -168,6 +168,37 @@ def node_flops(graph: Graph | NodeLookup, n: Node) -> int:
     return ops.flops(n.op, [graph.node(a).shape for a in n.args], n.shape, n.attrs)
 
 
+# Ledger flops an element a pointwise kernel may spend recomputing values smaller than its
+# iteration space (plan/rules.py). Broadcast adds and masks cost a few; HF's rotary cos/sin,
+# recomputed for every head, cost over forty and ran at 40% of the copy bandwidth (session 19's
+# profile of Llama at 4 x 512: 53 us where reading and writing q takes 22).
+RECOMPUTE_FLOPS = 16
+# Ops whose evaluation costs far more than the ledger's one flop an element (the seeds' count):
+# libdevice's sin and cos reduce their argument first, about twenty instructions each.
+EVALUATION_FLOPS = {"sin": 20, "cos": 20}
+
+
+def recompute_flops(graph: Graph | NodeLookup, nodes: Iterable[int], space) -> tuple[float, int | None]:
+    """(flops an element, costliest node): what a kernel over `space` elements spends
+    evaluating values of fewer elements again at each of its elements (a pointwise kernel
+    computes every node at every element of its iteration space: a node of n elements is
+    computed space / n times). A value of one element is computed once a program (Triton keeps
+    a scalar a scalar) and costs nothing here."""
+    total, worst, most = 0.0, None, 0.0
+    for nid in nodes:
+        n = graph.node(nid)
+        if n.kind != "pointwise" or n.numel == 1:
+            continue
+        share = dims.ratio(n.numel, space)
+        if share >= 1.0:
+            continue
+        extra = max(ops.get(n.op).flops_per_element, EVALUATION_FLOPS.get(n.op, 0)) * (1.0 - share)
+        total += extra
+        if extra > most:
+            worst, most = nid, extra
+    return total, worst
+
+
 def eager_views(graph: Graph) -> set[int]:
     """Views eager PyTorch makes without a kernel: the strided ones (`cat`, `flip`, `roll`
     and `constant_pad` always copy)."""

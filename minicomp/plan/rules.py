@@ -8,6 +8,9 @@ contracts.md:
 
 - opaque: one opaque node, nothing else (PyTorch runs it; nothing fuses across it).
 - pointwise: pointwise and view nodes; every output has one shape (the iteration space).
+  Values of fewer elements are evaluated again at each element of it; the ledger flops that
+  costs an element stay under `cost.RECOMPUTE_FLOPS` (rotary's cos and sin, recomputed for
+  every head, are one kernel of their own instead).
   A view of a value the group computes is allowed: the operand is evaluated at the
   remapped index (rotary's `cat(-x2, x1)`), since no reduction sits underneath it.
 - reduction: one domain (every reduction reduces a tensor of shape S over axes A, every
@@ -45,6 +48,7 @@ from minicomp.ir.composites import linear_bias
 from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.views import STRIDED
 from minicomp.plan import indirect
+from minicomp.plan.cost import RECOMPUTE_FLOPS, recompute_flops
 
 MAX_INPUTS = 32          # tensors one kernel may read (argument lists and register pressure)
 ROW_BLOCK_LIMIT = 16384  # widest row a reduction keeps in one block; wider rows are looped
@@ -144,6 +148,14 @@ def _check_pointwise(graph: Graph, nodes: set[int], outputs: set[int]) -> str | 
         if graph.node(o).shape != graph.node(a).shape:
             return (f"outputs {describe(graph, a)} {graph.node(a).type} and {describe(graph, o)} "
                     f"{graph.node(o).type} have different iteration spaces")
+    if not ordered:
+        return None
+    space = graph.node(ordered[0]).numel
+    flops, worst = recompute_flops(graph, nodes, space)
+    if flops > RECOMPUTE_FLOPS:
+        return (f"{describe(graph, worst)} {graph.node(worst).type} would be recomputed at each of the "
+                f"kernel's {space} elements ({flops:.0f} flops an element, limit {RECOMPUTE_FLOPS}); "
+                f"it is computed once in a kernel of its own size")
     return None
 
 
