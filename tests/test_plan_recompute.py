@@ -124,3 +124,17 @@ def test_a_transformers_llama_computes_its_rotary_tables_once():
     rotations = [grp for grp in plan.groups if grp.kind == "pointwise" and "neg" in _ops(g, grp)]
     assert len(rotations) == 2 * cfg.num_hidden_layers, plan.table()
     assert all(set(trig[0].outputs) & set(grp.inputs) for grp in rotations), plan.table()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("transposed", [False, True])
+def test_gpu_rotary_tables_kernel_matches_eager(transposed):
+    """The tables' own kernel and the rotations reading them, on CUDA at a prefill-like size
+    (head dim 128, 300 positions: not a power of two), in bf16 against eager."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    inputs = [t.cuda() for t in _rotary_inputs(torch.bfloat16, b=2, h=8, s=300, d=128, transposed=transposed)]
+    f = minicomp.compile(_rotary)
+    torch.testing.assert_close(f(*inputs), _rotary(*inputs), **TOL[torch.bfloat16])
+    plan = f.compile_for(*inputs).plan
+    assert sum(1 for grp in plan.groups if grp.kind == "pointwise") == 2, plan.table()

@@ -74,7 +74,10 @@ SPLIT_MIN_ROWS = 512
 # while its kernels took 831 us against 873, and BERT's 3.109 against 2.997 (H100,
 # results/2026-12-06/session19-library-choice-a4817e7.md). So only GEMMs of at least
 # `Target.join_min_flop` join (Llama's and Qwen2's MLPs at 4 x 512: 47 and 56 GFLOP; not
-# GPT-2's projections, 4.3 and 17, nor BERT's).
+# GPT-2's projections, 4.3 and 17, nor BERT's). Joining the rest too (MINICOMP_LIBRARY_JOINS=all)
+# was measured again in session 20: Llama's o_proj through cuBLAS saved about what the next
+# norm's extra read cost (1712 us of kernels either way), Qwen2's 41 us of 1740
+# (results/2026-12-06/session20-library-choice-096ea36.md).
 JOIN = "cuBLAS: its result meets a tile of its own size over {m} (the join fuses with the next kernel)"
 ALL = "cuBLAS: library mode 'all' (every GEMM; what follows fuses with the next kernel)"
 SMALL_ROWS = 64
