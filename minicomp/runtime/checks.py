@@ -31,9 +31,9 @@ def check_index(t: torch.Tensor, lo: int, hi: int, dim: int, size: int, error: s
     valid indices of dimension `dim` (of `size`) of the tensor that `what` reads through it."""
     if t.numel() == 0:
         return
-    if t.device.type != "cpu":
+    if t.device.type != "cpu":    # CUDA tensors take launcher.check_index's kernel instead
         ok = ((t >= lo) & (t <= hi)).all()
-        torch._assert_async(ok, f"{what}: an index is out of bounds for dimension {dim} with size {size}")
+        torch._assert_async(ok, index_message(what, dim, size))
         return
     low, high = (int(v) for v in torch.aminmax(t))
     if lo <= low and high <= hi:
@@ -42,6 +42,11 @@ def check_index(t: torch.Tensor, lo: int, hi: int, dim: int, size: int, error: s
     where = "" if lo < 0 else " (negative indices are not allowed here)" if bad < 0 else ""
     raise ERRORS[error](f"{what}: index {bad} is out of bounds for dimension {dim} with size {size}{where}; "
                         "found by the compiled call before any kernel read through it")
+
+
+def index_message(what: str, dim: int, size: int) -> str:
+    """What a device-side assertion of a bad index says (the index itself stays on the device)."""
+    return f"{what}: an index is out of bounds for dimension {dim} with size {size}"
 
 
 def next_pow2(n: int) -> int:

@@ -52,7 +52,8 @@ from typing import Any, Callable
 import torch
 
 # generated modules call these as `_rt.` helpers: input checks and layouts, sizes, index checks
-from minicomp.runtime.checks import as_layout, as_layouts, bind_size, check_index, check_input, next_pow2  # noqa: F401
+from minicomp.runtime import checks, index_guard
+from minicomp.runtime.checks import as_layout, as_layouts, bind_size, check_input, next_pow2  # noqa: F401
 from minicomp.runtime.tuning import fit_buckets, tune_bench, tune_options  # noqa: F401  (generated autotuners' `_rt.` helpers)
 from minicomp.runtime.tma import align16, sm_count, tma_ready  # noqa: F401  (generated modules' `_rt.` helpers)
 
@@ -172,6 +173,18 @@ class Launcher:
             return direct(compiled, grid, device) or compiled[grid], tail, device
         except Exception:  # anything unexpected: Triton's path, as before
             return False
+
+
+_index_launch = Launcher(by_sizes=True)     # check_index's kernel, per (size, range)
+
+
+def check_index(t: torch.Tensor, lo: int, hi: int, dim: int, size: int, error: str, what: str) -> None:
+    """`checks.check_index`; a CUDA tensor is checked by one kernel and a device-side assertion
+    (runtime/index_guard.py) where PyTorch ops took five dispatches and four kernels."""
+    if t.is_cuda and t.numel():
+        index_guard.assert_in_range(t, lo, hi, checks.index_message(what, dim, size), _index_launch)
+        return
+    checks.check_index(t, lo, hi, dim, size, error, what)
 
 
 def direct(compiled: Any, grid: tuple, device: int) -> Callable | None:
