@@ -156,3 +156,17 @@ def test_gpu_rotary_tables_kernel_matches_eager(transposed):
     torch.testing.assert_close(f(*inputs).float(), _rotary_wide(*inputs), **ROTARY_TOL[torch.bfloat16])
     plan = f.compile_for(*inputs).plan
     assert sum(1 for grp in plan.groups if grp.kind == "pointwise") == 2, plan.table()
+
+
+def test_over_a_symbolic_length_the_tables_are_still_one_kernel():
+    """The sequence length marked dynamic: a symbol, so the ratio of the tables' size to the
+    rotation's is decided at the hints; one module serves three lengths, each matching eager."""
+    f = minicomp.compile(_rotary)
+    for s in (7, 13, 30):
+        x, pos, inv_freq = _rotary_inputs(torch.float32, s=s)
+        inputs = [minicomp.mark_dynamic(x, 2), minicomp.mark_dynamic(pos, 0), inv_freq]
+        torch.testing.assert_close(f(*inputs), _rotary(*inputs), **TOL[torch.float32])
+    assert f.compiles == 1 and f.graph.symbolic, f.explain()
+    c = f.compile_for(*inputs)
+    trig = [grp for grp in c.plan.groups if _ops(c.graph, grp) & {"cos", "sin"}]
+    assert len(trig) == 1 and len(c.plan.groups) == 2, c.plan.table()

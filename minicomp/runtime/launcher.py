@@ -179,9 +179,10 @@ _index_launch = Launcher(by_sizes=True)     # check_index's kernel, per (size, r
 
 
 def check_index(t: torch.Tensor, lo: int, hi: int, dim: int, size: int, error: str, what: str) -> None:
-    """`checks.check_index`; a CUDA tensor is checked by one kernel and a device-side assertion
-    (runtime/index_guard.py) where PyTorch ops took five dispatches and four kernels."""
-    if t.is_cuda and t.numel():
+    """`checks.check_index`; a CUDA tensor on the current device is checked by one kernel and a
+    device-side assertion (runtime/index_guard.py) where PyTorch ops took five dispatches and four
+    kernels (a tensor on another device keeps those: they run on the tensor's own device)."""
+    if t.is_cuda and t.numel() and t.get_device() == _device_now():   # Triton launches on the current device
         index_guard.assert_in_range(t, lo, hi, checks.index_message(what, dim, size), _index_launch)
         return
     checks.check_index(t, lo, hi, dim, size, error, what)
