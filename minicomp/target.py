@@ -34,7 +34,7 @@ TIERED_ENV = "MINICOMP_TIERED"                       # "0": a slow-to-compile ke
 LIBRARY_GEMM_ENV = "MINICOMP_LIBRARY_GEMM"           # "0": our GEMM kernels only; "all": cuBLAS for every GEMM (library_mode)
 LIBRARY_ATTENTION_ENV = "MINICOMP_LIBRARY_ATTENTION" # "0": attention never calls SDPA (library_attention_on)
 DUAL_GEMM_ENV = "MINICOMP_DUAL_GEMM"                 # "fused": SwiGLU's pair stays one dual GEMM at every size (dual_gemm_fused)
-LIBRARY_JOINS_ENV = "MINICOMP_LIBRARY_JOINS"         # "0": a GEMM whose result meets a tile keeps the join in our epilogue; "all": none does
+LIBRARY_JOINS_ENV = "MINICOMP_LIBRARY_JOINS"         # "0": a GEMM whose result meets a tile keeps the join in our epilogue; "all": every such GEMM calls cuBLAS
 JOIN_MIN_FLOP = 2 ** 35
 GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM runs its epilogue (gemm_epilogue_mode)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
@@ -91,9 +91,6 @@ def dual_gemm_fused(environ: dict | None = None) -> bool:
     return env.get(DUAL_GEMM_ENV, "").strip() == "fused"
 
 
-LIBRARY_JOINS = ("on", "all", "off")
-
-
 def library_joins_mode(environ: dict | None = None) -> str:
     """Which GEMMs of many rows whose result meets a tile of its own size (a residual add) call
     cuBLAS, the join fusing with the next kernel (codegen/library_plan.py `tile_joins`), by
@@ -102,11 +99,6 @@ def library_joins_mode(environ: dict | None = None) -> str:
     env = os.environ if environ is None else environ
     value = env.get(LIBRARY_JOINS_ENV, "").strip()
     return "off" if value == "0" else "all" if value == "all" else "on"
-
-
-def library_joins_on(environ: dict | None = None) -> bool:
-    """Whether any such GEMM calls cuBLAS (`library_joins_mode` is not "off")."""
-    return library_joins_mode(environ) != "off"
 
 
 def gemm_epilogue_mode(environ: dict | None = None) -> str:
@@ -221,6 +213,7 @@ class Target:
         $MINICOMP_LIBRARY_GEMM ("off" turns SDPA off too, whatever $MINICOMP_LIBRARY_ATTENTION says)."""
         env = os.environ if environ is None else environ
         library = library or library_mode(env)
+        joins = library_joins_mode(env)
         if library not in LIBRARY_MODES:
             raise MinicompError(f"library={library!r}: expected one of {', '.join(LIBRARY_MODES)}")
         capability = None
@@ -236,8 +229,7 @@ class Target:
                       library_gemm=library != "off", library_all=library == "all",
                       library_attention=library != "off" and library_attention_on(env), graphs=graphs,
                       split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
-                      library_joins=library_joins_on(env),
-                      join_min_flop=0 if library_joins_mode(env) == "all" else JOIN_MIN_FLOP)
+                      library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP)
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

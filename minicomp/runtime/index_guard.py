@@ -34,9 +34,8 @@ def _in_range(t_ptr, n, lo, hi, ok_ptr, BLOCK: tl.constexpr):
     tl.store(ok_ptr, 0, mask=bad > 0)
 
 
-def flag(device: torch.device | int) -> torch.Tensor:
-    """The process's flag for CUDA device `device` (allocated at its first use, set to 1)."""
-    index = device if isinstance(device, int) else (device.index or 0)
+def flag(index: int) -> torch.Tensor:
+    """The process's flag for CUDA device `index` (allocated at its first use, set to 1)."""
     ok = _flags.get(index)
     if ok is None:
         ok = _flags[index] = torch.ones(1, dtype=torch.int32, device=torch.device("cuda", index))
