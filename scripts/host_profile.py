@@ -44,6 +44,17 @@ with torch.no_grad():
     wall = (time.perf_counter() - t0) / n
     print(f"{args.family} {sizes} through {name}: {wall * 1e3:.3f} ms a call (synchronised), "
           f"{enqueue * 1e3:.3f} ms to enqueue one")
+    specs = [s for entries in getattr(f, "_fast", {}).values() for s in entries]
+    if specs:                # minicomp.compile's fast path: what it checks before the first launch
+        s = specs[0]
+        t0 = time.perf_counter()
+        for _ in range(200):
+            s.binding.read()
+        read = (time.perf_counter() - t0) / 200
+        b = s.binding
+        print(f"binding.read {read * 1e6:.1f} us a call ({len(b.equal)} equality guards in "
+              f"{len(b._equal_reads)} reads, {len(b.same)} identity guards in "
+              f"{len(b._same_reads) + len(b._same_groups)} reads, {len(b.reads)} weights)")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(n):

@@ -65,13 +65,18 @@ def per_call(events: list[dict]) -> list[dict]:
             launch = launches.get(k.get("args", {}).get("correlation"))
             if launch is not None and lo <= launch["ts"] <= hi:
                 ks.append(dict(name=k["name"], start=k["ts"], end=k["ts"] + k["dur"], dur=k["dur"],
-                               launched=launch["ts"] + launch["dur"]))
-        out.append(dict(host=c["dur"], kernels=ks))
+                               launched=launch["ts"] + launch["dur"], launch_start=launch["ts"]))
+        if ks:
+            before = [k["ts"] + k["dur"] for k in kernels if k["ts"] + k["dur"] <= ks[0]["start"]]
+            idle = ks[0]["start"] - max(before) if before else 0.0
+            out.append(dict(host=c["dur"], kernels=ks, lead=ks[0]["launch_start"] - lo, idle_before=idle))
     return out
 
 
 def report(name: str, calls: list[dict], rows: int) -> None:
     spans, busy, host_gap, gpu_gap, host = [], [], [], [], []
+    lead = [c["lead"] for c in calls]
+    idle = [c["idle_before"] for c in calls]
     gaps = []
     for c in calls:
         ks = c["kernels"]
@@ -94,6 +99,8 @@ def report(name: str, calls: list[dict], rows: int) -> None:
           f"host time to enqueue a call {med(host):.0f} us")
     print(f"     gaps inside a call: {med(host_gap):.0f} us charged to the host, {med(gpu_gap):.0f} us to the GPU "
           f"({med(gpu_gap) / max(n - 1, 1):.2f} us a boundary)")
+    print(f"     host time from the call's start to its first launch {med(lead):.0f} us; the GPU idle "
+          f"before the call's first kernel {med(idle):.0f} us")
     gaps.sort(reverse=True)
     per = len(calls)
     for gap, who, a, b in gaps[:rows * per:per]:

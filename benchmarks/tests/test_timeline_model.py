@@ -44,6 +44,8 @@ def test_kernels_are_assigned_to_calls_by_their_launch_and_gaps_charged(capsys):
     out = capsys.readouterr().out
     assert "3 kernels a call; kernel time 120 us, span 140 us" in out
     assert "0 us charged to the host, 20 us to the GPU" in out
+    # k0's launch opens the call; the flush kernel ends at +160 and k0 starts at +200
+    assert "to its first launch 0 us; the GPU idle before the call's first kernel 40 us" in out
 
     late = tm.per_call(_trace(tm.CALLS, host_late=True))
     tm.report("y", late, rows=1)
