@@ -120,9 +120,12 @@ class Binding:
 
     @classmethod
     def build(cls, w: Walk, weights: list[tuple[torch.Tensor, str]],
-              frozen: list[tuple[torch.Tensor, str]]) -> "Binding":
-        """The binding of a graph whose weight inputs are `weights` and whose frozen constants are `frozen`."""
-        equal = list(w.equal)
+              frozen: list[tuple[torch.Tensor, str]], guards: Walk | None = None) -> "Binding":
+        """The binding of a graph whose weight inputs are `weights` and whose frozen constants are
+        `frozen`: tensors read from where `w` found them, Python state guarded as `guards` (default
+        `w`) found it."""
+        guards = guards or w
+        equal = list(guards.equal)
 
         def read_of(t: torch.Tensor, label: str) -> Read:
             src = w.sources.get(id(t))
@@ -133,7 +136,7 @@ class Binding:
 
         reads = [read_of(t, label) for t, label in weights]
         frozen_reads = [(read_of(t, label), t, label) for t, label in frozen]
-        return cls([label for _, label in weights], reads, equal, list(w.same), frozen_reads)
+        return cls([label for _, label in weights], reads, equal, list(guards.same), frozen_reads)
 
     def read(self) -> list[Any] | None:
         try:

@@ -82,6 +82,7 @@ from minicomp.frontend.fx_trace import (LINEAR, MATMUL, SDPA, def_origin, descri
                                         trace)
 from minicomp.frontend.fx_symbolic import Symbols, no_symbols, shape_of
 from minicomp.frontend.params import Walk, distinct, walk
+from minicomp.frontend.ran import recorded
 from minicomp.ir.graph import Graph
 
 # minicomp's traced stand-ins lower like the calls they stand for
@@ -335,27 +336,31 @@ def capture(fn_or_module: Callable | nn.Module, example_inputs: Sequence[torch.T
     found = walk(fn_or_module)
     before = Snapshot(found)
     try:
-        gm, out_spec = trace(fn_or_module, distinct(found, inputs), tracer=tracer, on_tracer=on_tracer)
+        with recorded() as ran:
+            gm, out_spec = trace(fn_or_module, distinct(found, inputs), tracer=tracer, on_tracer=on_tracer)
     finally:
         changes = before.undo()
     if changes:
         raise refusal(describe(fn_or_module), changes)
+    # the binding guards what the functions that ran read (ran.py); tensors keep every place found
+    guards = walk(fn_or_module, ran=ran) if ran is not None else found
     g = lower(gm, name or describe(fn_or_module), input_names(fn_or_module, len(inputs)),
-              def_origin(fn_or_module), found=found, freeze=freeze,
+              def_origin(fn_or_module), found=found, guards=guards, freeze=freeze,
               device=inputs[0].device if inputs else None)
     g.out_spec = out_spec
     return g
 
 
 def lower(gm: fx.GraphModule, name: str, input_names: Sequence[str] | None = None,
-          input_origin: str | None = None, *, found: Walk | None = None, freeze: bool = False,
-          device: torch.device | None = None) -> Graph:
+          input_origin: str | None = None, *, found: Walk | None = None, guards: Walk | None = None,
+          freeze: bool = False, device: torch.device | None = None) -> Graph:
     """The Graph of an aten-level fx GraphModule (what `trace` returns); capture = trace + lower.
 
     `graph.out_spec` is the pytree structure of the GraphModule's result: the flat
     `graph.outputs` rebuild it with `torch.utils._pytree.tree_unflatten`. Without `found`
     (a `params.walk` of the traced function) every tensor the GraphModule holds is a
-    constant and `graph.binding` is None.
+    constant and `graph.binding` is None. `guards` (default `found`) is the walk whose equality
+    and identity guards the binding checks (capture's walk of the functions that ran).
     """
     count = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
     names = list(input_names) if input_names is not None else [f"arg{i}" for i in range(count)]
@@ -364,7 +369,8 @@ def lower(gm: fx.GraphModule, name: str, input_names: Sequence[str] | None = Non
     lowering = _Lowering(gm, g, names, input_origin, found, freeze, device)
     lowering.run()
     _prune(g)
-    g.binding = Binding.build(found, lowering.weights, lowering.frozen) if found is not None else None
+    g.binding = (Binding.build(found, lowering.weights, lowering.frozen, guards=guards)
+                 if found is not None else None)
     g.random_ops = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function"
                            and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())})
     return g

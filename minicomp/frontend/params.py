@@ -94,6 +94,7 @@ class Walk:
     containers: list[tuple[str, Any]] = field(default_factory=list)          # lists/dicts/sets held
     hooks: list[dict] = field(default_factory=list)   # every module's forward (pre-)hook tables
     keep: list = field(default_factory=list)     # keeps alive every object an id above names
+    ran: set | None = None       # code objects that ran at capture (ran.py): only those are walked; None: all
     _seen: set = field(default_factory=set)
 
     # -------------------------------------------------------------- values
@@ -211,6 +212,8 @@ class Walk:
         # library code (torch's own modules, the standard library) is not watched; the root always is
         if depth > _DEPTH or (depth and not is_user_file(code.co_filename)) or not self._first(f):
             return
+        if depth and self.ran is not None and code not in self.ran:
+            return          # it did not run at capture: what it reads cannot change the graph (ran.py)
         names = _names(code)
         g = f.__globals__
         read_here = {n for n in names if n in g}
@@ -263,9 +266,11 @@ def _names(code: types.CodeType) -> set[str]:
     return out
 
 
-def walk(fn: Any) -> Walk:
-    """Walk everything reachable from `fn` (a function, bound method, partial or module)."""
-    w = Walk(hooks=[getattr(torch.nn.modules.module, f"_global{h}", {}) for h in _HOOKS])
+def walk(fn: Any, ran: set | None = None) -> Walk:
+    """Walk everything reachable from `fn` (a function, bound method, partial or module); with
+    `ran` (the code objects that ran at capture, ran.py) functions other than `fn` itself are
+    walked only where their code is in it."""
+    w = Walk(hooks=[getattr(torch.nn.modules.module, f"_global{h}", {}) for h in _HOOKS], ran=ran)
     if isinstance(fn, nn.Module):
         w.module(fn, "")
     elif isinstance(fn, types.MethodType) and isinstance(fn.__self__, nn.Module):   # model.forward
