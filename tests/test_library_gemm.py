@@ -789,3 +789,24 @@ def test_a_few_rows_conv1d_keeps_its_view_and_fuses_the_gelu_after_it(monkeypatc
     assert len(gen.kernel_names) == 1 and gen.kernel_names[0].startswith("mc_pw_gelu"), gen.kernel_names
     (out,) = _run_interpreted(gen, inputs, monkeypatch)
     torch.testing.assert_close(out, fn(*inputs), **tol(torch.float32))
+
+
+def test_a_linear_result_is_not_relaid_and_has_the_layout_its_readers_expect():
+    """F.linear returns a fresh row-major tensor (matmul folds A's rows into one mm, copying a
+    strided A first), so its result goes on without `_as_layout`: over a dense and over a
+    transposed A the results are row-major (the layout the graph gives them) and match eager."""
+    lin = torch.nn.Linear(48, 40, bias=False)
+    x = _randn(3, 5, 48)
+
+    def fn(x):
+        return lin(x), lin(x.transpose(0, 1))
+
+    c = _generate(fn, [x])
+    lines = c.generated.source.splitlines()
+    calls = [i for i, line in enumerate(lines) if "torch.nn.functional.linear(" in line]
+    assert len(calls) == 2 and not any("_as_layout(" in lines[i + 1] for i in calls)
+    with torch.no_grad():
+        got, want = _run_on_cpu(c.generated, [x, lin.weight]), fn(x)
+    for a, b in zip(got, want):
+        assert a.is_contiguous()
+        torch.testing.assert_close(a, b, **tol(torch.float32))

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from conftest import tol
 
+import minicomp
 from minicomp import runtime
 from minicomp.codegen import generate
 from minicomp.errors import GuardError
@@ -276,3 +277,30 @@ def test_every_registry_op_has_a_pytorch_fallback_form():
         node = Node(7, name, tuple(range(n_args)), {k: sample_attrs[k] for k in d.attrs}, (2, 3), torch.float32)
         text = torch_text(node, [f"buf{i}" for i in range(n_args)], lambda _n: 0)
         assert text and "buf" in text or n_args == 0, (name, text)
+
+
+def test_a_generated_run_allocates_through_the_devices_allocator():
+    """run() takes `_rt.allocator(device)` once and allocates every buffer through it: on the CPU
+    torch.empty_strided on that device (the shape, strides and dtype written at codegen)."""
+    from minicomp.runtime import checks
+    empty = checks.allocator(torch.device("cpu"))
+    t = empty((3, 4, 5), (20, 1, 4), torch.bfloat16)
+    assert (t.shape, t.stride(), t.dtype, t.device.type) == ((3, 4, 5), (20, 1, 4), torch.bfloat16, "cpu")
+    f = minicomp.compile(lambda x, y: (torch.tanh(x) * y).sum(-1))
+    x, y = torch.randn(6, 7), torch.randn(7)
+    torch.testing.assert_close(f(x, y), (torch.tanh(x) * y).sum(-1), **tol(torch.float32))
+    source = f.compile_for(x, y).generated.source
+    assert "_empty = _rt.allocator(device)" in source and "torch.empty_strided(" not in source
+
+
+@pytest.mark.gpu
+def test_the_cuda_allocator_is_pytorchs_on_the_current_device():
+    from minicomp.runtime import checks
+    empty = checks.allocator(torch.device("cuda", torch.cuda.current_device()))
+    assert checks._empty_strided_cuda is None or empty is checks._empty_strided_cuda
+    t = empty((2, 3, 4), (12, 1, 3), torch.float16)
+    assert (t.shape, t.stride(), t.dtype, t.device) == ((2, 3, 4), (12, 1, 3), torch.float16,
+                                                        torch.device("cuda", torch.cuda.current_device()))
+    f = minicomp.compile(lambda x: torch.sigmoid(x) * 2 + x.mean(-1, keepdim=True))
+    x = torch.randn(33, 65, device="cuda")
+    torch.testing.assert_close(f(x), torch.sigmoid(x) * 2 + x.mean(-1, keepdim=True), **tol(torch.float32))

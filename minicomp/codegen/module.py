@@ -50,7 +50,7 @@ _EMITTERS: dict[str, Callable[[KernelCtx], Kernel]] = {
 }
 
 MODULE_NAMES = ("torch", "triton", "tl", "os", "sys", "device", "inputs", "grid", "call", "CONSTANTS",
-                "OPAQUE", "DEVICE_TYPE", "run", "_rt", "_as_layout", "_launch", "_align16", "_tma_ready", "_sm_count",
+                "OPAQUE", "DEVICE_TYPE", "run", "_rt", "_empty", "_as_layout", "_launch", "_align16", "_tma_ready", "_sm_count",
                 "_WARM", "_LATER", "_tune_bench", "_tune_options", "_round_bf16", "_max_nan", "_min_nan")
 
 
@@ -147,6 +147,7 @@ class ModuleWriter:
                 b.writeline(f"device = {arg_names[0]}.device")
             else:
                 b.writeline("device = torch.device(DEVICE_TYPE)")
+            b.writeline("_empty = _rt.allocator(device)  # empty(shape, strides, dtype) on device")
             for nid, name in zip(g.inputs, arg_names if not at_once else ()):
                 b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
             for index, group in enumerate(_group_order(g, self.plan)):
@@ -195,8 +196,7 @@ class ModuleWriter:
             self.summary.append(f"group {group.id:<3} {group.kind:<24} -> nothing (empty outputs)")
             for o in group.outputs:
                 n = g.node(o)
-                b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
-                            f"dtype={n.dtype}, device=device)")
+                b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
             return
         what = f"{group.kind}" + (f" {group.name}" if group.name else "")
         nodes = ", ".join(f"%{n}" for n in group.nodes)
@@ -240,8 +240,7 @@ class ModuleWriter:
                             + (f" (the kernel of group {first})" if first is not None else ""))
         for o in group.outputs:
             n = g.node(o)
-            b.writeline(f"{ctx.buf(o)} = torch.empty_strided({tuple(n.shape)!r}, {ctx.strides(o)!r}, "
-                        f"dtype={n.dtype}, device=device)")
+            b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
         # index tensors the kernel reads through, checked first (once a call): eager's error for a bad index
         b.writelines(index_check.lines(ctx, self.index_checked) if kernel.launches else [])
         b.writelines(scratch_lines(kernel.launches))

@@ -17,7 +17,7 @@ does not wait for the GPU, and a bad index fails the next synchronising call wit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -87,6 +87,32 @@ def check_input(t: Any, name: str, shape: tuple, dtype: torch.dtype, device_type
         raise TypeError(f"input {name!r} must be {dtype} of shape {list(shape)}, got {t.dtype} of shape {list(t.shape)}")
     if t.device.type != device_type:
         raise TypeError(f"input {name!r} is on {t.device}, but this module was generated for {device_type}")
+
+
+try:        # what Inductor's generated code allocates its buffers with: at::empty_strided on the current device
+    from torch._C._dynamo.guards import _empty_strided_cuda
+except ImportError:
+    _empty_strided_cuda = None
+
+
+_cuda_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def _empty_on(device: torch.device) -> Callable[[tuple, tuple, torch.dtype], torch.Tensor]:
+    def empty(shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+    return empty
+
+
+def allocator(device: torch.device) -> Callable[[tuple, tuple, torch.dtype], torch.Tensor]:
+    """`empty(shape, strides, dtype)` on `device`, for a generated run()'s buffers: taken once a
+    call. On the current CUDA device it is PyTorch's C++ allocation that Inductor's generated code
+    calls, without torch.empty_strided's parsing of keywords and a device object (a call allocates
+    30 to 40 buffers); elsewhere (the CPU, another CUDA device than the current one) it is
+    torch.empty_strided on `device`."""
+    if _empty_strided_cuda is not None and device.type == "cuda" and device.index == _cuda_device():
+        return _empty_strided_cuda
+    return _empty_on(device)
 
 
 def as_layout(t: torch.Tensor, strides: tuple) -> torch.Tensor:
