@@ -189,3 +189,64 @@ def test_transformers_llama_guards_what_ran_and_matches_eager():
     model.model.layers[0].self_attn.scaling = 0.5       # read in forward: guarded, a new capture
     same(f, fn, ids)
     assert f.compiles == compiles + 1
+
+
+def test_closure_cells_read_together_see_each_change():
+    """binding.py reads every guarded closure cell in one pass: a scalar cell (equality), a
+    builtin's cell (identity: `torch.tanh` to `torch.sigmoid` went unseen before, a wrong answer)
+    and a cell emptied by `del` each count."""
+    scale, shift = 2.0, torch.tanh
+
+    def fn(x):
+        return shift(x) * scale
+
+    f = minicomp.compile(fn)
+    x = rand(4, 3)
+    same(f, fn, x)
+    compiles = f.compiles
+    scale = -0.5
+    same(f, fn, x)
+    shift = torch.sigmoid
+    same(f, fn, x)
+    assert f.compiles == compiles + 2
+    same(f, fn, x)
+    assert f.compiles == compiles + 2          # nothing changed: the guards pass
+    del scale
+    with pytest.raises(NameError):
+        fn(x)
+    with pytest.raises(Exception, match="free variable 'scale'"):    # captured again: the user's error, at its line
+        f(x)
+
+
+class Activated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = torch.relu          # a builtin, as models choose activations
+
+    def forward(self, x):
+        return self.act(x) + 1
+
+
+def test_a_builtin_attribute_or_global_replaced_is_seen():
+    global ACT
+    m = Activated().eval()
+    f = minicomp.compile(m)
+    x = rand(5, 4)
+    same(f, m, x)
+    m.act = torch.tanh
+    same(f, m, x)
+    g = minicomp.compile(activated_by_global)
+    same(g, activated_by_global, x)
+    saved = ACT
+    try:
+        ACT = torch.sigmoid
+        same(g, activated_by_global, x)
+    finally:
+        ACT = saved
+
+
+ACT = torch.exp
+
+
+def activated_by_global(x):
+    return ACT(x) * 2

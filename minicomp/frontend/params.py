@@ -20,8 +20,9 @@ cell) that gives the value there now. Three kinds of record come out of a walk:
 - **equality guards**: Python values (`self.eps`, `self.training`, a global float, a tuple
   of ints, the number of forward hooks) compared with their value at capture.
 - **identity guards**: objects that must still be the same object (every submodule in its
-  parent, a config object, a helper function, a list holding tensors, a tied weight's
-  second name still naming the first's tensor).
+  parent, a config object, a helper function, a builtin such as `torch.tanh` held in an
+  attribute, global or closure cell, a list holding tensors, a tied weight's second name still
+  naming the first's tensor).
 
 A call whose guards fail is captured again (`Binding.read()` returns None). Not covered,
 and documented in docs/bad_input.md: values reached another way (an attribute of an
@@ -116,7 +117,8 @@ class Walk:
             self.callable(v, label, depth + 1)
         elif isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType, types.MethodDescriptorType,
                             types.WrapperDescriptorType)):
-            pass            # library modules, classes and builtins: not watched (see the docstring)
+            # modules, classes and builtins (`self.act = torch.tanh`): the same object, not looked into
+            self.same.append((read, v, label))
         else:
             self.same.append((read, v, label))
             if depth < _DEPTH - 1 and _user_class(type(v)):
