@@ -48,6 +48,9 @@ def test_a_strided_view_is_checked_where_it_reads():
     assert _flag_after(base[:, 0:2], 0, 3) == 1
     assert _flag_after(base, 0, 3) == 0
     assert _flag_after(torch.tensor([1]).expand(4, 5), 0, 1) == 1
+    square = torch.tensor([[0, 1], [2, 3]])                   # contiguous: read in place, not copied
+    assert index_guard.flattened(square) is square
+    assert _flag_after(square, 0, 3) == 1 and _flag_after(square, 0, 2) == 0
 
 
 _COMPILE_FOR_SM90 = textwrap.dedent("""

@@ -142,6 +142,15 @@ def test_a_transformers_llama_computes_its_rotary_tables_once():
     rotations = [grp for grp in plan.groups if grp.kind == "pointwise" and "neg" in _ops(g, grp)]
     assert len(rotations) == 2 * cfg.num_hidden_layers, plan.table()
     assert all(set(trig[0].outputs) & set(grp.inputs) for grp in rotations), plan.table()
+    # the tables read only an input, so run() computes them just before the first rotation, after
+    # the first layer's projections: the host queues the large kernels first (codegen/module.py)
+    run = c.generated.source.split("\ndef run(")[1]
+    groups = [line.split(": ")[0] for line in run.splitlines() if line.strip().startswith("# group ")]
+    at = {grp.id: groups.index(f"    # group {grp.id}") for grp in plan.groups}
+    first_rotation = min(at[grp.id] for grp in rotations)
+    assert at[trig[0].id] == first_rotation - 1, groups
+    gemms = [grp for grp in plan.groups if grp.kind == "gemm"]
+    assert min(at[grp.id] for grp in gemms) < at[trig[0].id], groups
 
 
 @pytest.mark.gpu

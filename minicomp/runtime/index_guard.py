@@ -43,9 +43,10 @@ def flag(index: int) -> torch.Tensor:
 
 
 def flattened(t: torch.Tensor) -> torch.Tensor:
-    """`t` as the kernel reads it: one dimension, stride 1 (a copy of a view that is not
-    contiguous; `reshape` would keep an expand's stride 0)."""
-    return t.contiguous().view(-1)
+    """`t` as the kernel reads it: its elements at offsets 0 to numel - 1. A contiguous tensor
+    is that already (the kernel takes its pointer: no dispatch at each call); a view that is not
+    is copied (`reshape` would keep an expand's stride 0)."""
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def assert_in_range(t: torch.Tensor, lo: int, hi: int, message: str, launch: Callable) -> None:
