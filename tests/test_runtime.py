@@ -301,6 +301,11 @@ def test_the_cuda_allocator_is_pytorchs_on_the_current_device():
     t = empty((2, 3, 4), (12, 1, 3), torch.float16)
     assert (t.shape, t.stride(), t.dtype, t.device) == ((2, 3, 4), (12, 1, 3), torch.float16,
                                                         torch.device("cuda", torch.cuda.current_device()))
+    from minicomp.runtime import tma
+    scratch = tma._tma_scratch(1000, 128, None)        # Triton's TMA scratch, at each GEMM launch
+    assert (scratch.shape, scratch.dtype, scratch.device) == ((1000,), torch.int8,
+                                                               torch.device("cuda", torch.cuda.current_device()))
+    assert scratch.data_ptr() % 128 == 0
     f = minicomp.compile(lambda x: torch.sigmoid(x) * 2 + x.mean(-1, keepdim=True))
     x = torch.randn(33, 65, device="cuda")
     torch.testing.assert_close(f(x), torch.sigmoid(x) * 2 + x.mean(-1, keepdim=True), **tol(torch.float32))
