@@ -297,7 +297,7 @@ def test_a_generated_run_allocates_through_the_devices_allocator():
 def test_the_cuda_allocator_is_pytorchs_on_the_current_device():
     from minicomp.runtime import checks
     empty = checks.allocator(torch.device("cuda", torch.cuda.current_device()))
-    assert checks._empty_strided_cuda is None or empty is checks._empty_strided_cuda
+    assert checks.empty_strided_cuda is None or empty is checks.empty_strided_cuda
     t = empty((2, 3, 4), (12, 1, 3), torch.float16)
     assert (t.shape, t.stride(), t.dtype, t.device) == ((2, 3, 4), (12, 1, 3), torch.float16,
                                                         torch.device("cuda", torch.cuda.current_device()))

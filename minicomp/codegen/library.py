@@ -198,12 +198,6 @@ def fresh_dense(ctx: KernelCtx, a_id: int, result: int, linear: bool) -> bool:
     are static and row-major returns a new row-major tensor (matmul folds A's rows into one mm),
     allocated by PyTorch and so aligned. `_as_layout` would check that at every call (25 cuBLAS
     calls in a 4-layer Llama's)."""
-    if not linear:
-        return False
-    try:
-        a_strides, strides = ctx.strides(a_id), ctx.strides(result)
-        a_shape, shape = ctx.graph.node(a_id).shape, ctx.graph.node(result).shape
-        return (all(isinstance(d, int) for d in (*a_shape, *shape))
-                and tuple(a_strides) == contiguous_strides(a_shape) and tuple(strides) == contiguous_strides(shape))
-    except SymbolicDim:
-        return False
+    a_shape, shape = ctx.graph.node(a_id).shape, ctx.graph.node(result).shape
+    return (linear and all(isinstance(d, int) for d in (*a_shape, *shape))      # static sizes only
+            and ctx.strides(a_id) == contiguous_strides(a_shape) and ctx.strides(result) == contiguous_strides(shape))

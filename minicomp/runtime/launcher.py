@@ -85,11 +85,7 @@ def _aligned(args: tuple) -> bool:
     return True
 
 
-# The current CUDA device, read at every launch of a fast launcher. One exists only after a
-# launch through Triton, so CUDA is initialised: `torch.cuda.current_device()`'s lazy-init
-# check, two thirds of its time in a cProfile of BERT's launches on the H100 (session 15), is
-# skipped by reading the device from torch._C directly.
-_device_now: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_device_now = checks.cuda_device_now     # read at every launch of a fast launcher
 
 
 FAST_LAUNCHERS_KEPT = 4096     # (kernel, sizes) fast paths one module keeps

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from minicomp.runtime.checks import empty_strided_cuda
+
 
 def align16(t: torch.Tensor) -> torch.Tensor:
     """`t`, or a copy with the same strides at a 16-byte aligned address: TMA descriptors need one."""
@@ -16,19 +18,13 @@ def align16(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
-try:        # PyTorch's C++ allocation on the current device, as `checks.allocator` uses for buffers
-    from torch._C._dynamo.guards import _empty_strided_cuda
-except ImportError:
-    _empty_strided_cuda = None
-
-
 def _tma_scratch(size: int, alignment: int, stream: Any) -> torch.Tensor:
     """Triton's scratch for a launch's TMA descriptors, on the current device (where Triton
     launches), at each launch of a GEMM that builds them: without torch.empty's argument parsing
     (BERT-base launches 36 such GEMMs a call). The caching allocator's blocks start 512-byte
     aligned, more than Triton asks."""
-    if _empty_strided_cuda is not None:
-        return _empty_strided_cuda((size,), (1,), torch.int8)
+    if empty_strided_cuda is not None:        # the allocation `checks.allocator` gives buffers
+        return empty_strided_cuda((size,), (1,), torch.int8)
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
