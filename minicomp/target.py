@@ -114,6 +114,32 @@ def gemm_epilogue_mode(environ: dict | None = None) -> str:
     return value
 
 
+CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV)
+_seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
+try:        # the variables' names as os.environ keeps them (bytes on POSIX)
+    _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
+except AttributeError:
+    _CODEGEN_KEYS = None
+
+
+def codegen_switches() -> tuple:
+    """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
+    library_joins_mode()) of this process's environment, read again only when one of their
+    variables changed: every compiled call keys its cache on them, and the five parsed reads
+    took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
+    `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
+    call reads them."""
+    global _seen_codegen_env
+    data = getattr(os.environ, "_data", None)
+    raw = tuple(map(data.get, _CODEGEN_KEYS)) if isinstance(data, dict) and _CODEGEN_KEYS is not None else None
+    seen, value = _seen_codegen_env
+    if raw is None or raw != seen:
+        value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode())
+        if raw is not None:
+            _seen_codegen_env = (raw, value)
+    return value
+
+
 @dataclass(frozen=True)
 class RowForm:
     """How codegen shapes row kernels (reductions, scans). Tests force the looped form with

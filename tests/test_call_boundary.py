@@ -341,3 +341,34 @@ def test_a_call_its_fast_check_admits_skips_the_modules_input_checks(monkeypatch
         y = torch.randn(6, 3).t()                  # other strides: not admitted, checked again
         torch.testing.assert_close(f(y), torch.relu(lin(y)), **tol(torch.float32))
         assert len(seen) > first
+
+
+def test_a_fast_check_made_from_the_modules_own_strides_skips_comparing_them_again(monkeypatch):
+    """The generated run() reads each input with the strides of its `LAYOUTS` and copies one that
+    has others (`as_layouts`). A TensorCheck made from tensors whose strides are exactly those
+    compared them already, so calls it admits skip that comparison (run(_laid_out=True)); a check
+    made from other strides (a size-1 dimension's stride, which the module ignores) keeps it, and
+    both answer as eager does."""
+    from minicomp.runtime import checks
+
+    compared = []
+    real = checks.as_layouts
+    monkeypatch.setattr(checks, "as_layouts", lambda ts, layouts: compared.append(len(ts)) or real(ts, layouts))
+    monkeypatch.setattr("minicomp.runtime.launcher.as_layouts", checks.as_layouts)
+    lin = torch.nn.Linear(6, 5)
+    f = minicomp.compile(lambda x: torch.relu(lin(x)) * 2)
+    x = torch.randn(1, 3, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), torch.relu(lin(x)) * 2, **tol(torch.float32))
+        module = f._need().call.module
+        assert module.LAYOUTS[0] == x.stride()
+        compared.clear()
+        for k in range(3):
+            torch.testing.assert_close(f(x + k), torch.relu(lin(x + k)) * 2, **tol(torch.float32))
+        assert compared == []                      # admitted with the module's own strides: not compared again
+        y = torch.randn(3, 6).as_strided((1, 3, 6), (7, 6, 1))     # size-1 dim with another stride
+        assert y.stride() != module.LAYOUTS[0]
+        for _ in range(2):
+            torch.testing.assert_close(f(y), torch.relu(lin(y)) * 2, **tol(torch.float32))
+        assert f._need().call.module is module     # the same module serves it...
+        assert compared                            # ...comparing its strides at each call

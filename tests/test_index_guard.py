@@ -48,6 +48,13 @@ def test_a_strided_view_is_checked_where_it_reads():
     assert _flag_after(base[:, 0:2], 0, 3) == 1
     assert _flag_after(base, 0, 3) == 0
     assert _flag_after(torch.tensor([1]).expand(4, 5), 0, 1) == 1
+    types = torch.tensor([[0, 1, 2]])
+    wide = types.expand(4, 3)                                 # an expand is checked in place, once per value
+    assert index_guard.flattened(wide).data_ptr() == types.data_ptr() and index_guard.flattened(wide).numel() == 3
+    assert _flag_after(wide, 0, 2) == 1 and _flag_after(wide, 0, 1) == 0
+    odd = torch.arange(12).view(3, 4)[:, None, ::2].expand(3, 5, 2)     # strided after the expand: copied
+    assert index_guard.flattened(odd).reshape(-1).tolist() == odd[:, 0].reshape(-1).tolist()
+    assert _flag_after(odd, 0, 10) == 1 and _flag_after(odd, 0, 9) == 0
     square = torch.tensor([[0, 1], [2, 3]])                   # contiguous: read in place, not copied
     assert index_guard.flattened(square) is square
     assert _flag_after(square, 0, 3) == 1 and _flag_after(square, 0, 2) == 0

@@ -481,7 +481,8 @@ def test_gpu_every_call_is_right_after_the_first(case, monkeypatch):
     """The benchmarks check a compiled function's first call (Triton's launch path); this checks
     the calls after it, which go through the compiled kernels' own launchers: new data every
     call, and an input at a misaligned address in between (the module copies it to aligned
-    memory, `_as_layout`). The reference runs on aligned copies: PyTorch 2.11's own SDPA
+    memory, `_as_layout`; the fast check made from the first call's strides admits it, so run()
+    checks its alignment alone, `_laid_out`). The reference runs on aligned copies: PyTorch 2.11's own SDPA
     (cuDNN) answers wrongly for a query 2 bytes off alignment, max error 3.0 on the H200."""
     import math
 
@@ -670,3 +671,72 @@ def test_the_direct_launcher_calls_run_as_tritons_runner_does(monkeypatch):
     launch("buf0", 7)
     assert calls == runner
     assert launcher.direct(object(), (1, 1, 1), 0) is None        # another layout: Triton's runner serves
+
+
+def test_the_direct_launcher_calls_triton_36s_c_launch_itself(monkeypatch):
+    """Where the compiled kernel's `run` is Triton 3.6's CudaLauncher (its `__call__` takes the
+    grid, stream and function, then everything else) and the kernel needs no scratch, `direct`
+    calls its C function with the arguments that `__call__` would pass it: the grid, stream and
+    function, the cooperative-grid and PDL flags, no scratch, the packed metadata, no launch
+    metadata and no hooks, then the kernel's arguments. With scratch, or another `__call__`
+    (3.8 and 3.9 pass other arguments), `run` itself serves; with a hook set, the runner."""
+    from minicomp.runtime import launcher
+
+    calls = []
+
+    def make_run(scratch: int, params: str):
+        ns: dict = {}
+        exec(f"def __call__({params}):\n    calls.append(('call',) + tuple(args))\n", {"calls": calls}, ns)
+        call = ns["__call__"]
+        call.__module__ = "triton.backends.nvidia.driver"
+
+        class CudaLauncher:
+            global_scratch_size, profile_scratch_size = scratch, 0
+            launch_cooperative_grid, launch_pdl = False, True
+
+            def launch(self, *a):
+                calls.append(("c",) + a)
+        CudaLauncher.__call__ = call
+        return CudaLauncher()
+
+    class Compiled:
+        function, packed_metadata = "fn", "packed"
+
+        def __init__(self, run):
+            self.run = run
+
+        def _init_handles(self):
+            pass
+
+        def __getitem__(self, grid):
+            return lambda *args: calls.append(("runner", grid) + args)
+
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: f"stream{device}", raising=False)
+    v36 = "self, gridX, gridY, gridZ, stream, function, *args"
+    launch = launcher.direct(Compiled(make_run(0, v36)), (4, 2, 1), 3)
+    launch("buf0", 7)
+    assert calls == [("c", 4, 2, 1, "stream3", "fn", False, True, None, None, "packed", None, None, None, "buf0", 7)]
+    for scratch, params in [(64, v36), (0, "self, gridX, gridY, gridZ, stream, function, kernel_metadata, "
+                                          "launch_metadata, launch_enter_hook, launch_exit_hook, *args")]:
+        calls.clear()
+        launcher.direct(Compiled(make_run(scratch, params)), (4, 2, 1), 3)("buf0", 7)
+        assert calls[0][0] == "call" and calls[0][-2:] == ("buf0", 7), (scratch, params)
+    import triton
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda meta: None)
+    calls.clear()
+    launch("buf0", 7)
+    assert calls == [("runner", (4, 2, 1), "buf0", 7)]
+
+
+def test_only_triton_36s_launcher_is_called_through_its_c_function():
+    """`c_launcher` knows the argument layout of Triton 3.6's CudaLauncher only: on this
+    machine's Triton it recognises the class exactly when its version is 3.6 (the GPU machine's;
+    the CPU machine has 3.9, whose launcher takes other arguments)."""
+    import inspect
+
+    import triton
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    from minicomp.runtime import launcher
+    params = tuple(inspect.signature(CudaLauncher.__call__).parameters)
+    assert (params == launcher._C_LAUNCH_PARAMS) == triton.__version__.startswith("3.6."), (triton.__version__, params)

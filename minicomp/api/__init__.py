@@ -39,8 +39,7 @@ from minicomp.api.last import LastCompiled
 from minicomp.api.pipeline import (Compiled, Options, compile_graph, optimise, plan_only,  # noqa: F401  (the api's)
                                    run_compiled, set_input_layouts)
 from minicomp.errors import GuardError, MinicompError
-from minicomp.target import (Target, dual_gemm_fused, gemm_epilogue_mode, library_attention_on, library_joins_mode,
-                             library_mode, read_matmul_precision)
+from minicomp.target import Target, codegen_switches, read_matmul_precision
 
 # the runtime (and triton with it) is imported at the first compile, not at `import minicomp`
 if TYPE_CHECKING:
@@ -72,8 +71,7 @@ def _modes() -> tuple:
     autocast = ()
     if torch._C._is_any_autocast_enabled():
         autocast = tuple((d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
-    return (torch.get_default_dtype(), autocast, read_matmul_precision(), library_mode(), library_attention_on(),
-            dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode())
+    return (torch.get_default_dtype(), autocast, read_matmul_precision(), *codegen_switches())
 
 
 def _shape_key(args: tuple) -> tuple | None:
@@ -128,11 +126,11 @@ class CompiledFunction(LastCompiled):
             for check in s.checks:
                 if check.check(*inputs):
                     self._last = s.compiled
-                    return s.run(inputs, inputs, check.grad and torch.is_grad_enabled(), checked=True)
+                    return s.run(inputs, inputs, check.grad and torch.is_grad_enabled(), checked=check.laid_out or True)
         return self._slow(args)
 
     def _slow(self, args: tuple, kwargs: dict | None = None) -> Any:
-        from minicomp.runtime.boundary import TensorCheck, resolved
+        from minicomp.runtime.boundary import LAID_OUT, TensorCheck, laid_out, resolved
         s, tensors, weights = self._find(args, kwargs)
         originals = tensors + weights
         inputs = [resolved(t) for t in originals]
@@ -149,6 +147,9 @@ class CompiledFunction(LastCompiled):
                     s.launch = self._graphed(s, inputs)
                 else:
                     s.checked_launch = _module_run(s.compiled)
+                    s.layouts = getattr(getattr(s.compiled.call, "module", None), "LAYOUTS", None)
+                    if s.checked_launch is not None and s.layouts is not None:
+                        s.laid_out_launch = functools.partial(s.checked_launch, _laid_out=True)
                 s.warm = True
         else:
             out = s.run(inputs, originals, grad)
@@ -158,7 +159,9 @@ class CompiledFunction(LastCompiled):
                     and all(isinstance(a, torch.Tensor) for a in args))
         known = any(check.check(*originals) for check in s.checks)
         if as_given and not known and len(s.checks) < _MAX_CHECKS:
-            s.checks.append(TensorCheck(originals, needs_grad))
+            check = TensorCheck(originals, needs_grad)
+            check.laid_out = LAID_OUT if s.laid_out_launch is not None and laid_out(originals, s.layouts) else False
+            s.checks.append(check)
             entries = self._fast.setdefault(_shape_key(args), [])
             if s not in entries:
                 entries.append(s)

@@ -134,6 +134,16 @@ def as_layout(t: torch.Tensor, strides: tuple) -> torch.Tensor:
     return out
 
 
+def aligned(ts: tuple) -> bool:
+    """Whether every tensor of `ts` starts on 16 bytes: what `as_layouts` checks besides the
+    strides, for a caller whose guards compared those (a loop, ~0.07 us a tensor on the 2-core
+    CPU machine, against ~0.15 for `as_layouts`' test of both)."""
+    for t in ts:
+        if t.data_ptr() & 15:
+            return False
+    return True
+
+
 def as_layouts(ts: tuple, layouts: tuple) -> tuple:
     """`as_layout` over a module's inputs at once: `ts` itself when every tensor has its layout's
     strides and (on CUDA) starts 16-byte aligned, as a model's ~200 weights do at every call;

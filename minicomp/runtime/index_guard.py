@@ -44,9 +44,19 @@ def flag(index: int) -> torch.Tensor:
 
 def flattened(t: torch.Tensor) -> torch.Tensor:
     """`t` as the kernel reads it: its elements at offsets 0 to numel - 1. A contiguous tensor
-    is that already (the kernel takes its pointer: no dispatch at each call); a view that is not
-    is copied (`reshape` would keep an expand's stride 0)."""
-    return t if t.is_contiguous() else t.contiguous()
+    is that already (the kernel takes its pointer: no dispatch at each call). An expanded view
+    holds its values once along each dimension of stride 0, so those are dropped first (BERT's
+    token types, `buf.expand(4, 512)`, are its 512 values in place: no copy kernel at each call);
+    what is still not contiguous is copied (`reshape` would keep an expand's stride 0)."""
+    if t.is_contiguous():
+        return t
+    strides = t.stride()
+    if 0 in strides:
+        kept = [(n, s) for n, s in zip(t.shape, strides) if s != 0]
+        t = t.as_strided([n for n, _ in kept], [s for _, s in kept])
+        if t.is_contiguous():
+            return t
+    return t.contiguous()
 
 
 def assert_in_range(t: torch.Tensor, lo: int, hi: int, message: str, launch: Callable) -> None:
