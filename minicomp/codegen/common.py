@@ -43,9 +43,15 @@ class Buf:
 
 @dataclass(frozen=True)
 class Blocks:
-    """ceil(n / BLOCK): how many blocks of the autotuned (or given) size `block` cover `n`."""
+    """ceil(n / BLOCK): how many blocks of the autotuned (or given) size `block` cover `n`; with
+    `more`, the sum of that count over n and each size of `more` (a combo kernel's grid: the
+    blocks of each group it computes, codegen/combo.py)."""
     n: int
     block: str
+    more: tuple = ()
+
+    def count(self, block: int) -> int:
+        return sum(-(-n // block) for n in (self.n, *self.more))
 
 
 Factor = Union[int, Blocks]
@@ -72,7 +78,7 @@ class Grid:
         for d in self.dims:
             v = 1
             for f in d:
-                v *= -(-f.n // meta[f.block]) if isinstance(f, Blocks) else f
+                v *= f.count(meta[f.block]) if isinstance(f, Blocks) else f
             out.append(v)
         return tuple(out)
 

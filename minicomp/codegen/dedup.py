@@ -113,7 +113,7 @@ def renamer(first: Kernel, dup: Kernel) -> dict[str, str]:
 def renamed(launch: Launch, names: dict[str, str]) -> Launch:
     """`launch` of a duplicate kernel, with its function and keyword names the first kernel's."""
     def block(f):
-        return Blocks(f.n, names.get(f.block, f.block)) if isinstance(f, Blocks) else f
+        return replace(f, block=names.get(f.block, f.block)) if isinstance(f, Blocks) else f
     grid = Grid(tuple(tuple(block(f) for f in d) for d in launch.grid.dims), launch.grid.persistent,
                 names.get(launch.grid.share, launch.grid.share))
     when = launch.when

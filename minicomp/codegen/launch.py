@@ -31,7 +31,8 @@ from minicomp.ir import dims
 
 def _factor_text(f) -> str:
     if isinstance(f, Blocks):
-        return f"triton.cdiv({f.n}, meta[{f.block!r}])"
+        counts = " + ".join(f"triton.cdiv({n}, meta[{f.block!r}])" for n in (f.n, *f.more))
+        return f"({counts})" if f.more else counts
     if dims.is_symbolic(f) and len(f.terms) > 1:
         return f"({f})"         # a sum of sizes, one factor of a product
     return str(f)
@@ -55,8 +56,8 @@ def fixed_grid(grid: Grid, kwargs: tuple) -> Grid:
     for d in grid.dims:
         number, left = 1, []
         for f in d:
-            if isinstance(f, Blocks) and f.block in known and not dims.is_symbolic(f.n):
-                number *= -(-f.n // known[f.block])
+            if isinstance(f, Blocks) and f.block in known and not dims.any_symbolic((f.n, *f.more)):
+                number *= f.count(known[f.block])
             elif isinstance(f, Blocks):
                 left.append(f)
             else:

@@ -30,7 +30,8 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import attention, dedup, fallback, gemm, index_check, library, library_attention, pointwise, reduction, sizes, target_check
+from minicomp.codegen import (attention, combo, dedup, fallback, gemm, index_check, library, library_attention, pointwise,
+                              reduction, sizes, target_check)
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, scratch_lines, warm_entries
@@ -138,8 +139,12 @@ class ModuleWriter:
             b.writeline("_empty = _rt.allocator(device)  # empty(shape, strides, dtype) on device")
             for nid, name in zip(g.inputs, arg_names if not at_once else ()):
                 b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
-            for index, group in enumerate(group_order(g, self.plan)):
-                self._write_group(group, index)
+            order, shared = group_order(g, self.plan), None
+            for index, group in enumerate(order):      # two small pointwise groups may share a launch (combo.py)
+                after = order[index + 1] if index + 1 < len(order) else None
+                if group is not shared and self._write_group(group, index, after if after is not None and
+                                                             combo.eligible(g, group, after, self.forced) else None):
+                    shared = after
             self.scalars_used |= set(g.outputs)
             self._bind_constants(ctx0)
             if self.device_type == "cuda" and self.kernels:
@@ -172,7 +177,9 @@ class ModuleWriter:
                 b.writeline(f"{ctx0.buf(n.id)} = torch.tensor({fallback.py_value(value)}, dtype={n.dtype}, device=device)"
                             + (f"  #{label}" if label else ""))
 
-    def _write_group(self, group: Group, index: int) -> None:
+    def _write_group(self, group: Group, index: int, partner: Group | None = None) -> bool:
+        """Write the group's lines; with `partner` (the next group, `combo.eligible`), one kernel
+        for both where both kernels are flat pointwise ones. Whether the partner was written."""
         g, b = self.graph, self.body
         ctx = KernelCtx(g, group, index, self.target, self.names)
         b.writeline("")
@@ -203,7 +210,14 @@ class ModuleWriter:
             emit, reason = None, self.forced[group.id]
         if emit is not None and self.symbolic and group.kind not in sizes.SYMBOLIC_KINDS:
             emit, reason = None, f"{group.kind} kernels take concrete sizes so far"
-        if emit is not None:
+        groups, ctxs = [group], [ctx]
+        if emit is not None and partner is not None:
+            other = KernelCtx(g, partner, index + 1, self.target, self.names)
+            if (kernel := combo.emit_pair(ctx, other)) is not None:
+                groups, ctxs = [group, partner], [ctx, other]
+                b.writeline(f"# group {partner.id}: {comment_text(f'{partner.kind} {partner.name}'.strip())} "
+                            f"[{', '.join(f'%{n}' for n in partner.nodes)}] (one launch with group {group.id}: codegen/combo.py)")
+        if emit is not None and kernel is None:
             try:
                 kernel = emit(ctx)
             except Unsupported as e:
@@ -220,17 +234,21 @@ class ModuleWriter:
         if first is None:
             self.kernels.append(kernel)
         self.kernel_groups.setdefault(kernel.name, group.id)
-        self.kernel_users.setdefault(kernel.name, []).append(group.id)
+        self.kernel_users.setdefault(kernel.name, []).extend(grp.id for grp in groups)
         for launch in kernel.launches:          # a second form of the kernel (codegen/sizes.py)
             if launch.fn:
                 self.kernel_groups.setdefault(launch.fn, group.id)
-        self.summary.append(f"group {group.id:<3} {what:<24} -> {kernel.name}"
-                            + (f" (the kernel of group {first})" if first is not None else ""))
-        for o in group.outputs:
-            n = g.node(o)
-            b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
+        for grp in groups:
+            self.summary.append(f"group {grp.id:<3} {grp.kind + (f' {grp.name}' if grp.name else ''):<24} -> {kernel.name}"
+                                + (f" (the kernel of group {first})" if first is not None else "")
+                                + (f" (one launch with group {group.id if grp is not group else partner.id})"
+                                   if len(groups) > 1 else ""))
+            for o in grp.outputs:
+                n = g.node(o)
+                b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
         # index tensors the kernel reads through, checked first (once a call): eager's error for a bad index
-        b.writelines(index_check.lines(ctx, self.index_checked) if kernel.launches else [])
+        for c in ctxs:
+            b.writelines(index_check.lines(c, self.index_checked) if kernel.launches else [])
         b.writelines(scratch_lines(kernel.launches))
         cuda = self.device_type == "cuda"
         if not kernel.launches:
@@ -249,6 +267,7 @@ class ModuleWriter:
                 self.warm[:0] = entries
             else:
                 self.warm += entries
+        return len(groups) > 1
 
     # ------------------------------------------------------------------ whole module
     def source(self) -> str:

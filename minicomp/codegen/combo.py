@@ -1,0 +1,116 @@
+"""Two small pointwise groups launched as one kernel (a combo kernel).
+
+A RoPE model rotates q and k in two pointwise groups: their shapes differ (16 query heads, 8
+key heads in the benchmark's Llama), so the planner cannot make them one kernel over one
+iteration space, and each is a launch of a few microseconds of GPU time. At the start of a
+call the GPU waits for the host at every such launch (session 21's timeline: the host needs
+15-20 us a launch on the H100 machines, the GPU 3-5 us for one of these), and every launch
+costs the host that time again in a call the host bounds.
+
+When two groups that come one after the other in the launch order (`codegen/order.py`) are
+both flat pointwise kernels of static sizes, neither reads what the other writes, and each is
+small (`COMBO_MAX_US` of the ledger's bound), they run as one kernel: the first
+`cdiv(n_a, BLOCK)` programs compute the first group's blocks, the rest the second's. Each
+group's body is the text its own kernel would hold (`pointwise._build`), in a `@triton.jit`
+function of its own that takes the block's number (`<kernel>_a`, `<kernel>_b`: locals stay
+apart, Triton inlines them), and the kernel branches on the program id. The autotuner picks
+one BLOCK for both, keyed on both sizes.
+
+Invariants: the plan is unchanged (the groups, their outputs and the ledger are the plan's;
+only the launch is shared, and the module's summary says which two share it); the two groups
+write disjoint outputs and neither reads the other's, so the order of their blocks does not
+matter; a tiled form (a transpose or a row broadcast), a view, symbolic sizes or an empty group
+keep their own kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+from minicomp.codegen.builder import CodeBuilder
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name, next_pow2
+from minicomp.codegen.pointwise import (CPU_BLOCK, CUDA_CONFIGS, _build, _wants_tiles, as_view, autotune_decorator,
+                                        fixed_config, io_comment, needs_int64)
+from minicomp.ir.dims import SymbolicDim
+from minicomp.ir.graph import Graph
+from minicomp.plan.records import Group
+
+# The ledger's lower bound (us) under which a pointwise group is small enough to share a launch:
+# above it the group's own autotuned block size is worth more than a launch. Llama's q and k
+# rotations at 4 x 512 read and write 8 and 4 MiB (about 5 and 3 us on the H200 model).
+COMBO_MAX_US = 20.0
+
+
+def eligible(graph: Graph, first: Group, second: Group, forced: dict) -> bool:
+    """Whether `second`, launched right after `first`, may share its launch (module docstring);
+    the kernels' own forms are checked when they are written (`emit_pair`)."""
+    return (first.kind == second.kind == "pointwise" and not graph.symbolic
+            and first.id not in forced and second.id not in forced
+            and not set(first.outputs) & set(second.inputs)
+            and all(0 < g.lower_bound_us < COMBO_MAX_US for g in (first, second)))
+
+
+def _part(ctx: KernelCtx) -> tuple[list[int], list[str], int, CodeBuilder, bool] | None:
+    """(tensors read then written, their pointer names, the element count, the body text, int64
+    offsets) of a flat pointwise kernel of the group; None where its kernel is not one."""
+    graph, group = ctx.graph, ctx.group
+    if not group.outputs or as_view(ctx) is not None:
+        return None
+    shape = graph.node(group.outputs[0]).shape
+    if any(graph.node(o).shape != shape for o in group.outputs):
+        return None
+    numel = math.prod(shape)
+    try:
+        if numel == 0 or _wants_tiles(ctx, shape):
+            return None
+    except SymbolicDim:
+        return None
+    low, body = _build(ctx, shape, tiled=False)
+    reads = [n for n in low.pointers if n not in group.outputs]
+    tensors = reads + list(group.outputs)
+    return tensors, [low.pointers[n].name for n in tensors], numel, body, needs_int64(ctx, list(low.pointers), numel)
+
+
+def emit_pair(first: KernelCtx, second: KernelCtx) -> Kernel | None:
+    """One kernel computing both groups (module docstring), or None when either group's kernel
+    is not a flat pointwise one."""
+    parts = [_part(first), _part(second)]
+    if parts[0] is None or parts[1] is None:
+        return None
+    name = kernel_name(first, "pw2")
+    sizes = ("n_elements", "n_elements_1")
+    params: dict[str, int] = {}                 # pointer name -> tensor, in the order of first use
+    for tensors, names, *_ in parts:
+        for nid, p in zip(tensors, names):
+            params.setdefault(p, nid)
+    src = CodeBuilder()
+    for (tensors, names, _, body, wide), suffix, ctx in zip(parts, "ab", (first, second)):
+        src.writeline("@triton.jit")
+        with src.block(f"def {name}_{suffix}({', '.join(names)}, n_elements, pid, BLOCK: tl.constexpr):"):
+            src.writelines(io_comment(ctx, tensors[:-len(ctx.group.outputs)], ctx.group.outputs))
+            src.writeline(f"offs = {'pid.to(tl.int64)' if wide else 'pid'} * BLOCK + tl.arange(0, BLOCK)")
+            src.writeline("mask = offs < n_elements")
+            src.splice(body.getvalue())
+        src.writelines(["", ""])
+    n_a, n_b = parts[0][2], parts[1][2]
+    configs: list[tuple[dict, int]] = []
+    if first.device_type == "cuda":
+        configs = [({"BLOCK": b}, w) for b, w in CUDA_CONFIGS if b <= max(next_pow2(max(n_a, n_b)), CUDA_CONFIGS[0][0])]
+        src.writelines(autotune_decorator(configs, list(sizes)))
+    src.writeline("@triton.jit")
+    with src.block(f"def {name}({', '.join(params)}, {', '.join(sizes)}, BLOCK: tl.constexpr):"):
+        src.writeline(f"# groups {first.group.id} and {second.group.id} in one launch: the first "
+                      "cdiv(n_elements, BLOCK) programs compute the first")
+        src.writeline("pid = tl.program_id(0)")
+        src.writeline("first_blocks = tl.cdiv(n_elements, BLOCK)")
+        with src.block("if pid < first_blocks:"):
+            src.writeline(f"{name}_a({', '.join(parts[0][1])}, n_elements, pid, BLOCK)")
+        with src.block("else:"):
+            src.writeline(f"{name}_b({', '.join(parts[1][1])}, n_elements_1, pid - first_blocks, BLOCK)")
+    args = tuple(Buf(nid) for nid in params.values()) + (n_a, n_b)
+    if first.device_type == "cuda":
+        launch = Launch(Grid.of(Blocks(n_a, "BLOCK", more=(n_b,))), args, fixed_config(configs))
+    else:
+        block = min(CPU_BLOCK, next_pow2(max(n_a, n_b)))
+        launch = Launch(Grid.of(-(-n_a // block) + -(-n_b // block)), args, (("BLOCK", block),))
+    return Kernel(name, src.getvalue(), [launch])
