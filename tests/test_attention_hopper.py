@@ -115,8 +115,8 @@ def test_the_block_language_kernel_serves_while_the_gluon_kernel_compiles(on_hop
     first = lines.index("if not _rt.compiled(mc_attn_hopper_attention_0):")
     assert lines[first + 1].startswith("_launch(mc_attn_attention_0,")
     later = lines.index("if _rt.compiled(mc_attn_hopper_attention_0):")
-    assert later > first and lines[later + 1:later + 3] == ["_tma_ready()", lines[later + 2]]
-    assert lines[later + 2].startswith("_launch(mc_attn_hopper_attention_0,")
+    assert later > first and lines[later + 1].startswith("_launch(mc_attn_hopper_attention_0,")
+    assert lines.count("_tma_ready()") == 1 and lines.index("_tma_ready()") < first   # once a call, first
     warm, rest = src.split("_WARM = [", 1)[1].split("_LATER = [", 1)
     assert "(mc_attn_attention_0," in warm and "mc_attn_hopper_attention_0" not in warm
     assert "(mc_attn_hopper_attention_0," in rest.split("]\n", 1)[0]

@@ -433,6 +433,27 @@ def test_tma_form_dual_gemm_and_misaligned_operand(tma_on_cpu):
     assert gen.source.count("tl.make_tensor_descriptor(") == 3 and "_align16(x)" in gen.source
 
 
+def test_a_cuda_module_aligns_no_operand_it_knows_aligned_and_installs_the_allocator_once():
+    """On CUDA run() lays out every input 16-byte aligned and allocates every buffer aligned, so
+    its TMA launches pass them as they are (no `_align16` call at each launch); Triton's allocator
+    for the descriptors is installed once a call, before the first group. The CPU module keeps
+    `_align16` (its inputs are not aligned for it: test_tma_form_dual_gemm_and_misaligned_operand)."""
+    dtype = torch.bfloat16
+    g = Graph("two_linears")
+    x = g.add_input("x", (4, 64, 128), dtype)
+    w1 = g.add_input("w1", (256, 128), dtype)
+    w2 = g.add_input("w2", (128, 256), dtype)
+    g.set_outputs([C.linear(g, g.add("gelu", C.linear(g, x, w1, None), approximate="none"), w2, None)])
+    target = replace(Target("cuda", (9, 0)), library_gemm=False)
+    from minicomp.plan import plan_graph
+    gen = generate(g, plan_graph(g), target)
+    lines = [line.strip() for line in gen.source.split("def run(", 1)[1].splitlines()]
+    launches = [line for line in lines if line.startswith("_launch(mc_gemm_")]
+    assert len(launches) == 2 and gen.source.count("tl.make_tensor_descriptor(") >= 4
+    assert not any("_align16(" in line for line in launches), launches
+    assert lines.count("_tma_ready()") == 1 and lines.index("_tma_ready()") < lines.index(launches[0])
+
+
 @pytest.mark.parametrize("why", ["fp32", "leading stride", "batched B", "prologue cast"])
 def test_pointer_form_where_a_descriptor_cannot_read(why, tma_on_cpu):
     dtype = torch.float32 if why == "fp32" else torch.bfloat16

@@ -176,6 +176,11 @@ def test_launch_records_are_written_as_call_lines():
         "_tma_ready()",
         "_launch(mc_gemm_2, lambda meta: (min(_sm_count(device), triton.cdiv(100, meta['BLOCK_M']) * "
         "triton.cdiv(72, meta['BLOCK_N'])),), _align16(buf0), buf5, M=100)"]
+    # a tensor known aligned (an input run() laid out, a buffer it allocated) is passed as it is;
+    # a module installs Triton's allocator once a call instead of before each TMA launch
+    assert launch_lines("mc_gemm_2", tma, name, cuda=True, aligned={0}, tma_ready=False) == [
+        "_launch(mc_gemm_2, lambda meta: (min(_sm_count(device), triton.cdiv(100, meta['BLOCK_M']) * "
+        "triton.cdiv(72, meta['BLOCK_N'])),), buf0, buf5, M=100)"]
 
 
 def test_a_static_launch_passes_its_site_key_and_equal_signatures_share_it():

@@ -213,16 +213,20 @@ LAUNCH_BOUND_US = 5.0
 WAVE = 132      # programs one wave of the H200 holds (one per SM): the ledger's machine
 
 
-def few_configs(ctx: KernelCtx, cfgs: list, programs) -> list:
+def few_configs(ctx: KernelCtx, cfgs: list, programs, short_too: bool = False) -> list:
     """`cfgs`, or for a launch-bound group (`LAUNCH_BOUND_US`) two of them: those launching
     the fewest programs that still fill a wave, then those launching the most. `programs(c)`
-    counts a config's programs. Over symbolic sizes the table stays (its sweeps are per bucket)."""
+    counts a config's programs. `short_too` adds, where two filled a wave, the config of fewest
+    programs under a wave as a third: BERT's 2048 x 768 GEMMs (K = 768) took 13.4 us with 192
+    tiles of 128 x 64 where cuBLAS's 132 tiles of 96 x 128 took 7.3 (H100, session 21's
+    records), and a wave of fewer, larger tiles (96 of 128 x 128) is the nearest form of ours.
+    Over symbolic sizes the table stays (its sweeps are per bucket)."""
     if (ctx.device_type != "cuda" or ctx.graph.symbolic or len(cfgs) <= 2
             or not 0 < ctx.group.lower_bound_us < LAUNCH_BOUND_US):
         return cfgs
     filling = sorted((c for c in cfgs if programs(c) >= WAVE), key=programs)
     short = sorted((c for c in cfgs if programs(c) < WAVE), key=programs, reverse=True)
-    return (filling + short)[:2]
+    return (filling + short)[:2] + (short[:1] if short_too and len(filling) >= 2 else [])
 
 
 def next_pow2(n: int) -> int:

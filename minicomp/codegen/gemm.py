@@ -308,7 +308,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     tma = tma_form(ctx, spec)
     cfgs = few_configs(ctx, configs(spec, ctx.device_type, tma is not None, ctx.target.matmul_precision,
                                     odd_store(ctx) or reads_tile(ctx, spec)),
-                       lambda c: -(-spec.m // c[0]) * -(-spec.n // c[1]) * math.prod(spec.batch))
+                       lambda c: -(-spec.m // c[0]) * -(-spec.n // c[1]) * math.prod(spec.batch), short_too=True)
     body = CodeBuilder()
     masks = {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}
     low = TileLowering(ctx, body, masks, reserved=LOCALS + tuple(f"z{i}" for i in range(len(spec.batch))))

@@ -76,12 +76,14 @@ def _value_text(v) -> str:
     return repr(v)
 
 
-def args_text(launch: Launch, buf_name: Callable[[int], str]) -> list[str]:
-    """The launch's positional and keyword arguments as text (tensors by their call() names)."""
+def args_text(launch: Launch, buf_name: Callable[[int], str], aligned: frozenset | set = frozenset()) -> list[str]:
+    """The launch's positional and keyword arguments as text (tensors by their call() names).
+    A tensor of `aligned` (the module's inputs, which run() lays out aligned, and the buffers it
+    allocates) is passed as it is where a TMA operand would be aligned first (`_align16`)."""
     out = []
     for a in launch.args:
         if isinstance(a, Buf):
-            text = f"_align16({buf_name(a.nid)})" if a.align16 else buf_name(a.nid)
+            text = f"_align16({buf_name(a.nid)})" if a.align16 and a.nid not in aligned else buf_name(a.nid)
             out.append(f"{a.wrap}({text})" if a.wrap else text)
         elif isinstance(a, Scratch):
             out.append(a.name)
@@ -113,11 +115,13 @@ def site_key(kernel: str, launch: Launch, dtype_of: Callable[[int], object]) -> 
 
 
 def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cuda: bool,
-                 dtype_of: Callable[[int], object] | None = None) -> list[str]:
-    """The lines of call() that run `launch` of `kernel`."""
+                 dtype_of: Callable[[int], object] | None = None, aligned: frozenset | set = frozenset(),
+                 tma_ready: bool = True) -> list[str]:
+    """The lines of call() that run `launch` of `kernel`; `aligned` as `args_text` takes it;
+    without `tma_ready` the caller installs Triton's allocator for TMA descriptors itself."""
     kernel = launch.fn or kernel
-    lines = ["_tma_ready()"] if launch.tma else []
-    args = ", ".join(args_text(launch, buf_name))
+    lines = ["_tma_ready()"] if launch.tma and tma_ready else []
+    args = ", ".join(args_text(launch, buf_name, aligned))
     grid = grid_text(fixed_grid(launch.grid, launch.kwargs))
     if cuda and dtype_of is not None and _literal(launch):
         lines.append(f"_launch({kernel}, {grid}, {args}, _site={site_key(kernel, launch, dtype_of)!r})")
@@ -150,6 +154,23 @@ def warm_entries(kernel: Kernel, dtype_of: Callable[[int], str]) -> tuple[list[s
         return isinstance(launch.when, Ready) and launch.when.ready
     return ([warm_entry(kernel.name, launch, dtype_of) for launch in kernel.launches if not later(launch)],
             [warm_entry(kernel.name, launch, dtype_of) for launch in kernel.launches if later(launch)])
+
+
+def queue_warm(kernel: Kernel, shared: bool, dtype_of: Callable[[int], str], warm: list, later: list) -> None:
+    """Add `kernel`'s `_WARM` and `_LATER` entries (`warm_entries`, sizes at their hints) to a
+    module's lists. A kernel `shared` with an earlier group (codegen/dedup.py) adds only entries
+    not there yet: it compiles once per distinct entry. A library kernel (Gluon attention) compiles
+    longest (4.3 s on the H200's host, a block-language one 2-3 s): it goes first into the warm-up
+    pool, not behind the others (benchmarks/ablations/first_call.py)."""
+    entries, late = warm_entries(kernel, dtype_of)
+    if shared:
+        entries = [e for e in entries if e not in warm]
+        late = [e for e in late if e not in later]
+    later += late
+    if kernel.shared and not late:
+        warm[:0] = entries
+    else:
+        warm += entries
 
 
 def warm_entry(kernel: str, launch: Launch, dtype_of: Callable[[int], str]) -> str:

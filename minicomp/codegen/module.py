@@ -34,7 +34,7 @@ from minicomp.codegen import (attention, combo, dedup, fallback, gemm, index_che
                               reduction, sizes, target_check)
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
-from minicomp.codegen.launch import launch_lines, scratch_lines, warm_entries
+from minicomp.codegen.launch import launch_lines, queue_warm, scratch_lines
 from minicomp.codegen.lowering import ident, user_label
 from minicomp.codegen.names import comment_text, line_order
 from minicomp.codegen.order import group_order
@@ -88,6 +88,10 @@ class ModuleWriter:
         self.library: dict[int, str] = {}     # groups with nothing to fuse that call cuBLAS or SDPA (not fallbacks)
         self.warm: list[str] = []          # `_WARM` entries (CUDA): what the first call compiles at once
         self.later: list[str] = []         # `_LATER` entries: what compiles in the background meanwhile
+        # aligned on CUDA (TMA operands skip `_align16`): inputs, constants, the buffers run() allocates
+        self.aligned: set[int] = ({n.id for n in graph.nodes() if n.kind in ("input", "constant")}
+                                  if self.device_type == "cuda" else set())
+        self.tma_used = False              # some launch builds TMA descriptors: run() installs Triton's allocator once
 
     def opaque_slot(self, node: Node) -> int:
         if node.id not in self.opaque_slot_of:
@@ -140,13 +144,14 @@ class ModuleWriter:
             for nid, name in zip(g.inputs, arg_names if not at_once else ()):
                 b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
             order, shared = group_order(g, self.plan), None
-            for index, group in enumerate(order):      # two small pointwise groups may share a launch (combo.py)
-                after = order[index + 1] if index + 1 < len(order) else None
+            for index, (group, after) in enumerate(zip(order, order[1:] + [None])):   # combo.py: a shared launch
                 if group is not shared and self._write_group(group, index, after if after is not None and
                                                              combo.eligible(g, group, after, self.forced) else None):
                     shared = after
             self.scalars_used |= set(g.outputs)
             self._bind_constants(ctx0)
+            if self.tma_used:         # Triton's allocator for TMA descriptors, once a call
+                b.writeline("_tma_ready()")
             if self.device_type == "cuda" and self.kernels:
                 with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
                     with b.block("with _rt.CompilingAtOnce(_WARM, later=_LATER):" if self.later else "with _rt.CompilingAtOnce(_WARM):"):
@@ -178,8 +183,8 @@ class ModuleWriter:
                             + (f"  #{label}" if label else ""))
 
     def _write_group(self, group: Group, index: int, partner: Group | None = None) -> bool:
-        """Write the group's lines; with `partner` (the next group, `combo.eligible`), one kernel
-        for both where both kernels are flat pointwise ones. Whether the partner was written."""
+        """Write the group's lines, with `partner`'s (the next group) where one kernel computes both
+        (`combo.emit_pair`); whether it did."""
         g, b = self.graph, self.body
         ctx = KernelCtx(g, group, index, self.target, self.names)
         b.writeline("")
@@ -246,6 +251,7 @@ class ModuleWriter:
             for o in grp.outputs:
                 n = g.node(o)
                 b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
+                self.aligned |= {o} if self.device_type == "cuda" else set()   # a new buffer: aligned
         # index tensors the kernel reads through, checked first (once a call): eager's error for a bad index
         for c in ctxs:
             b.writelines(index_check.lines(c, self.index_checked) if kernel.launches else [])
@@ -254,19 +260,11 @@ class ModuleWriter:
         if not kernel.launches:
             b.writeline(f"# {kernel.name}: {kernel.note or 'nothing to launch'}")
         for launch in kernel.launches:
-            b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda, lambda nid: g.node(nid).dtype))
+            b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda, lambda nid: g.node(nid).dtype,
+                                      self.aligned, tma_ready=False))
+            self.tma_used |= launch.tma
         if cuda:
-            entries, later = warm_entries(kernel, lambda nid: str(g.node(nid).dtype))   # sizes at their hints
-            if first is not None:        # a shared kernel compiles once per distinct warm-up entry
-                entries = [e for e in entries if e not in self.warm]
-                later = [e for e in later if e not in self.later]
-            self.later += later
-            if kernel.shared and not later:
-                # a library kernel (Gluon attention) compiles longest (4.3 s on the H200's host, a block-language
-                # one 2-3 s): first into the warm-up pool, not queued behind others (benchmarks/ablations/first_call.py)
-                self.warm[:0] = entries
-            else:
-                self.warm += entries
+            queue_warm(kernel, first is not None, lambda nid: str(g.node(nid).dtype), self.warm, self.later)
         return len(groups) > 1
 
     # ------------------------------------------------------------------ whole module
