@@ -131,11 +131,15 @@ def test_the_cuda_module_autotunes_one_block_for_both_and_sums_their_blocks():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_rotations_in_one_launch_match_eager(dtype):
+    """Against eager in fp32, rounded once: the kernel computes in fp32 and rounds once, where
+    bf16 eager rounds each product before the sum (at a point where q*cos and the rotated
+    q*sin nearly cancel, 4 million elements held one 0.025 apart from bf16 eager on the H100)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     args = _inputs(dtype, seq=1000, d=128, heads=(16, 8), device="cuda")
     f = minicomp.compile(rope)
+    want = [w.to(dtype) for w in rope(*[a.float() for a in args])]
     for _ in range(3):                      # the first call (Triton's path), then the fast launcher
-        for got, want in zip(f(*args), rope(*args)):
-            torch.testing.assert_close(got, want, **TOL[dtype])
+        for got, ref in zip(f(*args), want):
+            torch.testing.assert_close(got, ref, **TOL[dtype])
     assert f.source.count("_launch(mc_pw2_") == 1, f.source
