@@ -72,6 +72,32 @@ def test_first_launch_through_triton_then_the_compiled_launcher():
     assert k.log[1][1] == (4, 1, 1) and k.log[1][2] == (x, y, 8, 2, 4)
 
 
+def test_a_trusting_launcher_tests_no_tensor_but_those_of_checked_launches(monkeypatch):
+    """`Launcher(aligned=True)` (a generated CUDA module's): its launches take the fast launcher
+    without testing their tensors' alignment; `checked` launches (a tensor PyTorch made) test
+    them, and a misaligned one goes through Triton each time, keeping no fast launcher."""
+    current = {"device": 0}
+    launch = launcher.Launcher({}, current_device=lambda: current["device"], aligned=True)
+    k = FakeKernel()
+    x, y = torch.zeros(8, 4), torch.zeros(8, 4)
+    tested = []
+    real = launcher._aligned
+    monkeypatch.setattr(launcher, "_aligned", lambda args: tested.append(len(args)) or real(args))
+    launch(k, grid, x, y, 8, BLOCK_C=4, _site="k#1")           # first: through Triton
+    launch(k, grid, x, y, 8, BLOCK_C=4, _site="k#1")
+    assert [e[0] for e in k.log] == ["triton", "fast"] and k.log[1][2] == (x, y, 8, 2, 4) and not tested
+    launch.checked(k, grid, x, y, 8, BLOCK_C=4, _site="k#1")   # tested, aligned: the fast launcher
+    assert k.log[-1][0] == "fast" and tested
+    odd = torch.zeros(33)[1:].view(8, 4)                          # 4 bytes past an aligned start
+    for _ in range(2):
+        launch.checked(k, grid, odd, y, 8, BLOCK_C=4, _site="k#2")
+        assert k.log[-1][0] == "triton"
+    assert "k#2" not in launch.fast
+    current["device"] = 1                                          # another device: Triton's path
+    launch(k, grid, x, y, 8, BLOCK_C=4, _site="k#1")
+    assert k.log[-1][0] == "triton"
+
+
 class PendingKernel(FakeKernel):
     """As Triton 3.9 launches inside AsyncCompileMode: the launch returns the FutureKernel."""
 
@@ -178,7 +204,7 @@ def test_launch_records_are_written_as_call_lines():
         "triton.cdiv(72, meta['BLOCK_N'])),), _align16(buf0), buf5, M=100)"]
     # a tensor known aligned (an input run() laid out, a buffer it allocated) is passed as it is;
     # a module installs Triton's allocator once a call instead of before each TMA launch
-    assert launch_lines("mc_gemm_2", tma, name, cuda=True, aligned={0}, tma_ready=False) == [
+    assert launch_lines("mc_gemm_2", tma, name, cuda=True, aligned={0, 5}, tma_ready=False) == [
         "_launch(mc_gemm_2, lambda meta: (min(_sm_count(device), triton.cdiv(100, meta['BLOCK_M']) * "
         "triton.cdiv(72, meta['BLOCK_N'])),), buf0, buf5, M=100)"]
 
@@ -206,6 +232,14 @@ def test_a_static_launch_passes_its_site_key_and_equal_signatures_share_it():
     dynamic = Launch(one.grid, (Buf(0), Runtime("s0", 64), 4096), one.kwargs)
     (line,) = launch_lines("mc_red_x_0", dynamic, name, cuda=True, dtype_of=bf16)
     assert line.startswith("_launch(mc_red_x_0, ") and ", buf0, s0, 4096, " in line and "_site" not in line
+    # a module's Launcher trusts the tensors it knows aligned (run()'s inputs and buffers); a launch
+    # with another (one PyTorch made) goes through `checked`, which tests them
+    (line,) = launch_lines("mc_red_x_0", one, name, cuda=True, dtype_of=bf16, aligned={0})
+    assert line.startswith("_launch(mc_red_x_0, ") and line.endswith(f"_site={key!r})")
+    two = Launch(one.grid, (Buf(0), Buf(7), 64, 4096), one.kwargs)
+    assert launch_lines("mc_red_x_0", two, name, cuda=True, dtype_of=bf16, aligned={0})[0].startswith(
+        "_launch.checked(mc_red_x_0, ")
+    assert launch_lines("mc_red_x_0", two, name, cuda=True, dtype_of=bf16, aligned={0, 7})[0].startswith("_launch(")
 
 
 def test_grids_evaluate_as_their_text_does():

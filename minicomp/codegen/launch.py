@@ -115,18 +115,25 @@ def site_key(kernel: str, launch: Launch, dtype_of: Callable[[int], object]) -> 
 
 
 def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cuda: bool,
-                 dtype_of: Callable[[int], object] | None = None, aligned: frozenset | set = frozenset(),
+                 dtype_of: Callable[[int], object] | None = None, aligned: set | None = None,
                  tma_ready: bool = True) -> list[str]:
-    """The lines of call() that run `launch` of `kernel`; `aligned` as `args_text` takes it;
-    without `tma_ready` the caller installs Triton's allocator for TMA descriptors itself."""
+    """The lines of call() that run `launch` of `kernel`. `aligned`: the tensors a generated
+    module's trusting Launcher (`Launcher(aligned=True)`) may take without a test (as `args_text`
+    takes it); a launch with another goes through `_launch.checked`. None: no such knowledge (a
+    plain Launcher). Without `tma_ready` the caller installs Triton's allocator for TMA
+    descriptors itself."""
     kernel = launch.fn or kernel
     lines = ["_tma_ready()"] if launch.tma and tma_ready else []
-    args = ", ".join(args_text(launch, buf_name, aligned))
+    args = ", ".join(args_text(launch, buf_name, aligned or frozenset()))
     grid = grid_text(fixed_grid(launch.grid, launch.kwargs))
+    # a module's Launcher trusts its tensors aligned; one it cannot vouch for goes through `checked`
+    # (every tensor known aligned: an input, a buffer, constants, or made so by `_align16`, a padded copy)
+    known = aligned is None or all(a.nid in aligned or a.align16 or a.wrap for a in launch.args if isinstance(a, Buf))
+    launcher = "_launch" if known else "_launch.checked"
     if cuda and dtype_of is not None and _literal(launch):
-        lines.append(f"_launch({kernel}, {grid}, {args}, _site={site_key(kernel, launch, dtype_of)!r})")
+        lines.append(f"{launcher}({kernel}, {grid}, {args}, _site={site_key(kernel, launch, dtype_of)!r})")
     elif cuda:
-        lines.append(f"_launch({kernel}, {grid}, {args})")
+        lines.append(f"{launcher}({kernel}, {grid}, {args})")
     else:
         lines.append(f"{kernel}[{grid}]({args})")
     if isinstance(launch.when, Ready):

@@ -205,6 +205,8 @@ class ModuleWriter:
         if (library_call := None if group.id in self.forced else lib.choice(ctx)) is not None:
             self.library[group.id] = library_call          # nothing to fuse: a library call, no kernel, no fallback
             self.summary.append(f"group {group.id:<3} {what:<24} -> {library_call}")
+            if group.kind == "gemm" and self.device_type == "cuda":
+                self.aligned |= set(group.outputs)     # cuBLAS's new tensor, or `_as_layout`'s aligned one
             return lib.emit(ctx, b, self.opaque_slot)
         if group.kind == "pointwise" and group.id not in self.forced and (view := pointwise.as_view(ctx)):
             self.summary.append(f"group {group.id:<3} {what:<24} -> {view[0]}")
@@ -301,7 +303,7 @@ class ModuleWriter:
                       "_rt.sm_count")
         if self.device_type == "cuda" and self.kernels:
             by_sizes = ", by_sizes=True" if self.symbolic else ""
-            out.writeline(f"_launch, _tune_bench = _rt.Launcher(globals(){by_sizes}), _rt.tune_bench")
+            out.writeline(f"_launch, _tune_bench = _rt.Launcher(globals(){by_sizes}, aligned=True), _rt.tune_bench")
             out.writeline("_tune_options = _rt.tune_options()  # tuning records on disk, where this Triton keeps them")
         for shared in dict.fromkeys(k.shared for k in self.kernels if k.shared):
             out.writeline("")

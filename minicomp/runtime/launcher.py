@@ -101,12 +101,17 @@ class Launcher:
     through_triton = 0
 
     def __init__(self, namespace: dict | None = None, current_device: Callable[[], int] | None = None,
-                 by_sizes: bool = False):
+                 by_sizes: bool = False, aligned: bool = False):
         self.namespace = namespace if namespace is not None else {}
         self.current_device = current_device or _device_now
         # a module over symbolic sizes passes sizes as arguments: its fast launchers are kept per
         # kernel and integer arguments (the grid, the config and the specialisation follow them)
         self.by_sizes = by_sizes
+        # `aligned`: the caller vouches that every tensor of a launch starts 16-byte aligned, as a
+        # generated CUDA module does (its inputs laid out aligned, its own buffers), except in the
+        # launches it makes through `checked`; the tensors are not tested again at each launch
+        # (~7 pointers a launch, 77 launches a BERT call)
+        self.trusted = aligned
         # kernel -> (launcher, arguments after the positional ones, device), or False: Triton's path
         self.fast: dict[Any, Any] = {}
         self.sites: set = set()        # kernels several groups launch (codegen/dedup.py): `by_site`
@@ -131,12 +136,26 @@ class Launcher:
         else:
             key = kernel
         fast = self.fast.get(key)
-        if fast and fast[2] == self.current_device() and _aligned(args):
+        if fast and fast[2] == self.current_device() and (self.trusted or _aligned(args)):
             try:
                 fast[0](*args, *fast[1])
                 return
             except TypeError:  # this Triton's launcher takes its arguments otherwise: keep to Triton's path
                 self.fast[key] = False
+        self._through_triton(kernel, grid, args, kwargs, key, fast, self.trusted or _aligned(args))
+
+    def checked(self, kernel: Any, grid: Any, *args: Any, _site: str | None = None, **kwargs: Any) -> None:
+        """A launch whose tensors the caller cannot vouch for (one PyTorch made: a view at an
+        offset, a fallback's result): through the fast launcher when all are aligned, else through
+        Triton (a specialisation for them), keeping no fast launcher."""
+        if _aligned(args):
+            return self(kernel, grid, *args, _site=_site, **kwargs)
+        self._through_triton(kernel, grid, args, kwargs, None, None, keep=False)
+
+    def _through_triton(self, kernel: Any, grid: Any, args: tuple, kwargs: dict, key: Any, fast: Any,
+                        keep: bool) -> None:
+        """Triton's launch (its JIT and autotuner), then, where none was kept for `key` and `keep`
+        says the tensors are aligned, the compiled kernel's own launcher kept for the next ones."""
         Launcher.through_triton += 1
         try:
             compiled = kernel[grid](*args, **kwargs)
@@ -146,7 +165,7 @@ class Launcher:
             if not fast and in_triton_compiler(exc):
                 raise KernelCompileError(self.name_of(kernel), exc) from exc
             raise
-        if fast is None and _aligned(args):
+        if fast is None and keep:
             if len(self.fast) >= FAST_LAUNCHERS_KEPT:
                 self.fast.pop(next(iter(self.fast)))     # the oldest size goes first
             self.fast[key] = self.fast_launcher(kernel, compiled, grid, args, kwargs)
