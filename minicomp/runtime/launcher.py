@@ -16,9 +16,13 @@ launches call it directly. What keeps this exact:
   autotuner's key is made of them, so the config and the compiled specialisation cannot
   change between calls; a module over symbolic sizes (codegen/sizes.py) passes sizes as
   integer arguments, and its `Launcher(by_sizes=True)` keeps a fast launcher per kernel and
-  integer arguments instead, so a new size goes through Triton once; pointer alignment can (Triton specialises on 16-byte alignment), so a
-  call with a misaligned tensor goes through Triton again (modules copy misaligned inputs to
-  aligned memory first, `as_layout`, so this is a net);
+  integer arguments instead, so a new size goes through Triton once;
+- pointer alignment could change the specialisation (Triton specialises on 16-byte alignment): a
+  generated CUDA module's Launcher (`aligned=True`) trusts its launches' tensors aligned, since
+  run() copies misaligned inputs to aligned memory first (`as_layouts`) and its buffers,
+  constants and cuBLAS results are aligned; a launch with a tensor PyTorch made goes through
+  `checked`, which tests each and sends a misaligned one through Triton (as every launch of an
+  untrusting Launcher does);
 - the launch is on the current CUDA device, as Triton's own is; another current device goes
   through Triton;
 - a Triton whose compiled-kernel launcher takes its arguments otherwise raises TypeError
