@@ -126,11 +126,11 @@ class CompiledFunction(LastCompiled):
             for check in s.checks:
                 if check.check(*inputs):
                     self._last = s.compiled
-                    return s.run(inputs, inputs, check.grad and torch.is_grad_enabled(), checked=check.laid_out or True)
+                    return s.run(inputs, inputs, check.grad and torch.is_grad_enabled(), launch=check.launch)
         return self._slow(args)
 
     def _slow(self, args: tuple, kwargs: dict | None = None) -> Any:
-        from minicomp.runtime.boundary import LAID_OUT, TensorCheck, laid_out, resolved
+        from minicomp.runtime.boundary import TensorCheck, fast_launch, resolved
         s, tensors, weights = self._find(args, kwargs)
         originals = tensors + weights
         inputs = [resolved(t) for t in originals]
@@ -147,9 +147,6 @@ class CompiledFunction(LastCompiled):
                     s.launch = self._graphed(s, inputs)
                 else:
                     s.checked_launch = _module_run(s.compiled)
-                    s.layouts = getattr(getattr(s.compiled.call, "module", None), "LAYOUTS", None)
-                    if s.checked_launch is not None and s.layouts is not None:
-                        s.laid_out_launch = functools.partial(s.checked_launch, _laid_out=True)
                 s.warm = True
         else:
             out = s.run(inputs, originals, grad)
@@ -160,7 +157,8 @@ class CompiledFunction(LastCompiled):
         known = any(check.check(*originals) for check in s.checks)
         if as_given and not known and len(s.checks) < _MAX_CHECKS:
             check = TensorCheck(originals, needs_grad)
-            check.laid_out = LAID_OUT if s.laid_out_launch is not None and laid_out(originals, s.layouts) else False
+            check.launch = fast_launch(s.checked_launch, getattr(getattr(s.compiled.call, "module", None), "LAYOUTS", None),
+                                       originals)
             s.checks.append(check)
             entries = self._fast.setdefault(_shape_key(args), [])
             if s not in entries:

@@ -26,6 +26,7 @@ keep their own kernels.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name, next_pow2
@@ -50,9 +51,17 @@ def eligible(graph: Graph, first: Group, second: Group, forced: dict) -> bool:
             and all(0 < g.lower_bound_us < COMBO_MAX_US for g in (first, second)))
 
 
-def _part(ctx: KernelCtx) -> tuple[list[int], list[str], int, CodeBuilder, bool] | None:
-    """(tensors read then written, their pointer names, the element count, the body text, int64
-    offsets) of a flat pointwise kernel of the group; None where its kernel is not one."""
+class _Part(NamedTuple):
+    """One group's half of a combo kernel: what its flat pointwise kernel would hold."""
+    tensors: list[int]       # read, then written
+    pointers: list[str]      # their parameter names
+    numel: int
+    body: CodeBuilder
+    wide: bool               # int64 offsets
+
+
+def _part(ctx: KernelCtx) -> _Part | None:
+    """The group's flat pointwise kernel as a `_Part`; None where its kernel is not one."""
     graph, group = ctx.graph, ctx.group
     if not group.outputs or as_view(ctx) is not None:
         return None
@@ -68,31 +77,31 @@ def _part(ctx: KernelCtx) -> tuple[list[int], list[str], int, CodeBuilder, bool]
     low, body = _build(ctx, shape, tiled=False)
     reads = [n for n in low.pointers if n not in group.outputs]
     tensors = reads + list(group.outputs)
-    return tensors, [low.pointers[n].name for n in tensors], numel, body, needs_int64(ctx, list(low.pointers), numel)
+    return _Part(tensors, [low.pointers[n].name for n in tensors], numel, body, needs_int64(ctx, list(low.pointers), numel))
 
 
 def emit_pair(first: KernelCtx, second: KernelCtx) -> Kernel | None:
     """One kernel computing both groups (module docstring), or None when either group's kernel
     is not a flat pointwise one."""
-    parts = [_part(first), _part(second)]
-    if parts[0] is None or parts[1] is None:
+    a, b = _part(first), _part(second)
+    if a is None or b is None:
         return None
     name = kernel_name(first, "pw2")
     sizes = ("n_elements", "n_elements_1")
     params: dict[str, int] = {}                 # pointer name -> tensor, in the order of first use
-    for tensors, names, *_ in parts:
-        for nid, p in zip(tensors, names):
+    for part in (a, b):
+        for nid, p in zip(part.tensors, part.pointers):
             params.setdefault(p, nid)
     src = CodeBuilder()
-    for (tensors, names, _, body, wide), suffix, ctx in zip(parts, "ab", (first, second)):
+    for part, suffix, ctx in ((a, "a", first), (b, "b", second)):
         src.writeline("@triton.jit")
-        with src.block(f"def {name}_{suffix}({', '.join(names)}, n_elements, pid, BLOCK: tl.constexpr):"):
-            src.writelines(io_comment(ctx, tensors[:-len(ctx.group.outputs)], ctx.group.outputs))
-            src.writeline(f"offs = {'pid.to(tl.int64)' if wide else 'pid'} * BLOCK + tl.arange(0, BLOCK)")
+        with src.block(f"def {name}_{suffix}({', '.join(part.pointers)}, n_elements, pid, BLOCK: tl.constexpr):"):
+            src.writelines(io_comment(ctx, part.tensors[:-len(ctx.group.outputs)], ctx.group.outputs))
+            src.writeline(f"offs = {'pid.to(tl.int64)' if part.wide else 'pid'} * BLOCK + tl.arange(0, BLOCK)")
             src.writeline("mask = offs < n_elements")
-            src.splice(body.getvalue())
+            src.splice(part.body.getvalue())
         src.writelines(["", ""])
-    n_a, n_b = parts[0][2], parts[1][2]
+    n_a, n_b = a.numel, b.numel
     configs: list[tuple[dict, int]] = []
     if first.device_type == "cuda":
         configs = [({"BLOCK": b}, w) for b, w in CUDA_CONFIGS if b <= max(next_pow2(max(n_a, n_b)), CUDA_CONFIGS[0][0])]
@@ -104,9 +113,9 @@ def emit_pair(first: KernelCtx, second: KernelCtx) -> Kernel | None:
         src.writeline("pid = tl.program_id(0)")
         src.writeline("first_blocks = tl.cdiv(n_elements, BLOCK)")
         with src.block("if pid < first_blocks:"):
-            src.writeline(f"{name}_a({', '.join(parts[0][1])}, n_elements, pid, BLOCK)")
+            src.writeline(f"{name}_a({', '.join(a.pointers)}, n_elements, pid, BLOCK)")
         with src.block("else:"):
-            src.writeline(f"{name}_b({', '.join(parts[1][1])}, n_elements_1, pid - first_blocks, BLOCK)")
+            src.writeline(f"{name}_b({', '.join(b.pointers)}, n_elements_1, pid - first_blocks, BLOCK)")
     args = tuple(Buf(nid) for nid in params.values()) + (n_a, n_b)
     if first.device_type == "cuda":
         launch = Launch(Grid.of(Blocks(n_a, "BLOCK", more=(n_b,))), args, fixed_config(configs))

@@ -26,6 +26,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import operator
 import threading
 from dataclasses import dataclass, field
@@ -49,7 +51,7 @@ class TensorCheck:
 
     def __init__(self, tensors: Sequence[torch.Tensor], grad: bool):
         self.grad = grad            # a call it admits needs autograd (when grad mode is on)
-        self.laid_out: str | bool = False   # LAID_OUT: its strides are the module's LAYOUTS (`laid_out`)
+        self.launch: Callable[..., list[torch.Tensor]] | None = None  # what the calls it admits run (`fast_launch`)
         try:
             from torch._C._dynamo.guards import TensorGuards
             guards = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
@@ -62,14 +64,16 @@ class TensorCheck:
             self.check = lambda *ts: _raw_key(ts) == key
 
 
-LAID_OUT = "laid out"      # `Specialisation.run(checked=LAID_OUT)`: the module's run() need not compare strides
-
-
-def laid_out(tensors: Sequence[torch.Tensor], layouts: Sequence[tuple]) -> bool:
-    """Whether each tensor's strides are exactly its entry of a generated module's `LAYOUTS`
-    (the strides its run() reads the input with): a TensorCheck made from these tensors then
-    compares everything run()'s `as_layouts` would, but 16-byte alignment."""
-    return len(tensors) == len(layouts) and all(t.stride() == s for t, s in zip(tensors, layouts))
+def fast_launch(run: Callable[..., list[torch.Tensor]] | None, layouts: Sequence[tuple] | None,
+                tensors: Sequence[torch.Tensor]) -> Callable[..., list[torch.Tensor]] | None:
+    """What a call admitted by a TensorCheck made from `tensors` launches: the module's `run`
+    (no input checks; None: the specialisation's own launch), told `_laid_out` where each
+    tensor's strides are exactly its entry of the module's `LAYOUTS` (the strides run() reads
+    the input with), so run() tests alignment only: the check compared everything else."""
+    if run is None or layouts is None or len(tensors) != len(layouts) or \
+            not all(t.stride() == s for t, s in zip(tensors, layouts)):
+        return run
+    return functools.partial(run, _laid_out=True)
 
 
 def resolved(t: torch.Tensor) -> torch.Tensor:
@@ -233,8 +237,6 @@ class Specialisation:
     checks: list[TensorCheck] = field(default_factory=list)
     warm: bool = False                    # its first call (Triton's JIT on CUDA) is done
     checked_launch: Callable[..., list[torch.Tensor]] | None = None   # the module's run(): no input checks
-    laid_out_launch: Callable[..., list[torch.Tensor]] | None = None  # run(_laid_out=True): nor strides
-    layouts: tuple | None = None          # the module's LAYOUTS (None: a module over symbolic sizes)
 
     def __post_init__(self) -> None:
         spec = self.out_spec
@@ -256,14 +258,12 @@ class Specialisation:
         return self.outputs.fix_fresh(inputs, outs)
 
     def run(self, inputs: Sequence[torch.Tensor], originals: Sequence[torch.Tensor], grad: bool,
-            checked: bool | str = False) -> Any:
+            launch: Callable[..., list[torch.Tensor]] | None = None) -> Any:
         """Launch on `inputs` (arguments then weights, neg/conj resolved) and build the result;
         `originals` are the same tensors as the caller has them, for the outputs eager aliases.
-        `checked`: a TensorCheck admitted `inputs`, so the module's `run` (no input checks) may serve;
-        LAID_OUT: one whose strides are the module's LAYOUTS, so run() checks alignment only."""
-        launch = self.launch
-        if checked and self.checked_launch is not None:
-            launch = self.laid_out_launch if checked == LAID_OUT and self.laid_out_launch else self.checked_launch
+        `launch`: what the TensorCheck that admitted `inputs` launches (`TensorCheck.launch`);
+        None: the specialisation's own launch, which checks the inputs."""
+        launch = launch or self.launch
         if self.plain and not grad:
             if self.cpu:
                 with INTERPRETER_LOCK:
