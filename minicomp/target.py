@@ -37,6 +37,8 @@ DUAL_GEMM_ENV = "MINICOMP_DUAL_GEMM"                 # "fused": SwiGLU's pair st
 LIBRARY_JOINS_ENV = "MINICOMP_LIBRARY_JOINS"         # "0": a GEMM whose result meets a tile keeps the join in our epilogue; "all": every such GEMM calls cuBLAS
 JOIN_MIN_FLOP = 2 ** 35
 GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM runs its epilogue (gemm_epilogue_mode)
+GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A in one launch: "auto", "all" or "0" (gemm_combo_mode)
+GEMM_COMBOS = ("auto", "all", "off")
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -114,7 +116,20 @@ def gemm_epilogue_mode(environ: dict | None = None) -> str:
     return value
 
 
-CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV)
+def gemm_combo_mode(environ: dict | None = None) -> str:
+    """When sibling GEMMs sharing operand A launch as one kernel (codegen/gemm_combo.py), as
+    $MINICOMP_GEMM_COMBO says: "auto" (the default: where together they are launch-bound), "all"
+    (any size) or "0" ("off"). Unknown values are an error that names the choices."""
+    env = os.environ if environ is None else environ
+    value = env.get(GEMM_COMBO_ENV, "").strip() or "auto"
+    value = "off" if value == "0" else value
+    if value not in GEMM_COMBOS:
+        raise MinicompError(f"{GEMM_COMBO_ENV}={value!r}: expected one of auto, all, 0")
+    return value
+
+
+CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV,
+                GEMM_COMBO_ENV)
 _seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
 try:        # the variables' names as os.environ keeps them (bytes on POSIX)
     _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
@@ -124,8 +139,8 @@ except AttributeError:
 
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
-    library_joins_mode()) of this process's environment, read again only when one of their
-    variables changed: every compiled call keys its cache on them, and the five parsed reads
+    library_joins_mode(), gemm_combo_mode()) of this process's environment, read again only when one of their
+    variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
     took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
     `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
     call reads them."""
@@ -134,7 +149,8 @@ def codegen_switches() -> tuple:
     raw = tuple(map(data.get, _CODEGEN_KEYS)) if isinstance(data, dict) and _CODEGEN_KEYS is not None else None
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
-        value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode())
+        value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
+                 gemm_combo_mode())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -200,6 +216,8 @@ class Target:
     join_min_flop: int = JOIN_MIN_FLOP   # ... of at least this many operations (library_plan.JOIN says why; "all": 0)
     # CUDA: the persistent TMA GEMM's epilogue (gemm_epilogue_mode, codegen/gemm.py)
     gemm_epilogue: str = "auto"
+    # sibling GEMMs sharing operand A in one launch (gemm_combo_mode, codegen/gemm_combo.py)
+    gemm_combo: str = "auto"
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -212,6 +230,8 @@ class Target:
             raise MinicompError(f"{VERIFY_DEPTH_ENV}={self.verify_depth!r}: expected one of {', '.join(VERIFY_DEPTHS)}")
         if self.gemm_epilogue not in GEMM_EPILOGUES:
             raise MinicompError(f"gemm_epilogue={self.gemm_epilogue!r}: expected one of {', '.join(GEMM_EPILOGUES)}")
+        if self.gemm_combo not in GEMM_COMBOS:
+            raise MinicompError(f"gemm_combo={self.gemm_combo!r}: expected one of {', '.join(GEMM_COMBOS)}")
         if self.matmul_precision not in MATMUL_PRECISIONS:
             raise MinicompError(f"matmul_precision={self.matmul_precision!r}: expected one of "
                                 f"{', '.join(MATMUL_PRECISIONS)}")
@@ -255,7 +275,8 @@ class Target:
                       library_gemm=library != "off", library_all=library == "all",
                       library_attention=library != "off" and library_attention_on(env), graphs=graphs,
                       split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
-                      library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP)
+                      library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
+                      gemm_combo=gemm_combo_mode(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

@@ -26,9 +26,10 @@ import minicomp  # noqa: E402
 
 
 
-def _time_to_first_launch(f, ins) -> float:
+def _time_to_first_launch(f, ins, prof: cProfile.Profile | None = None) -> float:
     """Median host time from the call's start to its first Triton launch or index check, with
-    both wrapped to note the time of the first (the wrappers cost well under a microsecond)."""
+    both wrapped to note the time of the first (the wrappers cost well under a microsecond).
+    With `prof`, that profiler runs over each call's lead alone (its times are then inflated)."""
     import statistics
 
     from minicomp.runtime import launcher
@@ -39,6 +40,8 @@ def _time_to_first_launch(f, ins) -> float:
         def call(*a, **k):
             if not first:
                 first.append(time.perf_counter())
+                if prof is not None:
+                    prof.disable()
             return real(*a, **k)
         return call
     launcher.Launcher.__call__, launcher.check_index = noted(launch), noted(check)
@@ -47,6 +50,8 @@ def _time_to_first_launch(f, ins) -> float:
         for _ in range(50):
             first.clear()
             torch.cuda.synchronize()
+            if prof is not None:
+                prof.enable()
             t0 = time.perf_counter()
             f(*ins)
             leads.append(first[0] - t0)
@@ -89,6 +94,10 @@ with torch.no_grad():
         lead = _time_to_first_launch(f, ins)
         print(f"host time from a call's start to its first launch or index check: {lead * 1e6:.1f} us (median "
               f"of 50; the GPU idles that long after the L2 flush a timed call follows, less the flush's own time)")
+        lead_prof = cProfile.Profile()
+        _time_to_first_launch(f, ins, lead_prof)
+        print("cProfile over the lead alone (50 calls; call start to first launch):")
+        pstats.Stats(lead_prof).sort_stats("tottime").print_stats(args.rows)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(n):

@@ -140,28 +140,31 @@ def test_the_environment_sets_the_switch_and_the_compile_cache_keys_on_it(monkey
 
 
 def test_the_switches_a_call_keys_on_follow_every_change_of_their_variables(monkeypatch):
-    """`codegen_switches` reads the five variables again only when one changed: each change is
+    """`codegen_switches` reads its variables again only when one changed: each change is
     seen at the next call, an unset variable gives the default again, and a bad value raises at
     every call (it is never kept)."""
     from minicomp.errors import MinicompError
     from minicomp.target import CODEGEN_ENVS, codegen_switches
     for name in CODEGEN_ENVS:
         monkeypatch.delenv(name, raising=False)
-    default = ("on", True, False, "auto", "on")
+    default = ("on", True, False, "auto", "on", "auto")
     assert codegen_switches() == default
     changes = [("MINICOMP_LIBRARY_GEMM", "all", 0, "all"), ("MINICOMP_LIBRARY_ATTENTION", "0", 1, False),
                ("MINICOMP_DUAL_GEMM", "fused", 2, True), ("MINICOMP_GEMM_EPILOGUE", "plain", 3, "plain"),
-               ("MINICOMP_LIBRARY_JOINS", "0", 4, "off")]
+               ("MINICOMP_LIBRARY_JOINS", "0", 4, "off"), ("MINICOMP_GEMM_COMBO", "0", 5, "off"),
+               ("MINICOMP_GEMM_COMBO", "all", 5, "all")]
     for name, value, i, want in changes:
         monkeypatch.setenv(name, value)
         assert codegen_switches()[i] == want, name
         assert codegen_switches()[i] == want, name         # the kept answer is the same
         monkeypatch.delenv(name)
         assert codegen_switches() == default, name
-    monkeypatch.setenv("MINICOMP_GEMM_EPILOGUE", "fast")
-    for _ in range(2):
-        with pytest.raises(MinicompError, match="MINICOMP_GEMM_EPILOGUE='fast'"):
-            codegen_switches()
+    for name in ("MINICOMP_GEMM_EPILOGUE", "MINICOMP_GEMM_COMBO"):
+        monkeypatch.setenv(name, "fast")
+        for _ in range(2):
+            with pytest.raises(MinicompError, match=f"{name}='fast'"):
+                codegen_switches()
+        monkeypatch.delenv(name)
 
 
 def test_fp32_source_is_the_same_under_either_tf32_switch_it_is_read_when_the_call_runs():

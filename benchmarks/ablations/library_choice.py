@@ -16,6 +16,8 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `session18`: session 18's default plan (`split`, every GEMM epilogue after its K loop);
 - `all`: every GEMM through cuBLAS (MINICOMP_LIBRARY_GEMM=all);
 - `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults;
+- `nocombo`, `combo`: sibling GEMMs sharing A (q, k, v) each a launch of its own
+  (MINICOMP_GEMM_COMBO=0), or one launch at any size (=all; the default: where launch-bound);
 - `auto`, `plain`, `overlap`: the default plan with the persistent GEMM's epilogue in each
   form (MINICOMP_GEMM_EPILOGUE, `target.gemm_epilogue_mode`).
 
@@ -52,7 +54,8 @@ from benchmarks import measure, workloads_models  # noqa: E402
 
 import minicomp  # noqa: E402
 
-ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM", "MINICOMP_GEMM_EPILOGUE", "MINICOMP_LIBRARY_JOINS")
+ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM", "MINICOMP_GEMM_EPILOGUE", "MINICOMP_LIBRARY_JOINS",
+       "MINICOMP_GEMM_COMBO")
 EPILOGUES = ("auto", "plain", "overlap")
 
 
@@ -74,7 +77,9 @@ def variant_env(name: str) -> dict[str, str]:
         return {}
     if name in EPILOGUES:
         return {"MINICOMP_GEMM_EPILOGUE": name}
-    raise SystemExit(f"unknown variant {name!r}: default, fused, split, joins, session18, all, backend, "
+    if name in ("nocombo", "combo"):
+        return {"MINICOMP_GEMM_COMBO": "0" if name == "nocombo" else "all"}
+    raise SystemExit(f"unknown variant {name!r}: default, fused, split, joins, session18, all, backend, nocombo, combo, "
                      f"{', '.join(EPILOGUES)}")
 
 

@@ -28,8 +28,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from minicomp.codegen import gemm_combo
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, kernel_name, next_pow2
+from minicomp.codegen.names import comment_text
 from minicomp.codegen.pointwise import (CPU_BLOCK, CUDA_CONFIGS, _build, _wants_tiles, as_view, autotune_decorator,
                                         fixed_config, io_comment, needs_int64)
 from minicomp.ir.dims import SymbolicDim
@@ -40,6 +42,33 @@ from minicomp.plan.records import Group
 # above it the group's own autotuned block size is worth more than a launch. Llama's q and k
 # rotations at 4 x 512 read and write 8 and 4 MiB (about 5 and 3 us on the H200 model).
 COMBO_MAX_US = 20.0
+
+
+def partners(graph: Graph, order: list[Group], index: int, forced: dict, target) -> list[Group]:
+    """The groups after `order[index]` that may share its launch: the next pointwise group
+    (`eligible`), or sibling GEMMs reading the same A (codegen/gemm_combo.py; on CUDA, or the
+    interpreter's TMA form in tests); [] for none."""
+    first = order[index]
+    if first.kind == "gemm" and (target.device_type == "cuda" or target.tma_on_cpu):
+        return gemm_combo.partners(graph, order, index, forced, target.gemm_combo)
+    after = order[index + 1] if index + 1 < len(order) else None
+    return [after] if after is not None and eligible(graph, first, after, forced) else []
+
+
+def emit(ctxs: list[KernelCtx]) -> Kernel | None:
+    """One kernel for the groups of `ctxs` (`partners` chose them), or None where their kernels
+    cannot share one (each group is then written on its own)."""
+    if ctxs[0].group.kind == "gemm":
+        return gemm_combo.emit_run(ctxs)
+    return emit_pair(*ctxs) if len(ctxs) == 2 else None
+
+
+def partner_comments(groups: list[Group]) -> list[str]:
+    """call()'s comment line for each group after the first that shares its launch."""
+    first = groups[0]
+    how = "codegen/gemm_combo.py" if first.kind == "gemm" else "codegen/combo.py"
+    return [f"# group {g.id}: {comment_text(f'{g.kind} {g.name}'.strip())} [{', '.join(f'%{n}' for n in g.nodes)}] "
+            f"(one launch with group {first.id}: {how})" for g in groups[1:]]
 
 
 def eligible(graph: Graph, first: Group, second: Group, forced: dict) -> bool:

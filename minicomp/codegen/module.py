@@ -143,11 +143,10 @@ class ModuleWriter:
             b.writeline("_empty = _rt.allocator(device)  # empty(shape, strides, dtype) on device")
             for nid, name in zip(g.inputs, arg_names if not at_once else ()):
                 b.writeline(f"{ctx0.buf(nid)} = _as_layout({name}, {ctx0.strides(nid)!r})")
-            order, shared = group_order(g, self.plan), None
-            for index, (group, after) in enumerate(zip(order, order[1:] + [None])):   # combo.py: a shared launch
-                if group is not shared and self._write_group(group, index, after if after is not None and
-                                                             combo.eligible(g, group, after, self.forced) else None):
-                    shared = after
+            order, written = group_order(g, self.plan), set()
+            for index, group in enumerate(order):     # a group may share the launch of one before it (combo.py)
+                if group.id not in written:
+                    written |= self._write_group(group, index, combo.partners(g, order, index, self.forced, self.target))
             self.scalars_used |= set(g.outputs)
             self._bind_constants(ctx0)
             if self.tma_used:         # Triton's allocator for TMA descriptors, once a call
@@ -182,11 +181,14 @@ class ModuleWriter:
                 b.writeline(f"{ctx0.buf(n.id)} = torch.tensor({fallback.py_value(value)}, dtype={n.dtype}, device=device)"
                             + (f"  #{label}" if label else ""))
 
-    def _write_group(self, group: Group, index: int, partner: Group | None = None) -> bool:
-        """Write the group's lines, with `partner`'s (the next group) where one kernel computes both
-        (`combo.emit_pair`); whether it did."""
+    def _write_group(self, group: Group, index: int, partners: list[Group] = ()) -> set[int]:
+        """Write the group's lines, with `partners`' (the groups after it) where one kernel computes
+        them all (codegen/combo.py); the ids of the groups written."""
         g, b = self.graph, self.body
         ctx = KernelCtx(g, group, index, self.target, self.names)
+        ctxs = [ctx] + [KernelCtx(g, p, index + 1 + i, self.target, self.names) for i, p in enumerate(partners)]
+        kernel = combo.emit(ctxs) if partners else None     # before the library: sibling GEMMs leave cuBLAS
+        groups, ctxs = ([c.group for c in ctxs], ctxs) if kernel is not None else ([group], [ctx])
         b.writeline("")
         if all(0 in g.node(o).shape for o in group.outputs):
             # a zero-size dimension: the outputs hold no element, so there is nothing to launch
@@ -197,33 +199,28 @@ class ModuleWriter:
             for o in group.outputs:
                 n = g.node(o)
                 b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
-            return
+            return {group.id}
         what = f"{group.kind}" + (f" {group.name}" if group.name else "")
         nodes = ", ".join(f"%{n}" for n in group.nodes)
         b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
         lib = library_attention if group.kind == "attention" else library     # SDPA, or cuBLAS for a GEMM
-        if (library_call := None if group.id in self.forced else lib.choice(ctx)) is not None:
+        if kernel is None and (library_call := None if group.id in self.forced else lib.choice(ctx)) is not None:
             self.library[group.id] = library_call          # nothing to fuse: a library call, no kernel, no fallback
             self.summary.append(f"group {group.id:<3} {what:<24} -> {library_call}")
             if group.kind == "gemm" and self.device_type == "cuda":
                 self.aligned |= set(group.outputs)     # cuBLAS's new tensor, or `_as_layout`'s aligned one
-            return lib.emit(ctx, b, self.opaque_slot)
-        if group.kind == "pointwise" and group.id not in self.forced and (view := pointwise.as_view(ctx)):
+            lib.emit(ctx, b, self.opaque_slot)
+            return {group.id}
+        if kernel is None and group.kind == "pointwise" and group.id not in self.forced and (view := pointwise.as_view(ctx)):
             self.summary.append(f"group {group.id:<3} {what:<24} -> {view[0]}")
-            return b.writelines(view[1])
+            b.writelines(view[1])
+            return {group.id}
         emit, reason = _emitter(group.kind)
-        kernel = None
         if group.id in self.forced:
             emit, reason = None, self.forced[group.id]
         if emit is not None and self.symbolic and group.kind not in sizes.SYMBOLIC_KINDS:
             emit, reason = None, f"{group.kind} kernels take concrete sizes so far"
-        groups, ctxs = [group], [ctx]
-        if emit is not None and partner is not None:
-            other = KernelCtx(g, partner, index + 1, self.target, self.names)
-            if (kernel := combo.emit_pair(ctx, other)) is not None:
-                groups, ctxs = [group, partner], [ctx, other]
-                b.writeline(f"# group {partner.id}: {comment_text(f'{partner.kind} {partner.name}'.strip())} "
-                            f"[{', '.join(f'%{n}' for n in partner.nodes)}] (one launch with group {group.id}: codegen/combo.py)")
+        b.writelines(combo.partner_comments(groups))
         if emit is not None and kernel is None:
             try:
                 kernel = emit(ctx)
@@ -236,7 +233,7 @@ class ModuleWriter:
             self.summary.append(f"group {group.id:<3} {what:<24} -> PyTorch ({reason})")
             fallback.emit_torch(ctx, reason, b, self.opaque_slot)
             self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
-            return
+            return {group.id}
         kernel, first = dedup.shared(kernel, self.canonical, self.kernel_groups)
         if first is None:
             self.kernels.append(kernel)
@@ -246,10 +243,10 @@ class ModuleWriter:
             if launch.fn:
                 self.kernel_groups.setdefault(launch.fn, group.id)
         for grp in groups:
+            others = ", ".join(str(o.id) for o in groups if o is not grp)
             self.summary.append(f"group {grp.id:<3} {grp.kind + (f' {grp.name}' if grp.name else ''):<24} -> {kernel.name}"
                                 + (f" (the kernel of group {first})" if first is not None else "")
-                                + (f" (one launch with group {group.id if grp is not group else partner.id})"
-                                   if len(groups) > 1 else ""))
+                                + (f" (one launch with group{'s' if len(groups) > 2 else ''} {others})" if others else ""))
             for o in grp.outputs:
                 n = g.node(o)
                 b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
@@ -267,7 +264,7 @@ class ModuleWriter:
             self.tma_used |= launch.tma
         if cuda:
             queue_warm(kernel, first is not None, lambda nid: str(g.node(nid).dtype), self.warm, self.later)
-        return len(groups) > 1
+        return {grp.id for grp in groups}
 
     # ------------------------------------------------------------------ whole module
     def source(self) -> str:

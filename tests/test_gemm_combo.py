@@ -1,0 +1,171 @@
+"""Sibling GEMMs reading one A in one launch (codegen/gemm_combo.py).
+
+Attention's q, k and v projections read the same activation; each is its own GEMM group with its
+own epilogue. Where they are small they run as one persistent TMA kernel over all their tiles.
+The CPU cases run that kernel under Triton's interpreter (a target with the TMA form on the CPU)
+and compare with eager; the suite's hook also compiles each for sm_90. The CUDA module's form is
+checked from generated text, the GPU case runs it."""
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minicomp
+from minicomp.api import compile_graph
+from minicomp.codegen import gemm_combo
+from minicomp.frontend.fx import capture
+from minicomp.runtime import load
+from minicomp.target import Target
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import tol  # noqa: E402
+from library_testing import generate_quietly  # noqa: E402
+
+TMA_CPU = Target("cpu", tma_on_cpu=True, gemm_combo="all")
+CUDA = Target("cuda", (9, 0))
+
+
+def qkv(x, wq, bq, wk, bk, wv, bv):
+    """Three projections of one activation, as nn.Linear computes them (GQA: k and v narrower)."""
+    return F.linear(x, wq, bq), F.linear(x, wk, bk), F.linear(x, wv, bv)
+
+
+def _inputs(dtype, rows=(2, 37), d=64, n=(64, 40, 40), device="cpu", bias=True):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*rows, d, generator=g)
+    ins = [x]
+    for width in n:
+        ins += [torch.randn(width, d, generator=g) / d ** 0.5, torch.randn(width, generator=g) if bias else None]
+    return [t.to(device=device, dtype=dtype) if t is not None else None for t in ins]
+
+
+def _run_on_cpu(fn, ins, target=TMA_CPU):
+    comp = compile_graph(capture(fn, ins), ins, device="cpu", load=False, target=target)
+    return load(comp.generated, "cpu")(*ins), comp.generated
+
+
+def _reference(fn, ins, dtype):
+    return [r.to(dtype) for r in fn(*[t.float() if t is not None else None for t in ins])]
+
+
+def _combos(source: str) -> list[str]:
+    """The launch lines of three-part combo kernels (the interpreter's `k[grid](...)`, CUDA's `_launch(k, ...)`)."""
+    return [line for line in source.splitlines()
+            if ("mc_gemm3_" in line and "](" in line) or "_launch(mc_gemm3_" in line or "_launch.checked(mc_gemm3_" in line]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_q_k_v_are_one_launch_and_equal_eager(dtype):
+    """Ragged tiles everywhere: 74 rows, N of 64 and 40 (the interpreter's blocks are 64), so the
+    tile-to-part arithmetic and each part's masks are exercised."""
+    ins = _inputs(dtype)
+    outs, gen = _run_on_cpu(qkv, ins)
+    for got, want in zip(outs, _reference(qkv, ins, dtype)):
+        torch.testing.assert_close(got, want, **tol(dtype))
+    assert len(_combos(gen.source)) == 1, gen.source
+    assert gen.source.count("(one launch with groups") == 3
+    assert gen.source.count("tl.make_tensor_descriptor(") == 4       # A once, each B once
+
+
+def test_two_parts_without_bias_and_a_non_contiguous_activation():
+    """x as a transposed view (the descriptor reads A transposed), no epilogue but the store."""
+    dtype = torch.bfloat16
+
+    def two(xt, w1, w2):
+        x = xt.transpose(0, 1)
+        return x @ w1.t(), x @ w2.t()
+    g = torch.Generator().manual_seed(1)
+    xt = torch.randn(48, 72, generator=g).to(dtype)     # rows of 144 bytes: a descriptor reads them
+    w1, w2 = (torch.randn(n, 48, generator=g).to(dtype) for n in (24, 56))
+    outs, gen = _run_on_cpu(two, [xt, w1, w2])
+    for got, want in zip(outs, _reference(two, [xt, w1, w2], dtype)):
+        torch.testing.assert_close(got, want, **tol(dtype))
+    assert sum("mc_gemm2_" in line and "](" in line for line in gen.source.splitlines()) == 1, gen.source
+    assert "a_desc.load([k0, pid_m * BLOCK_M]).T" in gen.source
+
+
+def test_a_gemm_reading_another_or_another_activation_keeps_its_own_kernel():
+    """Chained GEMMs (the second reads the first) and GEMMs of different activations are not
+    siblings: each keeps a kernel of its own, and the answers are eager's."""
+    dtype = torch.bfloat16
+
+    def chained(x, y, w1, w2, w3):
+        h = x @ w1.t()
+        return h, h @ w2.t(), y @ w3.t()
+    g = torch.Generator().manual_seed(2)
+    x, y = (torch.randn(40, 32, generator=g).to(dtype) for _ in range(2))
+    w1, w2, w3 = (torch.randn(32, 32, generator=g).to(dtype) / 6 for _ in range(3))
+    ins = [x, y, w1, w2, w3]
+    outs, gen = _run_on_cpu(chained, ins)
+    for got, want in zip(outs, _reference(chained, ins, dtype)):
+        torch.testing.assert_close(got, want, **tol(dtype))
+    assert "one launch with group" not in gen.source
+    assert not any(k.name.startswith(("mc_gemm2_", "mc_gemm3_")) for k in gen.kernels)
+
+
+def test_the_switch_turns_it_off_and_auto_keeps_large_gemms_apart(monkeypatch):
+    ins = _inputs(torch.bfloat16)
+    _, gen = _run_on_cpu(qkv, ins, replace(TMA_CPU, gemm_combo="off"))
+    assert not _combos(gen.source)
+    # "auto": under COMBO_MAX_US together; a bound of nothing makes every run too large
+    big = _inputs(torch.bfloat16, rows=(4, 512), d=768, n=(768, 768, 768))
+    assert len(_combos(generate_quietly(qkv, big, CUDA).generated.source)) == 1
+    monkeypatch.setattr(gemm_combo, "COMBO_MAX_US", 1e-9)
+    src = generate_quietly(qkv, big, CUDA).generated.source
+    assert not _combos(src)
+    assert src.count("torch.nn.functional.linear(") == 3, src     # each back to cuBLAS
+
+
+def test_the_cuda_kernel_autotunes_one_config_over_the_summed_tiles():
+    """BERT-base's q, k, v at 4 x 512: cuBLAS calls no more, one kernel keyed on every size, whose
+    persistent grid counts the tiles of all three parts."""
+    big = _inputs(torch.bfloat16, rows=(4, 512), d=768, n=(768, 768, 768))
+    gen = generate_quietly(qkv, big, CUDA).generated
+    src = gen.source
+    assert "key=['M', 'K', 'N_0', 'N_1', 'N_2']" in src
+    assert "triton.cdiv(768, meta['BLOCK_N']) + triton.cdiv(768, meta['BLOCK_N'])" in src, src
+    assert sum(k.name.startswith("mc_gemm3_") for k in gen.kernels) == 1
+    assert not gen.library
+
+
+def test_a_transformers_bert_projects_q_k_v_in_one_launch_a_layer():
+    """The real model, its plain call: one launch a layer for q, k and v, equal to eager (bf16 on
+    the CPU through the interpreter's TMA form)."""
+    import transformers
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=96, max_position_embeddings=32)
+    torch.manual_seed(0)
+    m = transformers.BertModel(cfg, add_pooling_layer=False).eval().requires_grad_(False).to(torch.bfloat16)
+    ids = torch.randint(0, 64, (2, 13))
+
+    def fn(ids):
+        return m(input_ids=ids).last_hidden_state
+    comp = compile_graph(capture(fn, [ids]), [ids], device="cpu", load=False, target=TMA_CPU)
+    gen = comp.generated
+    # the captured graph takes the weights as inputs, named by their path from `m`
+    named = {f"m.{k}": v for k, v in [*m.named_parameters(), *m.named_buffers()]}
+    outs = load(gen, "cpu")(*[ids if name == "ids" else named[name] for name in comp.graph.input_names()])
+    want = fn(ids)
+    torch.testing.assert_close(outs[0], want, **tol(torch.bfloat16))
+    assert len(_combos(gen.source)) == 2, gen.source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [(768, 768, 768), (1536, 256, 256)])
+def test_gpu_q_k_v_in_one_launch_match_eager(n):
+    """BERT's widths and Qwen2's (12 query heads, 2 KV heads of 128) at 2 x 300 rows, against eager
+    in fp32 rounded once; the first call goes through Triton, the next ones the fast launcher."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    dtype = torch.bfloat16
+    ins = _inputs(dtype, rows=(2, 300), d=n[0] if n[0] == 768 else 1536, n=n, device="cuda")
+    f = minicomp.compile(qkv)
+    want = _reference(qkv, ins, dtype)
+    for _ in range(3):
+        for got, ref in zip(f(*ins), want):
+            torch.testing.assert_close(got, ref, **tol(dtype))
+    assert len(_combos(f.source)) == 1, f.source
