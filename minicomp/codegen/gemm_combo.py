@@ -36,7 +36,7 @@ GEMMs beat ours, library_plan.py); "all", any size; "off".
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 
 from minicomp.codegen import library
 from minicomp.codegen.builder import CodeBuilder
@@ -113,13 +113,14 @@ def emit_run(ctxs: list[KernelCtx]) -> Kernel | None:
     name = kernel_name(first, f"gemm{len(parts)}")
     ns = [spec.n for spec, _, _ in parts]
     cuda = first.device_type == "cuda"
-    cfgs = configs(_widened(spec0, sum(ns)), first.device_type, tma=True, precision=first.target.matmul_precision)
+    # the configs of one GEMM over all the parts' columns
+    cfgs = configs(replace(spec0, n=sum(ns)), first.device_type, tma=True, precision=first.target.matmul_precision)
 
     # each part's epilogue, as a function of its own
     src, params = CodeBuilder(), {spec0.a.leaf: None}
     for spec, _, _ in parts:
         params.setdefault(spec.bs[0].leaf, None)
-    calls = []
+    epilogues = []        # each part's epilogue function: the tensors it takes
     for p, (ctx, (spec, _, _)) in enumerate(zip(ctxs, parts)):
         body = CodeBuilder()
         low = TileLowering(ctx, body, {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}, reserved=LOCALS)
@@ -134,10 +135,10 @@ def emit_run(ctxs: list[KernelCtx]) -> Kernel | None:
             src.writeline(f"# group {ctx.group.id}'s epilogue: its tile of [{spec.m}, {spec.n}], written to {writes}")
             src.splice(body.getvalue())
         src.writelines(["", ""])
-        calls.append((pointers, f"N_{p}"))
+        epilogues.append([q.nid for q in pointers])
     names = _param_names(first, params)
-    for p, (pointers, n) in enumerate(calls):
-        calls[p] = f"{name}_{p}(acc, offs_m, offs_n, {', '.join(names[q.nid] for q in pointers)}, M, {n})"
+    calls = [f"{name}_{p}(acc, offs_m, offs_n, {', '.join(names[nid] for nid in nids)}, M, N_{p})"
+             for p, nids in enumerate(epilogues)]
 
     sizes = (("M", spec0.m), ("K", spec0.k)) + tuple((f"N_{p}", n) for p, n in enumerate(ns))
     tuned = cuda and len(cfgs) > 1
@@ -164,12 +165,6 @@ def emit_run(ctxs: list[KernelCtx]) -> Kernel | None:
         return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + fixed, tma=True)])
     tiles = -(-spec0.m // bm) * sum(-(-n // bn) for n in ns)
     return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)])
-
-
-def _widened(spec, n: int):
-    """`spec` as one GEMM over all the parts' columns (what the configs are cut to)."""
-    from dataclasses import replace
-    return replace(spec, n=n)
 
 
 def _param_names(ctx: KernelCtx, nids: dict) -> dict[int, str]:
