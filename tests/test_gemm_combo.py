@@ -154,6 +154,21 @@ def test_a_transformers_bert_projects_q_k_v_in_one_launch_a_layer():
     assert len(_combos(gen.source)) == 2, gen.source
 
 
+def test_a_transformers_qwen2_for_cuda_projects_q_k_v_in_one_launch_a_layer():
+    """Qwen2's projections (biases; 4 query heads, 2 KV heads) in the module written for an sm_90
+    device at batch 2 x 64, the model called the plain way; the suite's hook compiles it for sm_90."""
+    import transformers
+    cfg = transformers.Qwen2Config(vocab_size=128, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    torch.manual_seed(0)
+    m = transformers.Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa").eval().requires_grad_(False)
+    m = m.to(torch.bfloat16)
+    ids = torch.randint(0, 128, (2, 64))
+    gen = generate_quietly(lambda ids: m(input_ids=ids).logits, [ids], CUDA).generated
+    assert len(_combos(gen.source)) == 2, gen.source
+    assert gen.source.count("(one launch with groups") == 6
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [(768, 768, 768), (1536, 256, 256)])
 def test_gpu_q_k_v_in_one_launch_match_eager(n):
