@@ -16,6 +16,8 @@ import pytest
 
 import torch
 
+import minicomp
+
 from minicomp.codegen.common import Blocks, Buf, Grid, Launch
 from minicomp.codegen.launch import fixed_grid, grid_text, launch_lines, warm_entry
 from minicomp.runtime import launcher
@@ -643,6 +645,32 @@ def test_gpu_first_call_compiles_each_config_once_while_launching(tmp_path):
 
 
 @pytest.mark.gpu
+def test_gpu_tma_gemm_on_two_streams_and_in_a_cuda_graph_matches_eager():
+    """A persistent TMA GEMM (its descriptors in global scratch, one buffer a stream kept by the
+    fast launcher: runtime/direct.py) called on the default stream, on a side stream, again on
+    the default one, and replayed from a CUDA graph: every answer is eager's."""
+    import torch.nn.functional as F
+
+    def fn(x, w, b):
+        return F.gelu(F.linear(x, w, b))
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g).to("cuda", torch.bfloat16) for s in ((512, 256), (384, 256), (384,)))
+    f = minicomp.compile(fn)
+    want = fn(x.float(), w.float(), b.float()).to(torch.bfloat16)
+    assert "make_tensor_descriptor" in (f(x, w, b), f.source)[1]
+    side = torch.cuda.Stream()
+    for stream in (torch.cuda.current_stream(), side, torch.cuda.current_stream()):
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            out = f(x, w, b)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.testing.assert_close(out, want, atol=3e-2, rtol=3e-2)
+    graphed = minicomp.compile(fn, mode="reduce-overhead")
+    for _ in range(3):
+        torch.testing.assert_close(graphed(x, w, b), want, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
 def test_gpu_kernels_are_given_aligned_tensors_only():
     """`as_layout` (every input and fallback output of a generated module passes through it)
     copies a CUDA tensor that starts off 16-byte alignment, keeping its strides, and passes an
@@ -717,8 +745,9 @@ def test_the_direct_launcher_calls_triton_36s_c_launch_itself(monkeypatch):
     grid, stream and function, then everything else) and the kernel needs no scratch, `direct`
     calls its C function with the arguments that `__call__` would pass it: the grid, stream and
     function, the cooperative-grid and PDL flags, no scratch, the packed metadata, no launch
-    metadata and no hooks, then the kernel's arguments. With scratch, or another `__call__`
-    (3.8 and 3.9 pass other arguments), `run` itself serves; with a hook set, the runner."""
+    metadata and no hooks, then the kernel's arguments. With another `__call__` (3.8 and 3.9 pass
+    other arguments), or profile scratch, `run` itself serves; with a hook set, the runner. Global
+    scratch: `test_a_kernel_with_global_scratch_keeps_one_buffer_a_stream`."""
     from minicomp.runtime import launcher
 
     calls = []
@@ -730,7 +759,7 @@ def test_the_direct_launcher_calls_triton_36s_c_launch_itself(monkeypatch):
         call.__module__ = "triton.backends.nvidia.driver"
 
         class CudaLauncher:
-            global_scratch_size, profile_scratch_size = scratch, 0
+            global_scratch_size, profile_scratch_size, global_scratch_align, num_ctas = 0, scratch, 128, 1
             launch_cooperative_grid, launch_pdl = False, True
 
             def launch(self, *a):
@@ -765,6 +794,60 @@ def test_the_direct_launcher_calls_triton_36s_c_launch_itself(monkeypatch):
     calls.clear()
     launch("buf0", 7)
     assert calls == [("runner", (4, 2, 1), "buf0", 7)]
+
+
+def test_a_kernel_with_global_scratch_keeps_one_buffer_a_stream(monkeypatch):
+    """A kernel that builds TMA descriptors on the device takes global scratch (bytes a program,
+    times the grid). The C launch gets it from Triton's allocator at the first launch on a stream
+    and the same buffer at every later launch there; another stream gets its own; a launch while
+    the stream is captured into a CUDA graph goes through Triton's runner (which allocates)."""
+    import triton
+
+    from minicomp.runtime import launcher
+    calls, allocated = [], []
+
+    class CudaLauncher:
+        global_scratch_size, profile_scratch_size, global_scratch_align, num_ctas = 128, 0, 64, 2
+        launch_cooperative_grid, launch_pdl = False, False
+
+        def launch(self, *a):
+            calls.append(("c",) + a)
+    ns: dict = {}
+    exec("def __call__(self, gridX, gridY, gridZ, stream, function, *args):\n    calls.append(('call',) + args)\n",
+         {"calls": calls}, ns)
+    ns["__call__"].__module__ = "triton.backends.nvidia.driver"
+    CudaLauncher.__call__ = ns["__call__"]
+
+    class Compiled:
+        function, packed_metadata, run = "fn", "packed", CudaLauncher()
+
+        def _init_handles(self):
+            pass
+
+        def __getitem__(self, grid):
+            return lambda *args: calls.append(("runner", grid) + args)
+
+    def alloc(size, align, stream):
+        allocated.append((size, align, stream))
+        return f"scratch{len(allocated)}"
+    stream, capturing = ["s1"], [False]
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream[0], raising=False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    triton.set_allocator(alloc)
+    try:
+        launch = launcher.direct(Compiled(), (3, 2, 1), 0)
+        for s in ("s1", "s1", "s2", "s1"):
+            stream[0] = s
+            launch("buf0")
+        capturing[0] = True
+        launch("buf0")
+    finally:
+        from triton.runtime import _allocation
+        triton.set_allocator(_allocation._NULL_ALLOCATOR)
+    assert allocated == [(3 * 2 * 1 * 128 * 2, 64, "s1"), (3 * 2 * 1 * 128 * 2, 64, "s2")]
+    scratch = [c[8] for c in calls if c[0] == "c"]
+    assert scratch == ["scratch1", "scratch1", "scratch2", "scratch1"]
+    assert calls[-1] == ("runner", (3, 2, 1), "buf0")
 
 
 def test_only_triton_36s_launcher_is_called_through_its_c_function():
