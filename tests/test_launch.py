@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import minicomp
-
 from minicomp.codegen.common import Blocks, Buf, Grid, Launch
 from minicomp.codegen.launch import fixed_grid, grid_text, launch_lines, warm_entry
 from minicomp.runtime import launcher
