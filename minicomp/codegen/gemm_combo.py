@@ -49,10 +49,17 @@ from minicomp.ir.graph import Graph
 from minicomp.plan.records import Group
 from minicomp.plan.specs import GemmSpec
 
-# The ledger's bound (us) under which sibling GEMMs together count as launch-bound ("auto"):
-# BERT-base's q, k and v at 4 x 512 (7.2 GFLOP) and Qwen2's (N = 1536 + 256 + 256, 12.9 GFLOP)
-# are under it; a 4-layer Llama's (width 2048, 34 GFLOP) is not: cuBLAS's big GEMMs stay.
-COMBO_MAX_US = 20.0
+# The ledger's bound (us) under which sibling GEMMs together share a launch ("auto"). Measured on
+# an H100 (results/2026-12-07/session23-library-choice-*, whole models at 4 x 512, bf16):
+# - BERT-base's q, k, v (ledger 10.6 us a layer): cuBLAS's three calls took 252.8 us of GPU time a
+#   call (12 layers), the combo 290.2 us; the call took 1.39-1.45 ms against 1.78-2.12 (the host
+#   makes 24 launches fewer);
+# - Qwen2's (N = 1536 + 256 + 256, 12.9 GFLOP): kernel time 1691 against 1709 us, the call 1.850
+#   against 2.002 ms;
+# - a 4-layer Llama's (width 2048, N = 4096, ledger 50 us a layer): the combo took 202.7 us a
+#   call where cuBLAS's took about 211 (kernel time 1651 against 1681 us), the call 1.839 against
+#   1.862 ms. Larger sibling sets (width 4096: ~200 us a layer) were not measured: cuBLAS keeps them.
+COMBO_MAX_US = 64.0
 
 
 def partners(graph: Graph, order: list[Group], index: int, forced: dict, mode: str) -> list[Group]:
