@@ -39,6 +39,7 @@ JOIN_MIN_FLOP = 2 ** 35
 GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM runs its epilogue (gemm_epilogue_mode)
 GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A in one launch: "auto", "all" or "0" (gemm_combo_mode)
 GEMM_COMBOS = ("auto", "all", "off")
+REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -129,7 +130,7 @@ def gemm_combo_mode(environ: dict | None = None) -> str:
 
 
 CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV,
-                GEMM_COMBO_ENV)
+                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV)
 _seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
 try:        # the variables' names as os.environ keeps them (bytes on POSIX)
     _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
@@ -139,7 +140,7 @@ except AttributeError:
 
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
-    library_joins_mode(), gemm_combo_mode()) of this process's environment, read again only when one of their
+    library_joins_mode(), gemm_combo_mode(), buffer reuse on) of this process's environment, read again only when one of their
     variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
     took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
     `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
@@ -150,7 +151,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode())
+                 gemm_combo_mode(), os.environ.get(REUSE_BUFFERS_ENV) != "0")
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -218,6 +219,8 @@ class Target:
     gemm_epilogue: str = "auto"
     # sibling GEMMs sharing operand A in one launch (gemm_combo_mode, codegen/gemm_combo.py)
     gemm_combo: str = "auto"
+    # a kernel output takes the memory of a buffer nothing reads any more (codegen/buffers.py)
+    reuse_buffers: bool = True
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -276,7 +279,7 @@ class Target:
                       library_attention=library != "off" and library_attention_on(env), graphs=graphs,
                       split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
-                      gemm_combo=gemm_combo_mode(env))
+                      gemm_combo=gemm_combo_mode(env), reuse_buffers=env.get(REUSE_BUFFERS_ENV) != "0")
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

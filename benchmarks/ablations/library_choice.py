@@ -18,6 +18,7 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `backend`: `torch.compile(fn, backend=minicomp.backend())` with the defaults;
 - `nocombo`, `combo`: sibling GEMMs sharing A (q, k, v) each a launch of its own
   (MINICOMP_GEMM_COMBO=0), or one launch at any size (=all; the default: where launch-bound);
+- `noreuse`: every kernel output a new allocation (MINICOMP_REUSE_BUFFERS=0; codegen/buffers.py);
 - `auto`, `plain`, `overlap`: the default plan with the persistent GEMM's epilogue in each
   form (MINICOMP_GEMM_EPILOGUE, `target.gemm_epilogue_mode`).
 
@@ -55,7 +56,7 @@ from benchmarks import measure, workloads_models  # noqa: E402
 import minicomp  # noqa: E402
 
 ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM", "MINICOMP_GEMM_EPILOGUE", "MINICOMP_LIBRARY_JOINS",
-       "MINICOMP_GEMM_COMBO")
+       "MINICOMP_GEMM_COMBO", "MINICOMP_REUSE_BUFFERS")
 EPILOGUES = ("auto", "plain", "overlap")
 
 
@@ -79,7 +80,10 @@ def variant_env(name: str) -> dict[str, str]:
         return {"MINICOMP_GEMM_EPILOGUE": name}
     if name in ("nocombo", "combo"):
         return {"MINICOMP_GEMM_COMBO": "0" if name == "nocombo" else "all"}
+    if name == "noreuse":
+        return {"MINICOMP_REUSE_BUFFERS": "0"}
     raise SystemExit(f"unknown variant {name!r}: default, fused, split, joins, session18, all, backend, nocombo, combo, "
+                     "noreuse, "
                      f"{', '.join(EPILOGUES)}")
 
 

@@ -3,10 +3,10 @@
 One module per compiled graph, readable and runnable on its own (like Inductor's output_code.py).
 `call()` checks its inputs (count, shape, dtype, device type), binds each graph input and constant
 to `buf{nid}`, then runs the groups in dependency order: a kernel group allocates its outputs
-with the strides codegen assumed and launches; any other group runs as PyTorch lines (fallback.py;
-a GEMM or an attention with nothing to fuse: library.py, cuBLAS; library_attention.py, SDPA).
-Module-level lists the loader fills: `CONSTANTS` (tensor constants, already in the
-layout kernels read) and `OPAQUE` (callables of opaque nodes). Run as a script
+with the strides codegen assumed (or takes a dead buffer's memory: buffers.py) and launches; any
+other group runs as PyTorch lines (fallback.py; a GEMM or an attention with nothing to fuse:
+library.py, cuBLAS; library_attention.py, SDPA). Module-level lists the loader fills: `CONSTANTS`
+(tensor constants, in the layout kernels read) and `OPAQUE` (opaque nodes' callables). Run as a script
 (`python mod.py [inputs.pt [outputs.pt]]`) it reads `<its name>.constants.pt` beside itself
 (checking the digest its file name carries, `GeneratedModule.write`), runs on the given or on
 seeded random inputs, and prints the output shapes (that block: codegen/script.py).
@@ -16,7 +16,6 @@ call's compiles and the input checks from `minicomp.runtime.launcher` (`_rt`), t
 kernels call from `minicomp.runtime.kernel_lib`. On CUDA the module carries `_WARM`, every launch
 written with dtypes in place of tensors (codegen/launch.py): the first call runs inside
 `_rt.CompilingAtOnce(_WARM)`, which compiles all kernels and configs at once, each launch waiting for its own.
-
 Invariants: kernel names are unique (group index suffix); `generate` mutates neither the
 graph nor the plan: why a group runs through PyTorch after all is the generated module's
 record (`GeneratedModule.fallbacks`); kernels are written from the groups' specs; on CUDA every
@@ -32,6 +31,7 @@ import torch
 
 from minicomp.codegen import (attention, combo, dedup, fallback, gemm, index_check, library, library_attention, pointwise,
                               reduction, sizes, target_check)
+from minicomp.codegen.buffers import BufferPlan
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
 from minicomp.codegen.launch import launch_lines, queue_warm, scratch_lines
@@ -92,6 +92,7 @@ class ModuleWriter:
         self.aligned: set[int] = ({n.id for n in graph.nodes() if n.kind in ("input", "constant")}
                                   if self.device_type == "cuda" else set())
         self.tma_used = False              # some launch builds TMA descriptors: run() installs Triton's allocator once
+        self.buffers = BufferPlan()        # what each launch reads and allocates: dead buffers' memory reused
 
     def opaque_slot(self, node: Node) -> int:
         if node.id not in self.opaque_slot_of:
@@ -155,7 +156,8 @@ class ModuleWriter:
                 with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
                     with b.block("with _rt.CompilingAtOnce(_WARM, later=_LATER):" if self.later else "with _rt.CompilingAtOnce(_WARM):"):
                         b.writeline("return run(*inputs)")
-            b.splice(self.body.getvalue().rstrip("\n"))
+            body = self.body.getvalue().rstrip("\n")
+            b.splice(self.buffers.apply(body, set(g.outputs)) if self.target.reuse_buffers else body)
             b.writeline(f"return [{', '.join(ctx0.buf(o) for o in g.outputs)}]")
 
     def _bind_constants(self, ctx0: KernelCtx) -> None:
@@ -186,9 +188,6 @@ class ModuleWriter:
         them all (codegen/combo.py); the ids of the groups written."""
         g, b = self.graph, self.body
         ctx = KernelCtx(g, group, index, self.target, self.names)
-        ctxs = [ctx] + [KernelCtx(g, p, index + 1 + i, self.target, self.names) for i, p in enumerate(partners)]
-        kernel = combo.emit(ctxs) if partners else None     # before the library: sibling GEMMs leave cuBLAS
-        groups, ctxs = ([c.group for c in ctxs], ctxs) if kernel is not None else ([group], [ctx])
         b.writeline("")
         if all(0 in g.node(o).shape for o in group.outputs):
             # a zero-size dimension: the outputs hold no element, so there is nothing to launch
@@ -200,20 +199,27 @@ class ModuleWriter:
                 n = g.node(o)
                 b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
             return {group.id}
+        ctxs = [ctx] + [KernelCtx(g, p, index + 1 + i, self.target, self.names) for i, p in enumerate(partners)]
+        kernel = combo.emit(ctxs) if partners else None     # before the library: sibling GEMMs leave cuBLAS
+        groups, ctxs = ([c.group for c in ctxs], ctxs) if kernel is not None else ([group], [ctx])
         what = f"{group.kind}" + (f" {group.name}" if group.name else "")
         nodes = ", ".join(f"%{n}" for n in group.nodes)
         b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
         lib = library_attention if group.kind == "attention" else library     # SDPA, or cuBLAS for a GEMM
+        self.buffers.read(index, [n for c in ctxs for n in c.group.inputs])     # and a group not a kernel of ours:
+        alias = lambda: self.buffers.may_alias(index, group.inputs, group.outputs)  # noqa: E731  its outputs may view its inputs
         if kernel is None and (library_call := None if group.id in self.forced else lib.choice(ctx)) is not None:
             self.library[group.id] = library_call          # nothing to fuse: a library call, no kernel, no fallback
             self.summary.append(f"group {group.id:<3} {what:<24} -> {library_call}")
             if group.kind == "gemm" and self.device_type == "cuda":
                 self.aligned |= set(group.outputs)     # cuBLAS's new tensor, or `_as_layout`'s aligned one
             lib.emit(ctx, b, self.opaque_slot)
+            alias()
             return {group.id}
         if kernel is None and group.kind == "pointwise" and group.id not in self.forced and (view := pointwise.as_view(ctx)):
             self.summary.append(f"group {group.id:<3} {what:<24} -> {view[0]}")
             b.writelines(view[1])
+            alias()
             return {group.id}
         emit, reason = _emitter(group.kind)
         if group.id in self.forced:
@@ -232,6 +238,7 @@ class ModuleWriter:
             self.fallbacks[group.id] = reason
             self.summary.append(f"group {group.id:<3} {what:<24} -> PyTorch ({reason})")
             fallback.emit_torch(ctx, reason, b, self.opaque_slot)
+            alias()
             self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
             return {group.id}
         kernel, first = dedup.shared(kernel, self.canonical, self.kernel_groups)
@@ -249,8 +256,10 @@ class ModuleWriter:
                                 + (f" (one launch with group{'s' if len(groups) > 2 else ''} {others})" if others else ""))
             for o in grp.outputs:
                 n = g.node(o)
-                b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
-                self.aligned |= {o} if self.device_type == "cuda" else set()   # a new buffer: aligned
+                line = f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})"
+                b.writeline(line)
+                self.buffers.alloc(index, o, ctx.buf(o), line, (tuple(n.shape), ctx.strides(o), n.dtype))
+                self.aligned |= {o} if self.device_type == "cuda" else set()   # a new buffer (or a reused one): aligned
         # index tensors the kernel reads through, checked first (once a call): eager's error for a bad index
         for c in ctxs:
             b.writelines(index_check.lines(c, self.index_checked) if kernel.launches else [])
