@@ -107,6 +107,23 @@ def test_a_gemm_reading_another_or_another_activation_keeps_its_own_kernel():
     assert not any(k.name.startswith(("mc_gemm2_", "mc_gemm3_")) for k in gen.kernels)
 
 
+def test_a_run_ending_in_another_activation_keeps_the_siblings_before_it():
+    """Three adjacent independent GEMMs where only the first two read x: those two share a launch,
+    the third (same shapes, another activation) keeps its own kernel."""
+    dtype = torch.bfloat16
+
+    def three(x, y, w1, w2, w3):
+        return x @ w1.t(), x @ w2.t(), y @ w3.t()
+    g = torch.Generator().manual_seed(3)
+    x, y = (torch.randn(40, 32, generator=g).to(dtype) for _ in range(2))
+    ws = [torch.randn(24, 32, generator=g).to(dtype) / 6 for _ in range(3)]
+    outs, gen = _run_on_cpu(three, [x, y, *ws])
+    for got, want in zip(outs, _reference(three, [x, y, *ws], dtype)):
+        torch.testing.assert_close(got, want, **tol(dtype))
+    names = [k.name for k in gen.kernels]
+    assert sum(n.startswith("mc_gemm2_") for n in names) == 1 and sum(n.startswith("mc_gemm_") for n in names) == 1, names
+
+
 def test_the_switch_turns_it_off_and_auto_keeps_large_gemms_apart(monkeypatch):
     ins = _inputs(torch.bfloat16)
     _, gen = _run_on_cpu(qkv, ins, replace(TMA_CPU, gemm_combo="off"))

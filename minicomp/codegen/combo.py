@@ -55,12 +55,13 @@ def partners(graph: Graph, order: list[Group], index: int, forced: dict, target)
     return [after] if after is not None and eligible(graph, first, after, forced) else []
 
 
-def emit(ctxs: list[KernelCtx]) -> Kernel | None:
-    """One kernel for the groups of `ctxs` (`partners` chose them), or None where their kernels
-    cannot share one (each group is then written on its own)."""
+def emit(ctxs: list[KernelCtx]) -> tuple[Kernel, int] | None:
+    """One kernel for the first groups of `ctxs` (`partners` chose them) and how many it computes,
+    or None where the first two cannot share one (the first group is then written on its own)."""
     if ctxs[0].group.kind == "gemm":
         return gemm_combo.emit_run(ctxs)
-    return emit_pair(*ctxs) if len(ctxs) == 2 else None
+    kernel = emit_pair(*ctxs) if len(ctxs) == 2 else None
+    return None if kernel is None else (kernel, 2)
 
 
 def partner_comments(groups: list[Group]) -> list[str]:

@@ -102,20 +102,30 @@ def _part(ctx: KernelCtx):
     return None if a.pad or b.pad else (spec, a, b)
 
 
-def emit_run(ctxs: list[KernelCtx]) -> Kernel | None:
-    """One kernel computing every group of `ctxs` (module docstring), or None where the groups
-    cannot share one: a group's kernel is not a plain TMA GEMM, or A, M, K, the dtype or B's
-    layout differ."""
-    parts = [_part(c) for c in ctxs]
-    if any(p is None for p in parts):
+def _shares(first: tuple, other: tuple | None) -> bool:
+    """Whether part `other` can share `first`'s kernel: the same A (tensor, offsets, casts), M, K
+    and dtypes, A and B read the same way."""
+    if other is None:
+        return False
+    (spec0, a0, b0), (spec, a, b) = first, other
+    return ((spec.a.leaf, spec.a.offset, spec.a.casts) == (spec0.a.leaf, spec0.a.offset, spec0.a.casts)
+            and (spec.m, spec.k, spec.a.dtype, spec.bs[0].dtype) == (spec0.m, spec0.k, spec0.a.dtype, spec0.bs[0].dtype)
+            and (a.ld, a.transposed, b.transposed) == (a0.ld, a0.transposed, b0.transposed))
+
+
+def emit_run(ctxs: list[KernelCtx]) -> tuple[Kernel, int] | None:
+    """One kernel computing the longest run of `ctxs`' groups, from the first, that can share
+    one (module docstring), and how many it computes (at least two); None where the first two
+    cannot (a group's kernel is not a plain TMA GEMM, or A, M, K, a dtype or a layout differs)."""
+    parts = [_part(ctxs[0])]
+    for c in ctxs[1:]:
+        if parts[0] is None or not _shares(parts[0], part := _part(c)):
+            break
+        parts.append(part)
+    if len(parts) < 2:
         return None
+    ctxs = ctxs[:len(parts)]
     spec0, a0, b0 = parts[0]
-    for spec, a, b in parts[1:]:
-        if ((spec.a.leaf, spec.a.offset, spec.a.casts) != (spec0.a.leaf, spec0.a.offset, spec0.a.casts)
-                or (spec.m, spec.k, spec.a.dtype) != (spec0.m, spec0.k, spec0.a.dtype)
-                or (a.ld, a.transposed, b.transposed) != (a0.ld, a0.transposed, b0.transposed)
-                or spec.bs[0].dtype != spec0.bs[0].dtype):
-            return None
     first = ctxs[0]
     name = kernel_name(first, f"gemm{len(parts)}")
     ns = [spec.n for spec, _, _ in parts]
@@ -169,9 +179,10 @@ def emit_run(ctxs: list[KernelCtx]) -> Kernel | None:
     if cuda:
         fixed = () if tuned else blocks + (("num_stages", stages), ("num_warps", warps))
         grid = Grid.of((Blocks(spec0.m, "BLOCK_M"), Blocks(ns[0], "BLOCK_N", more=tuple(ns[1:]))), persistent=True)
-        return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + fixed, tma=True)])
+        return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + fixed, tma=True)]), len(parts)
     tiles = -(-spec0.m // bm) * sum(-(-n // bn) for n in ns)
-    return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)])
+    return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)]), \
+        len(parts)
 
 
 def _param_names(ctx: KernelCtx, nids: dict) -> dict[int, str]:

@@ -184,8 +184,8 @@ class ModuleWriter:
                             + (f"  #{label}" if label else ""))
 
     def _write_group(self, group: Group, index: int, partners: list[Group] = ()) -> set[int]:
-        """Write the group's lines, with `partners`' (the groups after it) where one kernel computes
-        them all (codegen/combo.py); the ids of the groups written."""
+        """Write the group's lines, and those of the first `partners` (the groups after it) that one
+        kernel computes with it (codegen/combo.py); the ids of the groups written."""
         g, b = self.graph, self.body
         ctx = KernelCtx(g, group, index, self.target, self.names)
         b.writeline("")
@@ -200,8 +200,8 @@ class ModuleWriter:
                 b.writeline(f"{ctx.buf(o)} = _empty({tuple(n.shape)!r}, {ctx.strides(o)!r}, {n.dtype})")
             return {group.id}
         ctxs = [ctx] + [KernelCtx(g, p, index + 1 + i, self.target, self.names) for i, p in enumerate(partners)]
-        kernel = combo.emit(ctxs) if partners else None     # before the library: sibling GEMMs leave cuBLAS
-        groups, ctxs = ([c.group for c in ctxs], ctxs) if kernel is not None else ([group], [ctx])
+        kernel, shared = (combo.emit(ctxs) if partners else None) or (None, 1)   # sibling GEMMs leave cuBLAS
+        ctxs, groups = ctxs[:shared], [c.group for c in ctxs[:shared]]
         what = f"{group.kind}" + (f" {group.name}" if group.name else "")
         nodes = ", ".join(f"%{n}" for n in group.nodes)
         b.writeline(f"# group {group.id}: {comment_text(what)} [{nodes}]")
