@@ -117,6 +117,13 @@ def gemm_epilogue_mode(environ: dict | None = None) -> str:
     return value
 
 
+def reuse_buffers_on(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_REUSE_BUFFERS lets a kernel output take a dead buffer's memory
+    (codegen/buffers.py): anything but "0"."""
+    env = os.environ if environ is None else environ
+    return env.get(REUSE_BUFFERS_ENV) != "0"
+
+
 def gemm_combo_mode(environ: dict | None = None) -> str:
     """When sibling GEMMs sharing operand A launch as one kernel (codegen/gemm_combo.py), as
     $MINICOMP_GEMM_COMBO says: "auto" (the default: where together they are launch-bound), "all"
@@ -151,7 +158,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode(), os.environ.get(REUSE_BUFFERS_ENV) != "0")
+                 gemm_combo_mode(), reuse_buffers_on())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -279,7 +286,7 @@ class Target:
                       library_attention=library != "off" and library_attention_on(env), graphs=graphs,
                       split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
-                      gemm_combo=gemm_combo_mode(env), reuse_buffers=env.get(REUSE_BUFFERS_ENV) != "0")
+                      gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

@@ -831,7 +831,7 @@ def test_a_kernel_with_global_scratch_keeps_one_buffer_a_stream(monkeypatch):
         return f"scratch{len(allocated)}"
     stream, capturing = ["s1"], [False]
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream[0], raising=False)
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: capturing[0], raising=False)
     triton.set_allocator(alloc)
     try:
         launch = launcher.direct(Compiled(), (3, 2, 1), 0)

@@ -302,6 +302,18 @@ def _output_index(ctx: KernelCtx, out_idx: ix.Index, nid: int) -> ix.Index:
     return out_idx if shape == tuple(out_idx.shape) else ix.reshape(out_idx, shape)
 
 
+def write_configs(src: CodeBuilder, name: str, cfgs: list, share=None) -> None:
+    """`{name}_configs`, the autotuner's table of (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps) GEMM
+    configs; `share(cfg)`, where given, is each config's SM_SHARE (persistent programs per SM)."""
+    with src.block(f"{name}_configs = ["):
+        for cfg in cfgs:
+            bm, bn, bk, stages, warps = cfg
+            more = f", \"SM_SHARE\": {share(cfg)}" if share else ""
+            src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}, \"BLOCK_K\": {bk}, "
+                          f"\"GROUP_M\": {GROUP_M}{more}}}, num_stages={stages}, num_warps={warps}),")
+    src.writelines(["]", "", ""])
+
+
 def emit(ctx: KernelCtx) -> Kernel:
     spec = analyse(ctx)
     name = kernel_name(ctx, "gemm")
@@ -331,15 +343,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     share = cuda and tuned and any(programs_per_sm(spec, bool(tma), c) > 1 for c in cfgs)
     src = CodeBuilder()
     if tuned:       # one config is no choice: the launch passes it (`fixed` below)
-        with src.block(f"{name}_configs = ["):
-            for cfg in cfgs:
-                bm, bn, bk, stages, warps = cfg
-                more = f", \"SM_SHARE\": {programs_per_sm(spec, bool(tma), cfg)}" if share else ""
-                src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}, \"BLOCK_K\": {bk}, "
-                              f"\"GROUP_M\": {GROUP_M}{more}}}, num_stages={stages}, num_warps={warps}),")
-        src.writeline("]")
-        src.writeline("")
-        src.writeline("")
+        write_configs(src, name, cfgs, (lambda c: programs_per_sm(spec, bool(tma), c)) if share else None)
         key = ", ".join(f"\"{f'{d.lower()}_bucket' if dims.is_symbolic(v) else d}\"" for d, v in sizes)
         fit = {f"BLOCK_{b.split('_')[0].upper()}": (b, 32) for b, _ in buckets}     # m_bucket -> BLOCK_M
         src.writeline(f"@triton.autotune(configs={name}_configs, key=[{key}], {tune_tail(fit, big_from(spec))})")

@@ -36,13 +36,15 @@ GEMMs beat ours, library_plan.py); "all", any size; "off".
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from minicomp.codegen import library
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name
 from minicomp.codegen.epilogue import TileLowering
-from minicomp.codegen.gemm import LOCALS, _descriptor_load, _write_dots, _write_epilogue, _write_tile_coords
+from minicomp.codegen.gemm import (LOCALS, _descriptor_load, _write_dots, _write_epilogue, _write_tile_coords,
+                                   write_configs)
 from minicomp.codegen.gemm_form import CPU_PROGRAMS, GROUP_M, analyse, configs, needs_int64, tma_form
 from minicomp.codegen.sizes import tune_tail
 from minicomp.ir.graph import Graph
@@ -160,12 +162,7 @@ def emit_run(ctxs: list[KernelCtx]) -> tuple[Kernel, int] | None:
     sizes = (("M", spec0.m), ("K", spec0.k)) + tuple((f"N_{p}", n) for p, n in enumerate(ns))
     tuned = cuda and len(cfgs) > 1
     if tuned:
-        with src.block(f"{name}_configs = ["):
-            for bm, bn, bk, stages, warps in cfgs:
-                src.writeline(f"triton.Config({{\"BLOCK_M\": {bm}, \"BLOCK_N\": {bn}, \"BLOCK_K\": {bk}, "
-                              f"\"GROUP_M\": {GROUP_M}}}, num_stages={stages}, num_warps={warps}),")
-        src.writeline("]")
-        src.writelines(["", ""])
+        write_configs(src, name, cfgs)
         src.writeline(f"@triton.autotune(configs={name}_configs, key={[s for s, _ in sizes]!r}, {tune_tail()})")
     src.writeline("@triton.jit")
     signature = list(names.values()) + [f"{s}: tl.constexpr" for s, _ in sizes] + [
@@ -176,13 +173,13 @@ def emit_run(ctxs: list[KernelCtx]) -> tuple[Kernel, int] | None:
     args = tuple(Buf(nid) for nid in names)
     bm, bn, bk, stages, warps = cfgs[0]
     blocks = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", GROUP_M))
+    tiles = (Blocks(spec0.m, "BLOCK_M"), Blocks(ns[0], "BLOCK_N", more=tuple(ns[1:])))   # every part's column blocks
     if cuda:
         fixed = () if tuned else blocks + (("num_stages", stages), ("num_warps", warps))
-        grid = Grid.of((Blocks(spec0.m, "BLOCK_M"), Blocks(ns[0], "BLOCK_N", more=tuple(ns[1:]))), persistent=True)
-        return Kernel(name, src.getvalue(), [Launch(grid, args, sizes + fixed, tma=True)]), len(parts)
-    tiles = -(-spec0.m // bm) * sum(-(-n // bn) for n in ns)
-    return Kernel(name, src.getvalue(), [Launch(Grid.of(min(CPU_PROGRAMS, tiles)), args, sizes + blocks, tma=True)]), \
-        len(parts)
+        return Kernel(name, src.getvalue(), [Launch(Grid.of(tiles, persistent=True), args, sizes + fixed, tma=True)]), \
+            len(parts)
+    programs = min(CPU_PROGRAMS, math.prod(Grid.of(tiles).evaluate(dict(blocks))))
+    return Kernel(name, src.getvalue(), [Launch(Grid.of(programs), args, sizes + blocks, tma=True)]), len(parts)
 
 
 def _param_names(ctx: KernelCtx, nids: dict) -> dict[int, str]:

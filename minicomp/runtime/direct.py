@@ -90,12 +90,12 @@ def _with_scratch(c: tuple, runner: Callable, grid: tuple, device: int, function
     them. A launch while the stream is being captured into a CUDA graph goes through Triton's
     runner: a graph keeps the address it captured, and could replay on another stream while this
     launcher writes that buffer."""
-    import torch
+    from torch._C import _cuda_isCurrentStreamCapturing as capturing   # torch.cuda.is_current_stream_capturing's own call
     from triton.runtime import _allocation
 
     c_launch, coop, pdl, (per_program, align) = c
     (g0, g1, g2), kept = grid, {}
-    size, capturing = g0 * g1 * g2 * per_program, torch.cuda.is_current_stream_capturing
+    size = g0 * g1 * g2 * per_program
 
     def launch(*args: Any) -> None:
         if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook) or capturing():
