@@ -43,9 +43,9 @@ from minicomp.codegen import library
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name
 from minicomp.codegen.epilogue import TileLowering
-from minicomp.codegen.gemm import (LOCALS, _descriptor_load, _write_dots, _write_epilogue, _write_tile_coords,
-                                   write_configs)
 from minicomp.codegen.gemm_form import CPU_PROGRAMS, GROUP_M, analyse, configs, needs_int64, tma_form
+from minicomp.codegen.gemm_tile import LOCALS, write_configs, write_dots, write_epilogue, write_tile_coords
+from minicomp.codegen.gemm_tma import descriptor_load
 from minicomp.codegen.sizes import tune_tail
 from minicomp.ir.graph import Graph
 from minicomp.plan.records import Group
@@ -143,7 +143,7 @@ def emit_run(ctxs: list[KernelCtx]) -> tuple[Kernel, int] | None:
     for p, (ctx, (spec, _, _)) in enumerate(zip(ctxs, parts)):
         body = CodeBuilder()
         low = TileLowering(ctx, body, {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}, reserved=LOCALS)
-        _write_epilogue(ctx, spec, body, low, ["acc"])
+        write_epilogue(ctx, spec, body, low, ["acc"])
         pointers = list(low.pointers.values())
         for ptr in pointers:
             params.setdefault(ptr.nid, None)
@@ -222,12 +222,12 @@ def _write_kernel(src: CodeBuilder, ctx: KernelCtx, parts: list, names: dict[int
                 starts = f"tl.where(tile < {ends[p]}, {ends[p - 1]}, {starts})"
         src.writeline(f"num_pid_n = {n_pids}")
         src.writeline(f"part_tile = tile - tl.where(tile < {ends[0]}, 0, {starts})")
-        _write_tile_coords(src, "part_tile")
+        write_tile_coords(src, "part_tile")
         src.writeline("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
         with src.block("for k0 in range(0, K, BLOCK_K):"):
-            src.writeline(f"a = {_descriptor_load('a', a0, 'pid_m * BLOCK_M', 'k0')}")
-            src.writeline(f"b = {_descriptor_load('b', b0, 'k0', 'pid_n * BLOCK_N')}")
-            _write_dots(ctx, spec0, src, ["b"], ["acc"])
+            src.writeline(f"a = {descriptor_load('a', a0, 'pid_m * BLOCK_M', 'k0')}")
+            src.writeline(f"b = {descriptor_load('b', b0, 'k0', 'pid_n * BLOCK_N')}")
+            write_dots(ctx, spec0, src, ["b"], ["acc"])
         for p, call in enumerate(calls):
             test = "else:" if p == len(calls) - 1 else f"{'if' if p == 0 else 'elif'} tile < {ends[p]}:"
             with src.block(test):
