@@ -19,8 +19,6 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `nocombo`, `combo`: sibling GEMMs sharing A (q, k, v) each a launch of its own
   (MINICOMP_GEMM_COMBO=0), or one launch at any size (=all; the default: where launch-bound);
 - `noreuse`: every kernel output a new allocation (MINICOMP_REUSE_BUFFERS=0; codegen/buffers.py);
-- `norows`: GEMM outputs whose rows are not 16-byte aligned (GPT-2's lm_head) keep the plain tiles
-  and their element-by-element stores (MINICOMP_GEMM_ROWS=0; codegen/gemm_rows.py);
 - `auto`, `plain`, `overlap`: the default plan with the persistent GEMM's epilogue in each
   form (MINICOMP_GEMM_EPILOGUE, `target.gemm_epilogue_mode`).
 
@@ -84,10 +82,8 @@ def variant_env(name: str) -> dict[str, str]:
         return {"MINICOMP_GEMM_COMBO": "0" if name == "nocombo" else "all"}
     if name == "noreuse":
         return {"MINICOMP_REUSE_BUFFERS": "0"}
-    if name == "norows":
-        return {"MINICOMP_GEMM_ROWS": "0"}
     raise SystemExit(f"unknown variant {name!r}: default, fused, split, joins, session18, all, backend, nocombo, combo, "
-                     "noreuse, norows, "
+                     "noreuse, "
                      f"{', '.join(EPILOGUES)}")
 
 

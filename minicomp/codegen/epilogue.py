@@ -151,8 +151,8 @@ class TileLowering(Lowering):
                 text += f" + {s} * 0"
         return text
 
-    def stored(self, nid: int, idx: ix.Index) -> str:
-        """The text of node `nid`'s value at `idx`, rounded to its dtype as memory holds it."""
+    def store(self, nid: int, idx: ix.Index, need: tuple[str, ...], mask: str) -> None:
+        """Store node `nid` at `idx` (its value rounded to its dtype), masked by `mask`."""
         node = self.graph.node(nid)
         val = self.value(nid, idx)
         text = val.code if not val.literal else f"tl.full([1], {val.code}, {compute_tl(node.dtype)})"
@@ -160,11 +160,6 @@ class TileLowering(Lowering):
             text = convert(val, node.dtype)
         if storage_tl(node.dtype) != compute_tl(node.dtype):
             text = f"{text}.to({storage_tl(node.dtype)})"
-        return text
-
-    def store(self, nid: int, idx: ix.Index, need: tuple[str, ...], mask: str) -> None:
-        """Store node `nid` at `idx` (its value rounded to its dtype), masked by `mask`."""
-        text = self.stored(nid, idx)
         off = ix.offset(idx, self.ctx.strides(nid))
         ptr = self.pointer(nid)
         self.builder_for(ix.syms(off)).writeline(

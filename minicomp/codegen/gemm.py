@@ -57,8 +57,7 @@ from minicomp.codegen.epilogue import TileLowering, split_offset
 from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, analyse, big_from, configs, needs_int64,
                                         odd_store, pad_functions, pad_text, programs_per_sm, reads_tile,
                                         tma_form)
-from minicomp.codegen.gemm_rows import row_classes
-from minicomp.codegen.gemm_tile import (LOCALS, operand_names, output_index, write_configs, write_dots, write_epilogue,
+from minicomp.codegen.gemm_tile import (LOCALS, operand_names, write_configs, write_dots, write_epilogue,
                                         write_tile_coords)
 from minicomp.codegen.gemm_tma import write_tma_body
 from minicomp.codegen.sizes import bucket, jit_line, size_args, size_params, tune_tail
@@ -172,9 +171,7 @@ def emit(ctx: KernelCtx) -> Kernel:
     masks = {"rm": "mask_m[:, None]", "rn": "mask_n[None, :]"}
     low = TileLowering(ctx, body, masks, reserved=LOCALS + tuple(f"z{i}" for i in range(len(spec.batch))))
     if tma:
-        offsets = {out: ix.offset(output_index(ctx, spec.out_idx, out), ctx.strides(out)) for out in ctx.group.outputs}
-        write_tma_body(ctx, spec, body, low, *tma, wide=needs_int64(ctx),
-                        rows=row_classes(ctx.graph, spec, tma, offsets) if ctx.target.gemm_rows else None)
+        write_tma_body(ctx, spec, body, low, *tma, wide=needs_int64(ctx))
     else:
         k_tail = dims.is_symbolic(spec.k) or any(spec.k % c[2] for c in cfgs)
         _write_body(ctx, spec, body, low, needs_int64(ctx), k_tail)

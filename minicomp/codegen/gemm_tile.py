@@ -11,28 +11,22 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision
 from minicomp.codegen.gemm_form import GROUP_M, GemmForm
-from minicomp.codegen.gemm_rows import LOCALS as ROW_LOCALS, RowClasses
 from minicomp.codegen.tlexpr import Val
 
 LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "rm", "rn",
           "offs_m", "offs_n", "offs_k", "offs_am", "offs_bn", "offs_kk", "mask_m", "mask_n", "k0",
           "a_rows", "a_ptrs", "num_pid_m", "num_pid_n", "pid_m", "pid_n", "pid_batch", "first_pid_m",
           "group_size_m", "M", "N", "K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "min", "range", "float",
-          "a_desc", "b_desc", "b0_desc", "b1_desc", "tile", "num_tiles", "tile_c") + ROW_LOCALS + tuple(
-    f"a_desc{j}" for j in range(8))
+          "a_desc", "b_desc", "b0_desc", "b1_desc", "tile", "num_tiles", "tile_c")
 
 
-def write_tile_coords(body: CodeBuilder, tile: str, w: str = "", rows: RowClasses | None = None) -> None:
-    """pid_m, pid_n and the output tile's offs_m, offs_n of output tile number `tile`
-    (`rows`: its class's rows, gemm_rows.py)."""
+def write_tile_coords(body: CodeBuilder, tile: str, w: str = "") -> None:
+    """pid_m, pid_n and the output tile's offs_m, offs_n of output tile number `tile`."""
     body.writeline("# bands of GROUP_M row blocks: a band reuses each column block of B from L2")
     body.writeline(f"first_pid_m = ({tile} // (GROUP_M * num_pid_n)) * GROUP_M")
     body.writeline("group_size_m = min(num_pid_m - first_pid_m, GROUP_M)")
     body.writeline(f"pid_m = first_pid_m + ({tile} % (GROUP_M * num_pid_n)) % group_size_m")
     body.writeline(f"pid_n = ({tile} % (GROUP_M * num_pid_n)) // group_size_m")
-    if rows:
-        rows.write_coords(body, w)
-        return
     body.writeline(f"offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){w}")
     body.writeline(f"offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){w}")
 
@@ -56,19 +50,15 @@ def write_dots(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, tiles: list[st
         body.writeline(f"{acc} = tl.dot(a, {tile}, {acc}{precision})")
 
 
-def write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, accs: list[str],
-                    rows: RowClasses | None = None) -> None:
+def write_epilogue(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering, accs: list[str]) -> None:
     body.writeline("# epilogue on the fp32 accumulator(s), then one masked store per output")
     body.writeline("rm = offs_m[:, None]")
     body.writeline("rn = offs_n[None, :]")
     body.writeline("mask_m = offs_m < M")
-    body.writeline("mask_n = (offs_n >= 0) & (offs_n < N)" if rows else "mask_n = offs_n < N")
+    body.writeline("mask_n = offs_n < N")
     for mm, acc in zip(spec.mms, accs):
         low.leaves[mm] = (spec.out_idx, Val(acc, ctx.graph.node(mm).dtype, frozenset({"rm", "rn"})))
     for out in ctx.group.outputs:
-        if rows and out in rows.outs:
-            rows.write_store(body, low.pointer(out), low.stored(out, output_index(ctx, spec.out_idx, out)))
-            continue
         low.store(out, output_index(ctx, spec.out_idx, out), ("rm", "rn"), "mask_m[:, None] & mask_n[None, :]")
 
 

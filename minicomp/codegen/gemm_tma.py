@@ -31,9 +31,6 @@ tile-loading epilogues slower (SwiGLU's 364 -> 489, Llama's o_proj with its resi
 169). Two more forms measured then and removed: the epilogue over half tiles (`tl.split` of
 the accumulator; o_proj 130 -> 323) and `tl.range(..., warp_specialize=True)` (within 1% of
 "plain" everywhere).
-
-Output rows that are not 16-byte aligned (an lm_head's N = 50257) take tiles over classes of
-rows, so that the stores are vectorised (`gemm_rows.py`).
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
 from minicomp.codegen.epilogue import TileLowering
 from minicomp.codegen.gemm_form import GemmForm, TmaOperand, reads_tile
-from minicomp.codegen.gemm_rows import RowClasses
 from minicomp.codegen.gemm_tile import operand_names, write_dots, write_epilogue, write_tile_coords
 
 
@@ -61,20 +57,16 @@ def descriptor_load(name: str, op: TmaOperand, row0: str, col0: str) -> str:
 
 
 def write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileLowering,
-                    a_tma: TmaOperand, b_tmas: list[TmaOperand], wide: bool = False,
-                    rows: RowClasses | None = None) -> None:
-    """The persistent kernel with TMA descriptor loads (the module docstring's second form);
-    `rows`: tiles over classes of rows whose stores align (gemm_rows.py)."""
+                    a_tma: TmaOperand, b_tmas: list[TmaOperand], wide: bool = False) -> None:
+    """The persistent kernel with TMA descriptor loads (the module docstring's form)."""
     tiles, accs = operand_names(spec)
     body.writeline("# TMA descriptors: operand tiles are copied to shared memory by the tensor memory")
     body.writeline("# accelerator; rows and columns past the edge read as zeros, so no operand masks")
-    if rows:
-        rows.write_descriptors(body, low.pointer(spec.a.leaf), a_tma.ld)
-    else:
-        write_descriptor(body, "a", low.pointer(spec.a.leaf), a_tma, ("M", "K"))
+    write_descriptor(body, "a", low.pointer(spec.a.leaf), a_tma, ("M", "K"))
     for tile, b, bt in zip(tiles, spec.bs, b_tmas):
         write_descriptor(body, tile, low.pointer(b.leaf), bt, ("K", "N"))
-    body.writelines(rows.tile_counts() if rows else ["num_pid_m = tl.cdiv(M, BLOCK_M)", "num_pid_n = tl.cdiv(N, BLOCK_N)"])
+    body.writeline("num_pid_m = tl.cdiv(M, BLOCK_M)")
+    body.writeline("num_pid_n = tl.cdiv(N, BLOCK_N)")
     body.writeline("num_tiles = num_pid_m * num_pid_n")
     body.writeline("# persistent: the grid holds at most one program per SM, each walking output tiles")
     w = ".to(tl.int64)" if wide else ""
@@ -89,19 +81,16 @@ def write_tma_body(ctx: KernelCtx, spec: GemmForm, body: CodeBuilder, low: TileL
         body.writeline("# tile from a counter of its own (tile_c) instead of waiting on the next tile's coordinates")
         body.writeline("tile_c = tl.program_id(0) - tl.num_programs(0)")
         loop = "for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):"
-    row0, col0 = ("qb * BLOCK_M", "pid_n * BLOCK_N - shift") if rows else ("pid_m * BLOCK_M", "pid_n * BLOCK_N")
     with body.block(loop):
-        write_tile_coords(body, "tile", w, rows)
-        if rows:
-            rows.write_select(body)
+        write_tile_coords(body, "tile", w)
         for acc in accs:
             body.writeline(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
         with body.block("for k0 in range(0, K, BLOCK_K):"):
-            body.writeline(f"a = {descriptor_load('a', a_tma, row0, 'k0')}")
+            body.writeline(f"a = {descriptor_load('a', a_tma, 'pid_m * BLOCK_M', 'k0')}")
             for tile, bt in zip(tiles, b_tmas):
-                body.writeline(f"{tile} = {descriptor_load(tile, bt, 'k0', col0)}")
+                body.writeline(f"{tile} = {descriptor_load(tile, bt, 'k0', 'pid_n * BLOCK_N')}")
             write_dots(ctx, spec, body, tiles, accs)
         if mode == "overlap":
             body.writeline("tile_c += tl.num_programs(0)")
-            write_tile_coords(body, "tile_c", w, rows)
-        write_epilogue(ctx, spec, body, low, accs, rows)
+            write_tile_coords(body, "tile_c", w)
+        write_epilogue(ctx, spec, body, low, accs)
