@@ -27,6 +27,7 @@ from minicomp.errors import MinicompError
 HOPPER_ATTENTION_ENV = "MINICOMP_HOPPER_ATTENTION"   # "0": never the Gluon kernel; "1": wherever it fits; "": where it pays for its compile
 VERIFY_TARGET_ENV = "MINICOMP_VERIFY_TARGET"
 VERIFY_DEPTH_ENV = "MINICOMP_VERIFY_DEPTH"          # "full" (default) or "sampled" (the test suite's)
+VERIFY_TRITON_ENV = "MINICOMP_VERIFY_TRITON"        # a directory with another Triton for the check's compiles (target_check.py)
 VERIFY_DEPTHS = ("full", "sampled")
 CAPTURE_ENV = "MINICOMP_CAPTURE"                     # "fake": capture with make_fx only
 PRIME_TRITON_ENV = "MINICOMP_PRIME_TRITON"           # "0": no priming thread (runtime/prime.py)

@@ -8,6 +8,8 @@ test here fails through the target compile alone (no GPU needed).
 """
 
 import dataclasses
+import os
+from pathlib import Path
 import warnings
 
 import pytest
@@ -225,3 +227,16 @@ def test_the_cli_checks_a_target_and_names_a_bad_one(tmp_path):
     assert ok.returncode == 0, ok.stderr
     bad = run("--verify-target", "cuda:75")
     assert bad.returncode == 2 and "expected cuda:NN" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_worker_can_take_another_triton(tmp_path):
+    """$MINICOMP_VERIFY_TRITON puts another Triton's install directory first on the worker's path
+    (the device machine ran Triton 3.6 where this machine has a newer one, and 3.6 rejected a
+    kernel the newer one compiled); unset, the worker finds this minicomp first and no other."""
+    from minicomp.codegen.target_check import worker_env
+    root = str(Path(__file__).resolve().parents[1])
+    env = worker_env({"PYTHONPATH": "/x", "TRITON_INTERPRET": "1", "PYTHONSTARTUP": "s.py"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [root, "/x"]
+    assert env["TRITON_INTERPRET"] == "0" and "PYTHONSTARTUP" not in env
+    env = worker_env({"MINICOMP_VERIFY_TRITON": str(tmp_path)})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), root]

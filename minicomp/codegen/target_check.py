@@ -11,7 +11,10 @@ a CUDA device of that capability (a CPU module's kernels differ) and raises Comp
 naming the first kernel Triton rejects, its plan group, the user's lines and Triton's message.
 
 The compiles run in a worker process (`target_worker.py`) started once per process and kept:
-it runs without the interpreter, which this process may have on. Verdicts are memoised by
+it runs without the interpreter, which this process may have on. $MINICOMP_VERIFY_TRITON names
+a directory holding another Triton (`pip install --target DIR triton==3.6.0`: the device
+machine's, where this machine has a newer one), which the worker imports instead: Triton 3.6
+rejected a kernel that 3.9 compiled (session 24, BENCHMARKS.md). Verdicts are memoised by
 the module's text, and Triton's disk cache serves kernels the worker compiled before, so a
 test suite that generates the same kernel many times compiles it once.
 
@@ -36,6 +39,7 @@ from pathlib import Path
 
 from minicomp.errors import CompileError
 from minicomp.ir.graph import Graph
+from minicomp.target import VERIFY_TRITON_ENV
 
 WORKER = Path(__file__).with_name("target_worker.py")
 _MEMO_SIZE = 2048
@@ -47,6 +51,18 @@ class KernelVerdict:
     configs: int                 # how many (kernel, config) pairs were compiled
     error: str | None            # None: it compiles for the target
     config: str = ""             # the config that failed (when one did)
+
+
+def worker_env(environ) -> dict:
+    """The worker's environment: no interpreter, this minicomp found first (generated modules
+    import its runtime), and before it the Triton of $MINICOMP_VERIFY_TRITON where set."""
+    env = dict(environ)
+    env["TRITON_INTERPRET"] = "0"
+    package_root = str(Path(__file__).resolve().parents[2])
+    other = env.get(VERIFY_TRITON_ENV, "").strip()
+    env["PYTHONPATH"] = os.pathsep.join([p for p in [other, package_root, env.get("PYTHONPATH")] if p])
+    env.pop("PYTHONSTARTUP", None)
+    return env
 
 
 class _Worker:
@@ -63,14 +79,8 @@ class _Worker:
         self.stage_seconds: dict[str, float] = {}   # the worker's compile time by stage ("cubin", "ttgir")
 
     def _start(self) -> subprocess.Popen:
-        env = dict(os.environ)
-        env["TRITON_INTERPRET"] = "0"
-        # generated modules import minicomp's runtime: the worker finds this same minicomp first
-        package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
-        env.pop("PYTHONSTARTUP", None)
         return subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, env=env, bufsize=1)
+                                stderr=subprocess.DEVNULL, text=True, env=worker_env(os.environ), bufsize=1)
 
     def results(self, source: str, arch: int, depth: str = "full") -> list[dict]:
         key = hashlib.sha256(f"{arch}\0{depth}\0{source}".encode()).hexdigest()
