@@ -201,3 +201,17 @@ def test_gpu_q_k_v_in_one_launch_match_eager(n):
         for got, ref in zip(f(*ins), want):
             torch.testing.assert_close(got, ref, **tol(dtype))
     assert len(_combos(f.source)) == 1, f.source
+
+
+def test_a_one_step_k_loop_has_one_stage():
+    """K no longer than BLOCK_K: the K loop runs once, so its configs take one pipeline stage.
+    Triton 3.6 (the GPU machine's) rejected the combo's kernel at K = 32 with four stages
+    ("TritonGPUPipeline" failed beside the per-tile pick of B's descriptor; 3.9 compiles it);
+    `MINICOMP_VERIFY_TRITON` pointed at a Triton 3.6 install makes the suite's check show it."""
+    ins = _inputs(torch.float16, rows=(33,), d=32, n=(32, 32, 32))
+    source = generate_quietly(qkv, ins, replace(CUDA, gemm_combo="all")).generated.source
+    assert len(_combos(source)) == 1
+    assert "num_stages=1" in source or "'num_stages': 1" in source, source
+    ins = _inputs(torch.float16, rows=(33,), d=256, n=(32, 32, 32))
+    source = generate_quietly(qkv, ins, replace(CUDA, gemm_combo="all")).generated.source
+    assert "num_stages=1" not in source and "'num_stages': 1" not in source

@@ -134,6 +134,11 @@ def emit_run(ctxs: list[KernelCtx]) -> tuple[Kernel, int] | None:
     cuda = first.device_type == "cuda"
     # the configs of one GEMM over all the parts' columns
     cfgs = configs(replace(spec0, n=sum(ns)), first.device_type, tma=True, precision=first.target.matmul_precision)
+    # a K loop of one step has nothing to pipeline, and Triton 3.6's pipeliner fails on it beside
+    # the per-tile pick of B's descriptor (K = 32 or 64 at BLOCK_K = 64: "TritonGPUPipeline"
+    # failed; Triton 3.9 compiles it): one stage there
+    cfgs = list(dict.fromkeys((bm, bn, bk, 1 if spec0.k <= bk else stages, warps)
+                              for bm, bn, bk, stages, warps in cfgs))
 
     # each part's epilogue, as a function of its own
     src, params = CodeBuilder(), {spec0.a.leaf: None}
