@@ -171,6 +171,9 @@ def test_a_sampled_check_compiles_one_config_per_kernel_to_a_cubin_and_never_ser
     first and last stop after the TritonGPU passes, and the rest are not compiled. The cut
     pipeline is part of Triton's cache key, so a full check of the same module afterwards
     measures every config: no empty binary from the cut compiles is ever handed out."""
+    if os.environ.get("MINICOMP_VERIFY_TRITON"):
+        pytest.skip("the worker runs another Triton, which may not key the cut (Triton 3.6 does "
+                    "not: it compiles every config to a cubin, target_worker.py)")
     g = Graph("g")
     x = g.add_input("x", (33, 70), torch.float32)
     g.set_outputs([g.add("sum", g.add("exp", x), axes=(1,), keepdim=True)])
