@@ -10,8 +10,11 @@ synchronisation between calls), records torch.profiler's timeline and reads it p
   kernel's launch returned only after the first had ended (the GPU waited for Python), else to
   the GPU (the kernel was queued and still started late: launch latency, stream ordering);
 - the largest gaps with the kernels on either side.
-A model whose wall time exceeds its kernel time by the host-charged gaps needs fewer or cheaper
-host operations; one whose gaps are GPU-charged needs fewer kernels. The profiler slows the host
+It also prints do_bench's time of a call (no profiler) and the kernels' time without the L2
+flush, so that a wall time splits into the cold-L2 cost of the kernels, the gaps, and the GPU's
+idle wait for the host (session 24: minicomp's Qwen2 and Llama lost 95 us a call more than
+torch.compile's between kernel time and wall time, undivided). A model whose wall time exceeds
+its kernel time by the host-charged gaps needs fewer or cheaper host operations; one whose gaps are GPU-charged needs fewer kernels. The profiler slows the host
 (every operation is recorded), so host-charged gaps here are an upper bound: compare the enqueue
 time of scripts/host_profile.py, which runs without it.
 """
@@ -22,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import triton.testing
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -34,13 +38,15 @@ CALLS, SKIP = 12, 4          # calls recorded; the first SKIP are not counted (q
 DEVICE_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
 
 
-def timeline(f, ins) -> list[dict]:
-    """The chrome-trace events of CALLS back-to-back calls, each under a "call" annotation."""
+def timeline(f, ins, flush_l2: bool = True) -> list[dict]:
+    """The chrome-trace events of CALLS back-to-back calls, each under a "call" annotation (each
+    after an L2 flush, as do_bench times them, unless `flush_l2` is off)."""
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(CALLS):
-            flush.zero_()
+            if flush_l2:
+                flush.zero_()
             with torch.profiler.record_function("call"):
                 f(*ins)
         torch.cuda.synchronize()
@@ -73,7 +79,7 @@ def per_call(events: list[dict]) -> list[dict]:
     return out
 
 
-def report(name: str, calls: list[dict], rows: int) -> None:
+def report(name: str, calls: list[dict], rows: int, wall_ms: float, warm: list[dict]) -> None:
     spans, busy, host_gap, gpu_gap, host = [], [], [], [], []
     lead = [c["lead"] for c in calls]
     idle = [c["idle_before"] for c in calls]
@@ -101,6 +107,9 @@ def report(name: str, calls: list[dict], rows: int) -> None:
           f"({med(gpu_gap) / max(n - 1, 1):.2f} us a boundary)")
     print(f"     host time from the call's start to its first launch {med(lead):.0f} us; the GPU idle "
           f"before the call's first kernel {med(idle):.0f} us")
+    warm_busy = med([sum(k["dur"] for k in c["kernels"]) for c in warm])
+    print(f"     do_bench (L2 flushed, no profiler) {wall_ms * 1e3:.0f} us a call; kernel time without "
+          f"the flush {warm_busy:.0f} us (so the flush costs the kernels {med(busy) - warm_busy:.0f} us)")
     gaps.sort(reverse=True)
     per = len(calls)
     for gap, who, a, b in gaps[:rows * per:per]:
@@ -120,7 +129,8 @@ def main() -> None:
                 f(*ins)
             minicomp.wait_compiled()
             torch.cuda.synchronize()
-            report(name, per_call(timeline(f, ins)), args.rows)
+            wall = triton.testing.do_bench(lambda f=f: f(*ins), warmup=25, rep=100)
+            report(name, per_call(timeline(f, ins)), args.rows, wall, per_call(timeline(f, ins, flush_l2=False)))
 
 
 if __name__ == "__main__":

@@ -40,15 +40,18 @@ def test_kernels_are_assigned_to_calls_by_their_launch_and_gaps_charged(capsys):
     calls = tm.per_call(_trace(tm.CALLS, host_late=False))
     assert len(calls) == tm.CALLS - tm.SKIP
     assert all([k["name"] for k in c["kernels"]] == ["k0", "k1", "k2"] for c in calls)
-    tm.report("x", calls, rows=2)
+    warm = [dict(c, kernels=[dict(k, dur=30) for k in c["kernels"]]) for c in calls]   # 30 us each unflushed
+    tm.report("x", calls, rows=2, wall_ms=0.15, warm=warm)
     out = capsys.readouterr().out
     assert "3 kernels a call; kernel time 120 us, span 140 us" in out
     assert "0 us charged to the host, 20 us to the GPU" in out
     # k0's launch opens the call; the flush kernel ends at +160 and k0 starts at +200
     assert "to its first launch 0 us; the GPU idle before the call's first kernel 40 us" in out
+    assert "do_bench (L2 flushed, no profiler) 150 us a call; kernel time without the flush 90 us" in out
+    assert "(so the flush costs the kernels 30 us)" in out
 
     late = tm.per_call(_trace(tm.CALLS, host_late=True))
-    tm.report("y", late, rows=1)
+    tm.report("y", late, rows=1, wall_ms=0.2, warm=late)
     out = capsys.readouterr().out
     assert "10 us charged to the host, 10 us to the GPU" in out
     assert "host  k1  ->  k2" in out
