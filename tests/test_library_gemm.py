@@ -227,6 +227,44 @@ def test_a_k_or_n_off_16_bytes_keeps_our_kernel(shapes, dtype):
     assert gen.library == {} and any(name.startswith("mc_gemm") for name in gen.kernel_names)
 
 
+PADDED_CASES = {     # K off 16 bytes, N on them, at least 1024 rows and columns: cuBLAS over padded copies
+    "mm": (lambda a, b: a @ b, [(1024, 1023), (1023, 1024)]),
+    "linear_3d_bias": (lambda x, w, b: F.linear(x, w, b), [(2, 512, 1021), (1024, 1021), (1024,)]),
+    "transposed_a": (lambda a, b: a.t() @ b, [(1023, 1024), (1023, 1024)]),
+    "bias_first": (lambda x, w, b: b + x @ w, [(1024, 1023), (1023, 1024), (1024,)]),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", sorted(PADDED_CASES))
+def test_a_long_odd_k_calls_cublas_over_padded_copies(case, dtype):
+    """K = 1023 (fp32 rows of 4092 bytes, half rows of 2046): A and B are copied with K padded
+    to 1024 by zeros, which add nothing to any product, so cuBLAS's fast path serves the GEMM
+    with nothing to compile (torch.compile pads the same way). The module's lines run on the CPU
+    here and match eager."""
+    fn, shapes = PADDED_CASES[case]
+    inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
+    gen = _generate(fn, inputs).generated
+    k = shapes[0][-1] if case != "transposed_a" else shapes[0][0]
+    assert not gen.kernel_names and len(gen.library) == 1
+    (why,) = gen.library.values()
+    assert why == library.PADDED.format(k=k, kp=-(-k // (16 // dtype.itemsize)) * (16 // dtype.itemsize))
+    assert gen.source.count("torch.nn.functional.pad(") == 2
+    got = _run_on_cpu(gen, inputs)[0]
+    want = fn(*[t.double() for t in inputs]).to(dtype)
+    torch.testing.assert_close(got, want, **tol(dtype))
+
+
+@pytest.mark.parametrize("shapes", [[(16, 1023), (1023, 1024)], [(1024, 1023), (1023, 1000)],
+                                    [(1024, 1023), (1023, 1023)]], ids=["few_rows", "few_columns", "odd_n"])
+def test_odd_k_without_reuse_or_with_odd_rows_keeps_our_kernel(shapes):
+    """Few rows or columns (the copies would cost as much as the GEMM: gemm_form.PAD_MIN_REUSE),
+    or output rows off 16 bytes too (cuBLAS's slow path whatever K is): our kernel."""
+    inputs = [_randn(*s, dtype=torch.bfloat16, seed=i) for i, s in enumerate(shapes)]
+    gen = _generate(lambda a, b: a @ b, inputs).generated
+    assert gen.library == {} and any(name.startswith("mc_gemm") for name in gen.kernel_names)
+
+
 def test_the_plan_table_and_counts_say_cublas():
     c = _generate(lambda x, w, r: torch.relu(x @ w) @ r, [_randn(33, 32), _randn(32, 24, seed=1), _randn(24, 8, seed=2)])
     gen = c.generated

@@ -11,6 +11,12 @@ compiled and tuned for 1.28 s where cuBLAS needs nothing. Such a group is writte
 module as a library choice (`GeneratedModule.library`), not as a fallback: it is what
 minicomp chose, not something it could not compile, and it warns about nothing.
 
+A GEMM whose K is off 16 bytes (4096 x 4095 x 4096 in bf16) would take cuBLAS's slow path
+(0.969 ms against our kernel's 0.237 on the H200), so our kernel computes it, unless it is long
+both ways (at least `gemm_form.PAD_MIN_REUSE` rows and columns) with N on 16 bytes: then
+`F.pad` copies A and B with K padded by zeros and cuBLAS's fast path runs on the copies
+(`PADDED`), as torch.compile's pad_mm does (not measured on a GPU when written, session 24).
+
 `choice(ctx)` says whether (and why) a group goes to the library; `emit(ctx, out, slot)`
 writes its lines. The matmuls that go to cuBLAS whatever follows them (few rows under CUDA
 graphs, one of a dual GEMM's pair, a GEMM whose result meets a tile) are named on the graph
@@ -28,14 +34,17 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Callable
 
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
 from minicomp.codegen.fallback import torch_text
+from minicomp.codegen.gemm_form import PAD_MIN_REUSE
 from minicomp.codegen.library_plan import ALL, DTYPES, FEW, FEW_BIAS, aligned_kn, few_rows, join_of, rows_text, split_of
 from minicomp.codegen.names import comment_text
+from minicomp.ir import dims
 from minicomp.ir.composites import linear_bias
 from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.graph import Node, contiguous_strides
@@ -47,6 +56,7 @@ from minicomp.plan.table import library_counts
 
 PLAIN = "cuBLAS: nothing to fuse"
 BIAS = "cuBLAS: nothing to fuse but a bias along N (addmm)"
+PADDED = "cuBLAS: nothing to fuse, over copies of A and B with K = {k} padded to {kp}"
 
 
 def header_note(chosen: dict[int, str]) -> str:
@@ -90,7 +100,10 @@ def choice(ctx: KernelCtx) -> str | None:
     if not isinstance(spec, GemmSpec):
         return None
     if not _aligned(ctx, spec):
-        return None        # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS there
+        # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS's slow path there, but
+        # cuBLAS over copies padded along K (as torch.compile's pad_mm does) compiles nothing
+        pad = _k_pad(ctx, spec)
+        return None if pad is None or _plain(ctx, spec) is None else PADDED.format(k=pad[0], kp=pad[1])
     plain = _plain(ctx, spec)
     rows = None if plain is None or not target.graphs else few_rows(ctx.graph, spec.matmuls[0])
     if rows is not None:
@@ -103,6 +116,31 @@ def choice(ctx: KernelCtx) -> str | None:
     if plain is not None and (join := join_of(ctx.graph, mm, target)):
         return join
     return plain
+
+
+def _k_pad(ctx: KernelCtx, spec: GemmSpec) -> tuple[int, int] | None:
+    """(K, K padded to 16 bytes) where the group's one matmul has a static K off 16 bytes, a
+    static N on them (its output rows stay aligned: an lm_head's N = 50257 does not) and at least
+    PAD_MIN_REUSE static rows and columns, so that the copies (A and B once each) cost little
+    beside the GEMM (gemm_form.PAD_MIN_REUSE says how little). On the H200 (session 11)
+    torch.compile's padded cuBLAS took 0.217 ms at 4096 x 4095 x 4096 in bf16 where our kernel
+    took 0.237, and on the H100 (session 24) 0.230 against 0.233, with a first call of 0.40 s
+    against our kernel's 0.56 (its compile and tuning). Else None."""
+    if len(spec.matmuls) != 1:
+        return None
+    g = ctx.graph
+    mm = g.node(spec.matmuls[0])
+    a, b = (g.node(x) for x in spec.operands[0])
+    k, n = a.shape[-1], mm.shape[-1]
+    # the rows each element of B meets: all of A's when B has no batch dims (they fold into M)
+    rows = math.prod(mm.shape[:-1]) if len(b.shape) <= 2 else mm.shape[-2]
+    if dims.any_symbolic((k, n, rows)):
+        return None
+    size = mm.dtype.itemsize
+    per = 16 // size
+    if (k * size) % 16 == 0 or (n * size) % 16 or min(rows, n) < PAD_MIN_REUSE:
+        return None
+    return k, -(-k // per) * per
 
 
 def _plain(ctx: KernelCtx, spec: GemmSpec) -> str | None:
@@ -173,9 +211,16 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
         if g.node(nid).op in STRIDED and not (weight is not None and nid == b_id):
             view_line(nid)
     a, b = ctx.buf(a_id), ctx.buf(b_id)
+    w = ctx.buf(weight) if weight is not None else None
+    pad = _k_pad(ctx, spec) if why.startswith(PADDED.split("{")[0]) else None    # PADDED
+    if pad:     # zeros along K on both sides add nothing to any product
+        extra = pad[1] - pad[0]
+        a = f"torch.nn.functional.pad({a}, (0, {extra}))"
+        w = f"torch.nn.functional.pad({w}, (0, {extra}))" if w else None
+        b = f"torch.nn.functional.pad({b}, (0, 0, 0, {extra}))"
     bias = ctx.buf(_bias(ctx, replace(spec, epilogue=tuple(core)))) if core else None    # `_plain` admits only a bias
     if weight is not None:
-        text = f"torch.nn.functional.linear({a}, {ctx.buf(weight)}{f', {bias}' if bias else ''})"
+        text = f"torch.nn.functional.linear({a}, {w}{f', {bias}' if bias else ''})"
     elif bias is None:
         text = f"torch.matmul({a}, {b})"
     elif len(g.node(a_id).shape) == 2:
