@@ -28,8 +28,9 @@ Invariants:
 - a library group computes what the reference interpreter computes (the same PyTorch calls),
   and reads PyTorch's fp32 precision switches when it runs, as eager does; the Target's
   `matmul_precision` (our kernels' compile-time copy of them) plays no part;
-- the lines hold no sizes, so they serve symbolic sizes unchanged, and launch nothing but
-  cuBLAS (and a copy where a layout asks for one): they are safe inside a CUDA graph capture.
+- the lines hold no sizes (but `PADDED`'s pad width, taken for a static K only), so they serve
+  symbolic sizes unchanged, and launch nothing but cuBLAS (and a copy where a layout or `PADDED`
+  asks for one): they are safe inside a CUDA graph capture.
 """
 
 from __future__ import annotations
