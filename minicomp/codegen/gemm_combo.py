@@ -120,8 +120,10 @@ def emit_run(ctxs: list[KernelCtx]) -> tuple[Kernel, int] | None:
     one (module docstring), and how many it computes (at least two); None where the first two
     cannot (a group's kernel is not a plain TMA GEMM, or A, M, K, a dtype or a layout differs)."""
     parts = [_part(ctxs[0])]
+    if parts[0] is None:
+        return None
     for c in ctxs[1:]:
-        if parts[0] is None or not _shares(parts[0], part := _part(c)):
+        if not _shares(parts[0], part := _part(c)):
             break
         parts.append(part)
     if len(parts) < 2:

@@ -213,7 +213,7 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
             view_line(nid)
     a, b = ctx.buf(a_id), ctx.buf(b_id)
     w = ctx.buf(weight) if weight is not None else None
-    pad = _k_pad(ctx, spec) if why.startswith(PADDED.split("{")[0]) else None    # PADDED
+    pad = None if _aligned(ctx, spec) else _k_pad(ctx, spec)    # `choice` takes an unaligned group as PADDED only
     if pad:     # zeros along K on both sides add nothing to any product
         extra = pad[1] - pad[0]
         a = f"torch.nn.functional.pad({a}, (0, {extra}))"
