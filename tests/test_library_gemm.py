@@ -249,7 +249,7 @@ def test_a_long_odd_k_calls_cublas_over_padded_copies(case, dtype):
     assert not gen.kernel_names and len(gen.library) == 1
     (why,) = gen.library.values()
     assert why == library.PADDED.format(k=k, kp=-(-k // (16 // dtype.itemsize)) * (16 // dtype.itemsize))
-    assert gen.source.count("torch.nn.functional.pad(") == 2
+    assert gen.source.count("_rt.zero_padded(") == 2
     got = _run_on_cpu(gen, inputs)[0]
     want = fn(*[t.double() for t in inputs]).to(dtype)
     torch.testing.assert_close(got, want, **tol(dtype))
@@ -876,3 +876,21 @@ def test_a_linear_result_is_not_relaid_and_has_the_layout_its_readers_expect():
     for a, b in zip(got, want):
         assert a.is_contiguous()
         torch.testing.assert_close(a, b, **tol(torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape,dim,layout", [((5, 7), -1, "contiguous"), ((7, 5), -2, "contiguous"),
+                                              ((3, 5, 7), -1, "transposed"), ((6, 9), -2, "sliced")])
+def test_zero_padded_is_f_pad_with_zeros(shape, dim, layout, dtype):
+    """`_rt.zero_padded` (PADDED's copies) zeroes only the pad and copies the rest: the same
+    tensor as `F.pad` with zeros, for contiguous, transposed and sliced inputs, contiguous out."""
+    from minicomp.runtime import launcher as rt
+    t = _randn(*shape, dtype=dtype, seed=3)
+    if layout == "transposed":
+        t = t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    elif layout == "sliced":
+        t = _randn(shape[0], shape[1] * 2, dtype=dtype, seed=4)[:, ::2]
+    pad = (0, 3) if dim == -1 else (0, 0, 0, 3)
+    got = rt.zero_padded(t, dim, 3)
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, torch.nn.functional.pad(t, pad), rtol=0, atol=0)

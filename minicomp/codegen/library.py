@@ -14,8 +14,9 @@ minicomp chose, not something it could not compile, and it warns about nothing.
 A GEMM whose K is off 16 bytes (4096 x 4095 x 4096 in bf16) would take cuBLAS's slow path
 (0.969 ms against our kernel's 0.237 on the H200), so our kernel computes it, unless it is long
 both ways (at least `gemm_form.PAD_MIN_REUSE` rows and columns) with N on 16 bytes: then
-`F.pad` copies A and B with K padded by zeros and cuBLAS's fast path runs on the copies
-(`PADDED`), as torch.compile's pad_mm does (not measured on a GPU when written, session 24).
+copies of A and B with K padded by zeros (`_rt.zero_padded`) go to cuBLAS's fast path
+(`PADDED`), as torch.compile's pad_mm does. On the H100 (session 25) `F.pad`'s copies made it
+0.275 ms against torch.compile's 0.233: `F.pad` fills its whole output before the copy.
 
 `choice(ctx)` says whether (and why) a group goes to the library; `emit(ctx, out, slot)`
 writes its lines. The matmuls that go to cuBLAS whatever follows them (few rows under CUDA
@@ -216,9 +217,9 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
     pad = None if _aligned(ctx, spec) else _k_pad(ctx, spec)    # `choice` takes an unaligned group as PADDED only
     if pad:     # zeros along K on both sides add nothing to any product
         extra = pad[1] - pad[0]
-        a = f"torch.nn.functional.pad({a}, (0, {extra}))"
-        w = f"torch.nn.functional.pad({w}, (0, {extra}))" if w else None
-        b = f"torch.nn.functional.pad({b}, (0, 0, 0, {extra}))"
+        a = f"_rt.zero_padded({a}, -1, {extra})"
+        w = f"_rt.zero_padded({w}, -1, {extra})" if w else None
+        b = f"_rt.zero_padded({b}, -2, {extra})"
     bias = ctx.buf(_bias(ctx, replace(spec, epilogue=tuple(core)))) if core else None    # `_plain` admits only a bias
     if weight is not None:
         text = f"torch.nn.functional.linear({a}, {w}{f', {bias}' if bias else ''})"

@@ -134,6 +134,19 @@ def as_layout(t: torch.Tensor, strides: tuple) -> torch.Tensor:
     return out
 
 
+def zero_padded(t: torch.Tensor, dim: int, extra: int) -> torch.Tensor:
+    """A new tensor: `t` with `extra` zeros appended along `dim` (library.PADDED's operands, K
+    padded for cuBLAS). `F.pad` fills the whole output before copying `t` into it; here only the
+    pad is zeroed, so the copy is the one full pass over the output."""
+    shape = list(t.shape)
+    size = shape[dim]
+    shape[dim] = size + extra
+    out = t.new_empty(shape)
+    out.narrow(dim, size, extra).zero_()
+    out.narrow(dim, 0, size).copy_(t)
+    return out
+
+
 def aligned(ts: tuple) -> bool:
     """Whether every tensor of `ts` starts on 16 bytes: what `as_layouts` checks besides the
     strides, for a caller whose guards compared those (a loop, ~0.07 us a tensor on the 2-core
