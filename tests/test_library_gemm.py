@@ -238,10 +238,10 @@ PADDED_CASES = {     # K off 16 bytes, N on them, at least 1024 rows and columns
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", sorted(PADDED_CASES))
 def test_a_long_odd_k_calls_cublas_over_padded_copies(case, dtype):
-    """K = 1023 (fp32 rows of 4092 bytes, half rows of 2046): A and B are copied with K padded
-    to 1024 by zeros, which add nothing to any product, so cuBLAS's fast path serves the GEMM
-    with nothing to compile (torch.compile pads the same way). The module's lines run on the CPU
-    here and match eager."""
+    """K = 1023 (fp32 rows of 4092 bytes, half rows of 2046): each operand whose rows are K long
+    is copied to rows 1024 elements apart and read through a view of K = 1023, so cuBLAS's fast
+    path serves the GEMM with nothing to compile. The module's lines run on the CPU here and
+    match eager."""
     fn, shapes = PADDED_CASES[case]
     inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
     gen = _generate(fn, inputs).generated
@@ -249,7 +249,7 @@ def test_a_long_odd_k_calls_cublas_over_padded_copies(case, dtype):
     assert not gen.kernel_names and len(gen.library) == 1
     (why,) = gen.library.values()
     assert why == library.PADDED.format(k=k, kp=-(-k // (16 // dtype.itemsize)) * (16 // dtype.itemsize))
-    assert gen.source.count("_rt.zero_padded(") == 2
+    assert gen.source.count("_rt.aligned_rows(") == 2
     got = _run_on_cpu(gen, inputs)[0]
     want = fn(*[t.double() for t in inputs]).to(dtype)
     torch.testing.assert_close(got, want, **tol(dtype))
@@ -879,18 +879,22 @@ def test_a_linear_result_is_not_relaid_and_has_the_layout_its_readers_expect():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape,dim,layout", [((5, 7), -1, "contiguous"), ((7, 5), -2, "contiguous"),
-                                              ((3, 5, 7), -1, "transposed"), ((6, 9), -2, "sliced")])
-def test_zero_padded_is_f_pad_with_zeros(shape, dim, layout, dtype):
-    """`_rt.zero_padded` (PADDED's copies) zeroes only the pad and copies the rest: the same
-    tensor as `F.pad` with zeros, for contiguous, transposed and sliced inputs, contiguous out."""
+@pytest.mark.parametrize("layout", ["odd_rows", "batched_odd_rows", "transposed_odd", "aligned", "transposed_aligned"])
+def test_aligned_rows_copies_only_a_misaligned_leading_dimension(layout, dtype):
+    """`_rt.aligned_rows`: a matrix whose rows (stride-1 dimension) start off 16 bytes comes back
+    as a view of a copy with its row stride rounded up to 16 bytes, equal to the input; an
+    aligned one (row-major or transposed) comes back as itself."""
     from minicomp.runtime import launcher as rt
-    t = _randn(*shape, dtype=dtype, seed=3)
-    if layout == "transposed":
-        t = t.transpose(-1, -2).contiguous().transpose(-1, -2)
-    elif layout == "sliced":
-        t = _randn(shape[0], shape[1] * 2, dtype=dtype, seed=4)[:, ::2]
-    pad = (0, 3) if dim == -1 else (0, 0, 0, 3)
-    got = rt.zero_padded(t, dim, 3)
-    assert got.is_contiguous()
-    torch.testing.assert_close(got, torch.nn.functional.pad(t, pad), rtol=0, atol=0)
+    per = 16 // dtype.itemsize
+    shapes = {"odd_rows": (6, per * 2 + 3), "batched_odd_rows": (2, 5, per + 1), "transposed_odd": (4, per * 3 + 1),
+              "aligned": (3, per * 2), "transposed_aligned": (5, per * 2)}
+    t = _randn(*shapes[layout], dtype=dtype, seed=5)
+    if layout.startswith("transposed"):
+        t = t.t()
+    got = rt.aligned_rows(t)
+    torch.testing.assert_close(got, t, rtol=0, atol=0)
+    if layout in ("aligned", "transposed_aligned"):
+        assert got is t
+        return
+    assert got.stride(-1) == 1 and (got.stride(-2) * dtype.itemsize) % 16 == 0
+    assert got.stride(-2) == -(-t.shape[-1] // per) * per

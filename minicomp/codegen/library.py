@@ -14,9 +14,11 @@ minicomp chose, not something it could not compile, and it warns about nothing.
 A GEMM whose K is off 16 bytes (4096 x 4095 x 4096 in bf16) would take cuBLAS's slow path
 (0.969 ms against our kernel's 0.237 on the H200), so our kernel computes it, unless it is long
 both ways (at least `gemm_form.PAD_MIN_REUSE` rows and columns) with N on 16 bytes: then
-copies of A and B with K padded by zeros (`_rt.zero_padded`) go to cuBLAS's fast path
-(`PADDED`), as torch.compile's pad_mm does. On the H100 (session 25) `F.pad`'s copies made it
-0.275 ms against torch.compile's 0.233: `F.pad` fills its whole output before the copy.
+cuBLAS's fast path runs on copies of the operands whose rows start off 16 bytes, laid out
+with their row stride rounded up and read through a view of the same K (`_rt.aligned_rows`,
+`PADDED`). torch.compile's pad_mm copies A and B with K padded by zeros instead; padding with
+`F.pad` made ours 0.275 ms against torch.compile's 0.233 on the H100 (session 25): `F.pad`
+fills its whole output before copying, and B ([K, N] with N aligned) needs no copy at all.
 
 `choice(ctx)` says whether (and why) a group goes to the library; `emit(ctx, out, slot)`
 writes its lines. The matmuls that go to cuBLAS whatever follows them (few rows under CUDA
@@ -58,7 +60,7 @@ from minicomp.plan.table import library_counts
 
 PLAIN = "cuBLAS: nothing to fuse"
 BIAS = "cuBLAS: nothing to fuse but a bias along N (addmm)"
-PADDED = "cuBLAS: nothing to fuse, over copies of A and B with K = {k} padded to {kp}"
+PADDED = "cuBLAS: nothing to fuse, K = {k} read from copies of the operands whose rows start {kp} elements apart"
 
 
 def header_note(chosen: dict[int, str]) -> str:
@@ -103,7 +105,7 @@ def choice(ctx: KernelCtx) -> str | None:
         return None
     if not _aligned(ctx, spec):
         # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS's slow path there, but
-        # cuBLAS over copies padded along K (as torch.compile's pad_mm does) compiles nothing
+        # cuBLAS over copies whose rows start on 16 bytes (`_rt.aligned_rows`) compiles nothing
         pad = _k_pad(ctx, spec)
         return None if pad is None or _plain(ctx, spec) is None else PADDED.format(k=pad[0], kp=pad[1])
     plain = _plain(ctx, spec)
@@ -123,7 +125,8 @@ def choice(ctx: KernelCtx) -> str | None:
 def _k_pad(ctx: KernelCtx, spec: GemmSpec) -> tuple[int, int] | None:
     """(K, K padded to 16 bytes) where the group's one matmul has a static K off 16 bytes, a
     static N on them (its output rows stay aligned: an lm_head's N = 50257 does not) and at least
-    PAD_MIN_REUSE static rows and columns, so that the copies (A and B once each) cost little
+    PAD_MIN_REUSE static rows and columns, so that the copies (A's, and B's where its rows are K
+long) cost little
     beside the GEMM (gemm_form.PAD_MIN_REUSE says how little). On the H200 (session 11)
     torch.compile's padded cuBLAS took 0.217 ms at 4096 x 4095 x 4096 in bf16 where our kernel
     took 0.237, and on the H100 (session 24) 0.230 against 0.233, with a first call of 0.40 s
@@ -215,11 +218,10 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
     a, b = ctx.buf(a_id), ctx.buf(b_id)
     w = ctx.buf(weight) if weight is not None else None
     pad = None if _aligned(ctx, spec) else _k_pad(ctx, spec)    # `choice` takes an unaligned group as PADDED only
-    if pad:     # zeros along K on both sides add nothing to any product
-        extra = pad[1] - pad[0]
-        a = f"_rt.zero_padded({a}, -1, {extra})"
-        w = f"_rt.zero_padded({w}, -1, {extra})" if w else None
-        b = f"_rt.zero_padded({b}, -2, {extra})"
+    if pad:     # an operand whose rows start off 16 bytes is copied to rows that do: same K, aligned stride
+        a = f"_rt.aligned_rows({a})"
+        w = f"_rt.aligned_rows({w})" if w else None
+        b = f"_rt.aligned_rows({b})"
     bias = ctx.buf(_bias(ctx, replace(spec, epilogue=tuple(core)))) if core else None    # `_plain` admits only a bias
     if weight is not None:
         text = f"torch.nn.functional.linear({a}, {w}{f', {bias}' if bias else ''})"
