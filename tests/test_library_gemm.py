@@ -232,6 +232,8 @@ PADDED_CASES = {     # K off 16 bytes, N on them, at least 1024 rows and columns
     "linear_3d_bias": (lambda x, w, b: F.linear(x, w, b), [(2, 512, 1021), (1024, 1021), (1024,)]),
     "transposed_a": (lambda a, b: a.t() @ b, [(1023, 1024), (1023, 1024)]),
     "bias_first": (lambda x, w, b: b + x @ w, [(1024, 1023), (1023, 1024), (1024,)]),
+    "batched": (lambda a, b: a @ b, [(2, 1024, 1023), (2, 1023, 1024)]),
+    "sliced_a": (lambda a, b: a[:, 3:1026] @ b, [(1024, 1030), (1023, 1024)]),
 }
 
 
@@ -245,7 +247,7 @@ def test_a_long_odd_k_calls_cublas_over_padded_copies(case, dtype):
     fn, shapes = PADDED_CASES[case]
     inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
     gen = _generate(fn, inputs).generated
-    k = shapes[0][-1] if case != "transposed_a" else shapes[0][0]
+    k = {"transposed_a": shapes[0][0], "sliced_a": 1023}.get(case, shapes[0][-1])
     assert not gen.kernel_names and len(gen.library) == 1
     (why,) = gen.library.values()
     assert why == library.PADDED.format(k=k, kp=-(-k // (16 // dtype.itemsize)) * (16 // dtype.itemsize))
