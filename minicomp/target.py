@@ -41,6 +41,7 @@ GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM r
 GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A in one launch: "auto", "all" or "0" (gemm_combo_mode)
 GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
+PAD_GEMM_ENV = "MINICOMP_PAD_GEMM"                   # "1": a long GEMM with K off 16 bytes calls cuBLAS over aligned copies
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -125,6 +126,14 @@ def reuse_buffers_on(environ: dict | None = None) -> bool:
     return env.get(REUSE_BUFFERS_ENV) != "0"
 
 
+def pad_gemm_on(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_PAD_GEMM ("1") sends a long GEMM whose K is off 16 bytes to cuBLAS over
+    copies of its operands with aligned rows (codegen/library.py `PADDED`). Off by default: the
+    copies' cost is not yet measured on a GPU in the form they now take (BENCHMARKS.md, session 25)."""
+    env = os.environ if environ is None else environ
+    return env.get(PAD_GEMM_ENV, "").strip() == "1"
+
+
 def gemm_combo_mode(environ: dict | None = None) -> str:
     """When sibling GEMMs sharing operand A launch as one kernel (codegen/gemm_combo.py), as
     $MINICOMP_GEMM_COMBO says: "auto" (the default: where together they are launch-bound), "all"
@@ -138,7 +147,7 @@ def gemm_combo_mode(environ: dict | None = None) -> str:
 
 
 CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV,
-                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV)
+                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PAD_GEMM_ENV)
 _seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
 try:        # the variables' names as os.environ keeps them (bytes on POSIX)
     _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
@@ -148,7 +157,7 @@ except AttributeError:
 
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
-    library_joins_mode(), gemm_combo_mode(), buffer reuse on) of this process's environment, read again only when one of their
+    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pad_gemm_on()) of this process's environment, read again only when one of their
     variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
     took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
     `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
@@ -159,7 +168,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode(), reuse_buffers_on())
+                 gemm_combo_mode(), reuse_buffers_on(), pad_gemm_on())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -229,6 +238,9 @@ class Target:
     gemm_combo: str = "auto"
     # a kernel output takes the memory of a buffer nothing reads any more (codegen/buffers.py)
     reuse_buffers: bool = True
+    # CUDA: a long GEMM with K off 16 bytes calls cuBLAS over copies with aligned rows
+    # (codegen/library.py `PADDED`); MINICOMP_PAD_GEMM=1, off by default (pad_gemm_on says why)
+    pad_gemm: bool = False
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -287,7 +299,8 @@ class Target:
                       library_attention=library != "off" and library_attention_on(env), graphs=graphs,
                       split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
-                      gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env))
+                      gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env),
+                      pad_gemm=pad_gemm_on(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

@@ -12,13 +12,16 @@ module as a library choice (`GeneratedModule.library`), not as a fallback: it is
 minicomp chose, not something it could not compile, and it warns about nothing.
 
 A GEMM whose K is off 16 bytes (4096 x 4095 x 4096 in bf16) would take cuBLAS's slow path
-(0.969 ms against our kernel's 0.237 on the H200), so our kernel computes it, unless it is long
-both ways (at least `gemm_form.PAD_MIN_REUSE` rows and columns) with N on 16 bytes: then
-cuBLAS's fast path runs on copies of the operands whose rows start off 16 bytes, laid out
-with their row stride rounded up and read through a view of the same K (`_rt.aligned_rows`,
-`PADDED`). torch.compile's pad_mm copies A and B with K padded by zeros instead; padding with
-`F.pad` made ours 0.275 ms against torch.compile's 0.233 on the H100 (session 25): `F.pad`
-fills its whole output before copying, and B ([K, N] with N aligned) needs no copy at all.
+(0.969 ms against our kernel's 0.237 on the H200), so our kernel computes it. With
+`Target.pad_gemm` ($MINICOMP_PAD_GEMM=1) one that is long both ways (at least
+`gemm_form.PAD_MIN_REUSE` rows and columns) with N on 16 bytes calls cuBLAS instead, over
+copies of the operands whose rows start off 16 bytes, laid out with their row stride rounded up
+and read through a view of the same K (`_rt.aligned_rows`, `PADDED`): nothing to compile on
+the first call (0.01 s against our kernel's 0.56 on the H100). It is off by default because
+its steady state is not yet measured in this form: padding both operands with `F.pad` (as
+torch.compile's pad_mm pads, but filling each output before the copy) took 0.275 ms against
+our kernel's 0.233 on the H100 (session 25), and whether cuBLAS keeps its fast path for an
+odd K over aligned rows is what `benchmarks/ablations/pad_gemm.py` measures.
 
 `choice(ctx)` says whether (and why) a group goes to the library; `emit(ctx, out, slot)`
 writes its lines. The matmuls that go to cuBLAS whatever follows them (few rows under CUDA
@@ -106,7 +109,7 @@ def choice(ctx: KernelCtx) -> str | None:
     if not _aligned(ctx, spec):
         # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS's slow path there, but
         # cuBLAS over copies whose rows start on 16 bytes (`_rt.aligned_rows`) compiles nothing
-        pad = _k_pad(ctx, spec)
+        pad = _k_pad(ctx, spec) if target.pad_gemm else None
         return None if pad is None or _plain(ctx, spec) is None else PADDED.format(k=pad[0], kp=pad[1])
     plain = _plain(ctx, spec)
     rows = None if plain is None or not target.graphs else few_rows(ctx.graph, spec.matmuls[0])
