@@ -128,12 +128,11 @@ def choice(ctx: KernelCtx) -> str | None:
 def _k_pad(ctx: KernelCtx, spec: GemmSpec) -> tuple[int, int] | None:
     """(K, K padded to 16 bytes) where the group's one matmul has a static K off 16 bytes, a
     static N on them (its output rows stay aligned: an lm_head's N = 50257 does not) and at least
-    PAD_MIN_REUSE static rows and columns, so that the copies (A's, and B's where its rows are K
-long) cost little
-    beside the GEMM (gemm_form.PAD_MIN_REUSE says how little). On the H200 (session 11)
-    torch.compile's padded cuBLAS took 0.217 ms at 4096 x 4095 x 4096 in bf16 where our kernel
-    took 0.237, and on the H100 (session 24) 0.230 against 0.233, with a first call of 0.40 s
-    against our kernel's 0.56 (its compile and tuning). Else None."""
+    PAD_MIN_REUSE static rows and columns, so that the copies (A's, and B's where its rows are
+    K long) cost little beside the GEMM (gemm_form.PAD_MIN_REUSE says how little). On the H200
+    (session 11) torch.compile's padded cuBLAS took 0.217 ms at 4096 x 4095 x 4096 in bf16 where
+    our kernel took 0.237, and on the H100 (session 24) 0.230 against 0.233, with a first call of
+    0.40 s against our kernel's 0.56 (its compile and tuning). Else None."""
     if len(spec.matmuls) != 1:
         return None
     g = ctx.graph

@@ -139,7 +139,8 @@ def aligned_rows(t: torch.Tensor) -> torch.Tensor:
     every 16 bytes, as cuBLAS's fast kernels need of a matrix's leading dimension; else a copy
     of `t` whose rows are laid out that many bytes apart, returned as a view of `t`'s shape
     (the few elements past each row are never read). A [4096, 4095] bf16 operand becomes a view
-    with row stride 4096: cuBLAS runs K = 4095 over it on its fast path (library.PADDED)."""
+    with row stride 4096 (library.PADDED; whether cuBLAS keeps its fast kernel for K = 4095
+    over it is what benchmarks/ablations/pad_gemm.py measures)."""
     size = t.element_size()
     if t.dim() < 2:
         return t
