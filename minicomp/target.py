@@ -42,6 +42,7 @@ GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A i
 GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
 PAD_GEMM_ENV = "MINICOMP_PAD_GEMM"                   # "1": a long GEMM with K off 16 bytes calls cuBLAS over aligned copies
+PDL_ENV = "MINICOMP_PDL"                             # "1": kernels launch with programmatic dependent launch (codegen/pdl.py)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -134,6 +135,13 @@ def pad_gemm_on(environ: dict | None = None) -> bool:
     return env.get(PAD_GEMM_ENV, "").strip() == "1"
 
 
+def pdl_on(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_PDL ("1") asks for programmatic dependent launch (codegen/pdl.py); the
+    target takes it only on a GPU of capability 9.0 or newer. Off by default: not yet run on a GPU."""
+    env = os.environ if environ is None else environ
+    return env.get(PDL_ENV, "").strip() == "1"
+
+
 def gemm_combo_mode(environ: dict | None = None) -> str:
     """When sibling GEMMs sharing operand A launch as one kernel (codegen/gemm_combo.py), as
     $MINICOMP_GEMM_COMBO says: "auto" (the default: where together they are launch-bound), "all"
@@ -147,7 +155,7 @@ def gemm_combo_mode(environ: dict | None = None) -> str:
 
 
 CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV,
-                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PAD_GEMM_ENV)
+                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PAD_GEMM_ENV, PDL_ENV)
 _seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
 try:        # the variables' names as os.environ keeps them (bytes on POSIX)
     _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
@@ -157,7 +165,7 @@ except AttributeError:
 
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
-    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pad_gemm_on()) of this process's environment, read again only when one of their
+    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pad_gemm_on(), pdl_on()) of this process's environment, read again only when one of their
     variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
     took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
     `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
@@ -168,7 +176,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode(), reuse_buffers_on(), pad_gemm_on())
+                 gemm_combo_mode(), reuse_buffers_on(), pad_gemm_on(), pdl_on())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -241,6 +249,9 @@ class Target:
     # CUDA: a long GEMM with K off 16 bytes calls cuBLAS over copies with aligned rows
     # (codegen/library.py `PADDED`); MINICOMP_PAD_GEMM=1, off by default (pad_gemm_on says why)
     pad_gemm: bool = False
+    # CUDA, capability 9.0 and newer: each Triton kernel launches with programmatic dependent
+    # launch and waits for the kernel before it first thing (codegen/pdl.py); MINICOMP_PDL=1
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -255,6 +266,8 @@ class Target:
             raise MinicompError(f"gemm_epilogue={self.gemm_epilogue!r}: expected one of {', '.join(GEMM_EPILOGUES)}")
         if self.gemm_combo not in GEMM_COMBOS:
             raise MinicompError(f"gemm_combo={self.gemm_combo!r}: expected one of {', '.join(GEMM_COMBOS)}")
+        if self.pdl and (self.device_type != "cuda" or self.capability is None or self.capability < (9, 0)):
+            raise MinicompError(f"pdl needs a CUDA target of capability 9.0 or newer, not {self.describe()}")
         if self.matmul_precision not in MATMUL_PRECISIONS:
             raise MinicompError(f"matmul_precision={self.matmul_precision!r}: expected one of "
                                 f"{', '.join(MATMUL_PRECISIONS)}")
@@ -300,7 +313,8 @@ class Target:
                       split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
                       gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env),
-                      pad_gemm=pad_gemm_on(env))
+                      pad_gemm=pad_gemm_on(env),
+                      pdl=pdl_on(env) and capability is not None and capability >= (9, 0) and not graphs)
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

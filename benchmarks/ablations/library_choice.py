@@ -19,6 +19,8 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `nocombo`, `combo`: sibling GEMMs sharing A (q, k, v) each a launch of its own
   (MINICOMP_GEMM_COMBO=0), or one launch at any size (=all; the default: where launch-bound);
 - `noreuse`: every kernel output a new allocation (MINICOMP_REUSE_BUFFERS=0; codegen/buffers.py);
+- `pdl`: every Triton kernel launched with programmatic dependent launch (MINICOMP_PDL=1;
+  codegen/pdl.py), so that the gaps between kernels can be compared with the default's;
 - `auto`, `plain`, `overlap`: the default plan with the persistent GEMM's epilogue in each
   form (MINICOMP_GEMM_EPILOGUE, `target.gemm_epilogue_mode`).
 
@@ -56,7 +58,7 @@ from benchmarks import measure, workloads_models  # noqa: E402
 import minicomp  # noqa: E402
 
 ENV = ("MINICOMP_DUAL_GEMM", "MINICOMP_LIBRARY_GEMM", "MINICOMP_GEMM_EPILOGUE", "MINICOMP_LIBRARY_JOINS",
-       "MINICOMP_GEMM_COMBO", "MINICOMP_REUSE_BUFFERS")
+       "MINICOMP_GEMM_COMBO", "MINICOMP_REUSE_BUFFERS", "MINICOMP_PDL")
 EPILOGUES = ("auto", "plain", "overlap")
 
 
@@ -82,8 +84,10 @@ def variant_env(name: str) -> dict[str, str]:
         return {"MINICOMP_GEMM_COMBO": "0" if name == "nocombo" else "all"}
     if name == "noreuse":
         return {"MINICOMP_REUSE_BUFFERS": "0"}
+    if name == "pdl":
+        return {"MINICOMP_PDL": "1"}
     raise SystemExit(f"unknown variant {name!r}: default, fused, split, joins, session18, all, backend, nocombo, combo, "
-                     "noreuse, "
+                     "noreuse, pdl, "
                      f"{', '.join(EPILOGUES)}")
 
 

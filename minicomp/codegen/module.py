@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import (attention, combo, dedup, fallback, gemm, index_check, library, library_attention, pointwise,
+from minicomp.codegen import (attention, combo, dedup, fallback, gemm, index_check, library, library_attention, pdl, pointwise,
                               reduction, sizes, target_check)
 from minicomp.codegen.buffers import BufferPlan
 from minicomp.codegen.builder import CodeBuilder, NameScope
@@ -241,6 +241,7 @@ class ModuleWriter:
             alias()
             self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
             return {group.id}
+        kernel = pdl.dependent(kernel) if self.target.pdl else kernel   # launched early, waits for the one before
         kernel, first = dedup.shared(kernel, self.canonical, self.kernel_groups)
         if first is None:
             self.kernels.append(kernel)
@@ -348,8 +349,7 @@ class ModuleWriter:
         out.writeline("")
         out.writeline("")
         out.splice(self.call.getvalue().rstrip("\n"))
-        out.writeline("")
-        out.writeline("")
+        out.writelines(["", ""])
         out.splice(script_block(self.graph, bool(self.constants), len(self.opaque)))
         return out.getvalue()
 
