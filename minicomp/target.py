@@ -42,6 +42,7 @@ GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A i
 GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
 PAD_GEMM_ENV = "MINICOMP_PAD_GEMM"                   # "1": a long GEMM with K off 16 bytes calls cuBLAS over aligned copies
+LIBRARY_FIRST_ENV = "MINICOMP_LIBRARY_FIRST"         # "1": cuBLAS answers a slow-shaped GEMM until its kernel compiles
 PDL_ENV = "MINICOMP_PDL"                             # "1": kernels launch with programmatic dependent launch (codegen/pdl.py)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
@@ -135,6 +136,14 @@ def pad_gemm_on(environ: dict | None = None) -> bool:
     return env.get(PAD_GEMM_ENV, "").strip() == "1"
 
 
+def library_first_on(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_LIBRARY_FIRST ("1") lets cuBLAS answer a GEMM's first calls while our
+    kernel for it compiles in the background (codegen/first_calls.py). Off by default: not yet
+    run on a GPU."""
+    env = os.environ if environ is None else environ
+    return env.get(LIBRARY_FIRST_ENV, "").strip() == "1"
+
+
 def pdl_on(environ: dict | None = None) -> bool:
     """Whether $MINICOMP_PDL ("1") asks for programmatic dependent launch (codegen/pdl.py); the
     target takes it only on a GPU of capability 9.0 or newer. Off by default: not yet run on a GPU."""
@@ -155,7 +164,7 @@ def gemm_combo_mode(environ: dict | None = None) -> str:
 
 
 CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV,
-                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PAD_GEMM_ENV, PDL_ENV)
+                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PAD_GEMM_ENV, PDL_ENV, LIBRARY_FIRST_ENV)
 _seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
 try:        # the variables' names as os.environ keeps them (bytes on POSIX)
     _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
@@ -165,7 +174,7 @@ except AttributeError:
 
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
-    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pad_gemm_on(), pdl_on()) of this process's environment, read again only when one of their
+    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pad_gemm_on(), pdl_on(), library_first_on()) of this process's environment, read again only when one of their
     variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
     took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
     `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
@@ -176,7 +185,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode(), reuse_buffers_on(), pad_gemm_on(), pdl_on())
+                 gemm_combo_mode(), reuse_buffers_on(), pad_gemm_on(), pdl_on(), library_first_on())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -252,6 +261,9 @@ class Target:
     # CUDA, capability 9.0 and newer: each Triton kernel launches with programmatic dependent
     # launch and waits for the kernel before it first thing (codegen/pdl.py); MINICOMP_PDL=1
     pdl: bool = False
+    # CUDA: cuBLAS answers a GEMM our kernel computes (a shape cuBLAS is slow on) until that
+    # kernel has compiled in the background (codegen/first_calls.py); MINICOMP_LIBRARY_FIRST=1
+    library_first: bool = False
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -314,7 +326,8 @@ class Target:
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
                       gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env),
                       pad_gemm=pad_gemm_on(env),
-                      pdl=pdl_on(env) and capability is not None and capability >= (9, 0) and not graphs)
+                      pdl=pdl_on(env) and capability is not None and capability >= (9, 0) and not graphs,
+                      library_first=library_first_on(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

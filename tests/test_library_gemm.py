@@ -148,13 +148,14 @@ def test_the_switches_a_call_keys_on_follow_every_change_of_their_variables(monk
     from minicomp.target import CODEGEN_ENVS, codegen_switches
     for name in CODEGEN_ENVS:
         monkeypatch.delenv(name, raising=False)
-    default = ("on", True, False, "auto", "on", "auto", True, False, False)
+    default = ("on", True, False, "auto", "on", "auto", True, False, False, False)
     assert codegen_switches() == default
     changes = [("MINICOMP_LIBRARY_GEMM", "all", 0, "all"), ("MINICOMP_LIBRARY_ATTENTION", "0", 1, False),
                ("MINICOMP_DUAL_GEMM", "fused", 2, True), ("MINICOMP_GEMM_EPILOGUE", "plain", 3, "plain"),
                ("MINICOMP_LIBRARY_JOINS", "0", 4, "off"), ("MINICOMP_GEMM_COMBO", "0", 5, "off"),
                ("MINICOMP_GEMM_COMBO", "all", 5, "all"), ("MINICOMP_REUSE_BUFFERS", "0", 6, False),
-               ("MINICOMP_PAD_GEMM", "1", 7, True), ("MINICOMP_PDL", "1", 8, True)]
+               ("MINICOMP_PAD_GEMM", "1", 7, True), ("MINICOMP_PDL", "1", 8, True),
+               ("MINICOMP_LIBRARY_FIRST", "1", 9, True)]
     for name, value, i, want in changes:
         monkeypatch.setenv(name, value)
         assert codegen_switches()[i] == want, name

@@ -196,13 +196,15 @@ def _weight(ctx: KernelCtx, b: int) -> int | None:
     return node.args[0] if len(users) == 1 and b not in ctx.group.outputs else None
 
 
-def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
+def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int], why: str | None = None) -> None:
     """Write the group as PyTorch lines of call(): the operand views, then one cuBLAS call, then
     the output's layout. The call is eager's: `F.linear(x, w[, bias])` where B is an nn.Linear
     weight's transpose, else `torch.matmul`, or with a bias `torch.addmm` for 2-D A and
-    `F.linear(a, b.t(), bias)` over batched A (which folds the batch into M where it can)."""
+    `F.linear(a, b.t(), bias)` over batched A (which folds the batch into M where it can).
+    `why` (default: `choice`'s reason) is the comment's: codegen/first_calls.py writes these
+    lines for a group whose kernel is ours, to serve until that kernel has compiled."""
     g, spec = ctx.graph, ctx.group.spec
-    why = choice(ctx)
+    why = why or choice(ctx)
     out.writeline(f"# calls cuBLAS through PyTorch ({comment_text(why)})")
     mm = g.node(spec.matmuls[0])
     a_id, b_id = spec.operands[0]
@@ -219,7 +221,7 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -
             view_line(nid)
     a, b = ctx.buf(a_id), ctx.buf(b_id)
     w = ctx.buf(weight) if weight is not None else None
-    pad = None if _aligned(ctx, spec) else _k_pad(ctx, spec)    # `choice` takes an unaligned group as PADDED only
+    pad = None if _aligned(ctx, spec) else _k_pad(ctx, spec)    # PADDED, or first_calls' lines for an odd K
     if pad:     # an operand whose rows start off 16 bytes is copied to rows that do: same K, aligned stride
         a = f"_rt.aligned_rows({a})"
         w = f"_rt.aligned_rows({w})" if w else None

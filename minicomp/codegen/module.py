@@ -29,8 +29,8 @@ from typing import Callable
 
 import torch
 
-from minicomp.codegen import (attention, combo, dedup, fallback, gemm, index_check, library, library_attention, pdl, pointwise,
-                              reduction, sizes, target_check)
+from minicomp.codegen import (attention, combo, dedup, fallback, first_calls, gemm, index_check, library, library_attention,
+                              pdl, pointwise, reduction, sizes, target_check)
 from minicomp.codegen.buffers import BufferPlan
 from minicomp.codegen.builder import CodeBuilder, NameScope
 from minicomp.codegen.common import Kernel, KernelCtx, Unsupported
@@ -153,7 +153,7 @@ class ModuleWriter:
             if self.tma_used:         # Triton's allocator for TMA descriptors, once a call
                 b.writeline("_tma_ready()")
             if self.device_type == "cuda" and self.kernels:
-                with b.block("if _WARM:  # the first call: every kernel compiles at once, each launch waits for its own"):
+                with b.block(f"if _WARM{' or _LATER' if self.later else ''}:  # the first call: kernels compile at once"):
                     with b.block("with _rt.CompilingAtOnce(_WARM, later=_LATER):" if self.later else "with _rt.CompilingAtOnce(_WARM):"):
                         b.writeline("return run(*inputs)")
             body = self.body.getvalue().rstrip("\n")
@@ -241,7 +241,7 @@ class ModuleWriter:
             alias()
             self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
             return {group.id}
-        kernel = pdl.dependent(kernel) if self.target.pdl else kernel   # launched early, waits for the one before
+        kernel = first_calls.tier(ctx, pdl.dependent(kernel) if self.target.pdl else kernel, groups)
         kernel, first = dedup.shared(kernel, self.canonical, self.kernel_groups)
         if first is None:
             self.kernels.append(kernel)
@@ -272,6 +272,7 @@ class ModuleWriter:
             b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda, lambda nid: g.node(nid).dtype,
                                       self.aligned, tma_ready=False))
             self.tma_used |= launch.tma
+        first_calls.write_else(ctx, kernel, groups, b, self.opaque_slot)   # cuBLAS until the kernel compiles
         if cuda:
             queue_warm(kernel, first is not None, lambda nid: str(g.node(nid).dtype), self.warm, self.later)
         return {grp.id for grp in groups}
@@ -334,15 +335,14 @@ class ModuleWriter:
             out.writeline("# launched by several groups: their fast launchers are kept per argument values")
             out.writeline(f"_launch.by_site({', '.join(sites)})")
         if self.device_type == "cuda" and self.kernels:
-            out.writeline("")
-            out.writeline("")
+            out.writelines(["", ""])
             out.writeline("# what the first call compiles at once, before launching anything: (kernel, arguments")
             out.writeline("# with tensors as their dtypes, keyword arguments); autotuned kernels: every config")
             with out.block("_WARM = ["):
                 out.writelines(self.warm)
             out.writeline("]")
             if self.later:
-                out.writeline("# compiled in the background, while the kernels launched before it is ready serve")
+                out.writeline("# compiled in the background, while another form (a kernel, or cuBLAS) serves")
                 with out.block("_LATER = ["):
                     out.writelines(self.later)
                 out.writeline("]")

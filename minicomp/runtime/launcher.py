@@ -250,9 +250,9 @@ def compile_later(later: list, stubs: Callable | None = None) -> None:
     def build(kernel: Any, args: tuple, kwargs: dict) -> None:
         try:
             kernel_obj = kernel.warmup(*args, grid=(1,), **kwargs)   # no AsyncCompileMode on this thread
-            if stubs is not None:
-                done: Future = Future()
-                done.set_result(kernel_obj)
+            for compiled in (kernel_obj if isinstance(kernel_obj, list) else [kernel_obj]) if stubs else []:
+                done: Future = Future()        # an autotuned kernel's warmup returns one per config
+                done.set_result(compiled)
                 stubs(done)
             _BACKGROUND[kernel] = "done"
         except Exception:  # the other form serves; the kernel is never launched
