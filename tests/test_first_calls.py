@@ -6,6 +6,7 @@ cuBLAS branch runs here on CPU tensors (the kernel marked as still compiling) ag
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 
 import pytest
@@ -34,11 +35,16 @@ def _randn(*shape, dtype=torch.float32, seed=0):
     return (torch.randn(shape, generator=gen) * shape[-1] ** -0.5).to(dtype)
 
 
-def _cublas_branch(gen, inputs):
+def _cublas_branch(gen, inputs, tmp_path):
     """Run the CUDA module on CPU tensors with each kernel marked as compiling in the background:
-    call() takes the cuBLAS branch (and would fail on the kernel's launch otherwise)."""
-    ns: dict = {"__name__": "minicomp_first_calls_test"}
-    exec(compile(gen.source, "<generated>", "exec"), ns)
+    call() takes the library's branch (and would fail on the kernel's launch otherwise). The
+    module is imported from a file: a Gluon kernel's decorator reads its source from one."""
+    path = tmp_path / "first_calls_module.py"
+    path.write_text(gen.source)
+    spec = importlib.util.spec_from_file_location("minicomp_first_calls_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ns = module.__dict__
     ns["DEVICE_TYPE"] = "cpu"
     ns["CONSTANTS"][:], ns["OPAQUE"][:] = gen.constants, gen.opaque
     ns["_WARM"][:], ns["_LATER"][:] = [], []        # nothing to compile here
@@ -54,7 +60,7 @@ def _cublas_branch(gen, inputs):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_cublas_answers_until_the_kernel_has_compiled(case, dtype):
+def test_cublas_answers_until_the_kernel_has_compiled(case, dtype, tmp_path):
     fn, shapes, call = CASES[case]
     inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
     gen = generate_quietly(fn, inputs, FIRST).generated
@@ -66,7 +72,7 @@ def test_cublas_answers_until_the_kernel_has_compiled(case, dtype):
     warm = gen.source[gen.source.index("_WARM = ["):gen.source.index("_LATER = [")]
     later = gen.source[gen.source.index("_LATER = ["):gen.source.index("\n]", gen.source.index("_LATER = ["))]
     assert f"({kernel}," not in warm and f"({kernel}," in later   # compiled in the background, not before the call
-    (got,) = _cublas_branch(gen, inputs)
+    (got,) = _cublas_branch(gen, inputs, tmp_path)
     want = fn(*[t.double() for t in inputs]).to(dtype)
     torch.testing.assert_close(got, want, **tol(dtype))
     assert got.shape == want.shape and got.stride() == want.contiguous().stride()
@@ -86,3 +92,41 @@ def test_off_by_default_and_only_for_what_cublas_computes_alone():
     assert not Target.for_device("cpu", environ={}).library_first
     assert Target.for_device("cpu", environ={"MINICOMP_LIBRARY_FIRST": "1"}).library_first
     assert first_calls.WHY in generate_quietly(fn, inputs, FIRST).generated.source
+
+
+def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("hopper", ["", "1"], ids=["block_language", "gluon_tiered"])
+def test_sdpa_answers_an_attention_until_its_kernel_has_compiled(hopper, tmp_path):
+    """A small attention (the block-language kernel: SDPA's dispatch costs more host time) and
+    one the Gluon kernel takes (MINICOMP_HOPPER_ATTENTION=1): SDPA answers until the kernel has
+    compiled, and the Gluon kernel's block-language stand-in is neither launched nor written."""
+    q, k, v = (_randn(2, 4, 128, 64, dtype=torch.bfloat16, seed=i) for i in range(3))
+    target = replace(FIRST, hopper_attention=hopper)
+    gen = generate_quietly(_sdpa, [q, k, v], target).generated
+    (kernel,) = gen.kernel_names
+    assert ("hopper" in kernel) == (hopper == "1")
+    run = gen.source[gen.source.index("\ndef run("):]
+    assert f"    if _rt.compiled({kernel}):\n        _launch({kernel}," in run
+    assert "else:  # SDPA answers until then" in run and "scaled_dot_product_attention(" in run.split("else:")[1]
+    assert run.count("_launch(") == 1
+    if hopper:
+        assert "mc_attn_causal" not in gen.source and "gluon.jit(attn_fwd_hopper)" in gen.source
+    (got,) = _cublas_branch(gen, [q, k, v], tmp_path)
+    torch.testing.assert_close(got, _sdpa(q.float(), k.float(), v.float()).bfloat16(), **tol(torch.bfloat16))
+    off = generate_quietly(_sdpa, [q, k, v], replace(SM90, hopper_attention=hopper)).generated.source
+    assert "SDPA answers" not in off
+
+
+def test_the_kernels_compiled_later_pass_the_gpu_true_check():
+    """The kernels moved to `_LATER` are still compiled for sm_90 by the GPU-true check (a
+    kernel Triton rejects would become a visible fallback, not a background failure)."""
+    checked = replace(FIRST, verify_arch=90, verify_depth="sampled")
+    fn, shapes, _ = CASES["lm_head"]
+    gemm = generate_quietly(fn, [_randn(*s, dtype=torch.bfloat16, seed=i) for i, s in enumerate(shapes)], checked)
+    assert not gemm.generated.fallbacks and "_LATER = [" in gemm.generated.source
+    q, k, v = (_randn(2, 4, 128, 64, dtype=torch.bfloat16, seed=i) for i in range(3))
+    attn = generate_quietly(_sdpa, [q, k, v], checked)
+    assert not attn.generated.fallbacks and "_LATER = [" in attn.generated.source

@@ -151,12 +151,29 @@ def _trailing_views(ctx: KernelCtx, spec: AttentionSpec) -> list[int] | None:
     return views if list(ctx.group.outputs) == [last] else None
 
 
-def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
+def computes(ctx: KernelCtx) -> bool:
+    """Whether SDPA's fused kernels compute the group as the graph says (`_plain`, views only
+    after it, q, k and v at 16-byte offsets), whichever kernel `choice` prefers for it:
+    codegen/first_calls.py lets SDPA answer while that kernel compiles."""
+    spec = ctx.group.spec
+    if ctx.group.kind != "attention" or not isinstance(spec, AttentionSpec):
+        return False
+    if _trailing_views(ctx, spec) is None or not _plain(ctx, spec):
+        return False
+    if not any(ctx.graph.node(n).op == "slice" for n in _prologue(ctx, spec)):
+        return True
+    try:
+        return _aligned(ctx, attention.Spec(ctx))
+    except (Unsupported, SymbolicDim):
+        return False
+
+
+def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int], why: str | None = None) -> None:
     """Write the group as PyTorch lines of call(): the operand views, the SDPA call (the node's
     own form: `is_causal`, `scale`, and `enable_gqa=True` where the node says so), the views of
-    the result, then the output's layout."""
+    the result, then the output's layout. `why` (default: `choice`'s reason) is the comment's."""
     g, spec = ctx.graph, ctx.group.spec
-    why = choice(ctx)
+    why = why or choice(ctx)
     out.writeline(f"# calls SDPA through PyTorch ({comment_text(why)})")
 
     def line(nid: int) -> None:
