@@ -45,7 +45,7 @@ def _serves(ctx: KernelCtx, groups: list) -> bool:
     if not (t.library_first and ctx.device_type == "cuda" and len(groups) == 1):
         return False
     if ctx.group.kind == "gemm":
-        return t.library_gemm and library._plain(ctx, ctx.group.spec) is not None
+        return t.library_gemm and library.computes(ctx)
     return ctx.group.kind == "attention" and t.library_attention and library_attention.computes(ctx)
 
 

@@ -150,6 +150,13 @@ def _k_pad(ctx: KernelCtx, spec: GemmSpec) -> tuple[int, int] | None:
     return k, -(-k // per) * per
 
 
+def computes(ctx: KernelCtx) -> bool:
+    """Whether cuBLAS computes the GEMM group as it is (one matmul with nothing or a bias to
+    fuse), whichever kernel `choice` prefers for it: codegen/first_calls.py lets cuBLAS answer
+    while that kernel compiles."""
+    return ctx.group.kind == "gemm" and _plain(ctx, ctx.group.spec) is not None
+
+
 def _plain(ctx: KernelCtx, spec: GemmSpec) -> str | None:
     """`PLAIN` or `BIAS` for one matmul with nothing (or only a bias) to fuse; else None."""
     g, group = ctx.graph, ctx.group
