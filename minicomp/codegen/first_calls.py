@@ -15,9 +15,10 @@ takes (library_attention.py). Their first call waits for the kernel's compile an
 The kernel goes into the module's `_LATER` list (compiled on a background thread at the first
 call, runtime/launcher.py `compile_later`) instead of `_WARM`. The first calls run the library
 (cuBLAS at eager's speed, the slow path for the lm_head: 1.7 ms; SDPA for attention); the first
-call after the compile ends autotunes the kernel; later calls run it. For the tiered attention
-(attention_hopper.tiered) SDPA takes the block-language kernel's place in front of the Gluon
-kernel, so neither compiles before the first call. The forms agree within rounding, so a
+call after the compile ends autotunes the kernel; later calls run it. An attention the Gluon
+kernel takes is emitted without `Target.tiered` (`context`): SDPA takes the place of the
+block-language kernel that would serve in front of it (attention_hopper.tiered), so neither
+compiles before the first call. The forms agree within rounding, so a
 call's result can differ in its last bits between those calls. `minicomp.wait_compiled()` waits
 for the compile (benchmarks time the settled module).
 
@@ -49,24 +50,22 @@ def _serves(ctx: KernelCtx, groups: list) -> bool:
     return ctx.group.kind == "attention" and t.library_attention and library_attention.computes(ctx)
 
 
+def context(ctx: KernelCtx) -> KernelCtx:
+    """The context to emit the group's kernel in: where SDPA will answer an attention's first
+    calls (`_serves`), without `Target.tiered`, so that the Gluon kernel comes alone instead of
+    behind a block-language kernel that would compile for the first call (attention.emit)."""
+    if ctx.group.kind == "attention" and ctx.target.tiered and _serves(ctx, [ctx.group]):
+        return replace(ctx, target=replace(ctx.target, tiered=False))
+    return ctx
+
+
 def tier(ctx: KernelCtx, kernel: Kernel, groups: list) -> Kernel:
     """`kernel` with its one launch made once it has compiled (`Ready`: its warm-up entry goes
-    to `_LATER`), where `_serves` says the library can answer meanwhile; else `kernel` as it is.
-    A tiered attention kernel (attention_hopper.tiered: the block-language kernel until the Gluon
-    one has compiled) keeps its Gluon launch only: SDPA answers instead of a kernel that would
-    compile at the first call, and the block-language kernel's text is dropped."""
-    launches = kernel.launches
-    if not launches or not _serves(ctx, groups):
+    to `_LATER`), where `_serves` says the library can answer meanwhile; else `kernel` as it is."""
+    if len(kernel.launches) != 1 or kernel.launches[0].when is not None or not _serves(ctx, groups):
         return kernel
-    if len(launches) == 1 and launches[0].when is None:
-        (launch,) = launches
-        return replace(kernel, launches=[replace(launch, when=Ready(launch.fn or kernel.name))])
-    whens = [launch.when for launch in launches]
-    if len(launches) == 2 and all(isinstance(w, Ready) for w in whens) and (whens[0].ready, whens[1].ready) == (False, True):
-        gluon = kernel.source.rsplit("\n\n", 1)[-1]
-        if "gluon.jit(" in gluon and "@triton.jit" not in gluon:
-            return replace(kernel, source=gluon, launches=[launches[1]])
-    return kernel
+    (launch,) = kernel.launches
+    return replace(kernel, launches=[replace(launch, when=Ready(launch.fn or kernel.name))])
 
 
 def write_else(ctx: KernelCtx, kernel: Kernel, groups: list, out: CodeBuilder,

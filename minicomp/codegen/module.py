@@ -229,7 +229,7 @@ class ModuleWriter:
         b.writelines(combo.partner_comments(groups))
         if emit is not None and kernel is None:
             try:
-                kernel = emit(ctx)
+                kernel = emit(first_calls.context(ctx))
             except Unsupported as e:
                 reason = str(e) or "unsupported"
             except SymbolicDim as e:      # a decision the symbols' ranges do not settle
