@@ -42,7 +42,7 @@ GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A i
 GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
 PAD_GEMM_ENV = "MINICOMP_PAD_GEMM"                   # "1": a long GEMM with K off 16 bytes calls cuBLAS over aligned copies
-LIBRARY_FIRST_ENV = "MINICOMP_LIBRARY_FIRST"         # "1": cuBLAS answers a slow-shaped GEMM until its kernel compiles
+LIBRARY_FIRST_ENV = "MINICOMP_LIBRARY_FIRST"         # "1": cuBLAS or SDPA answers until our kernel compiles
 PDL_ENV = "MINICOMP_PDL"                             # "1": kernels launch with programmatic dependent launch (codegen/pdl.py)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
@@ -128,27 +128,30 @@ def reuse_buffers_on(environ: dict | None = None) -> bool:
     return env.get(REUSE_BUFFERS_ENV) != "0"
 
 
+def _set_to_one(name: str, environ: dict | None) -> bool:
+    """Whether the variable `name` of `environ` (default: the process's) is "1": the switches
+    below, each off by default until a GPU run measures what it turns on."""
+    env = os.environ if environ is None else environ
+    return env.get(name, "").strip() == "1"
+
+
 def pad_gemm_on(environ: dict | None = None) -> bool:
     """Whether $MINICOMP_PAD_GEMM ("1") sends a long GEMM whose K is off 16 bytes to cuBLAS over
     copies of its operands with aligned rows (codegen/library.py `PADDED`). Off by default: the
     copies' cost is not yet measured on a GPU in the form they now take (BENCHMARKS.md, session 25)."""
-    env = os.environ if environ is None else environ
-    return env.get(PAD_GEMM_ENV, "").strip() == "1"
+    return _set_to_one(PAD_GEMM_ENV, environ)
 
 
 def library_first_on(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_LIBRARY_FIRST ("1") lets cuBLAS answer a GEMM's first calls while our
-    kernel for it compiles in the background (codegen/first_calls.py). Off by default: not yet
-    run on a GPU."""
-    env = os.environ if environ is None else environ
-    return env.get(LIBRARY_FIRST_ENV, "").strip() == "1"
+    """Whether $MINICOMP_LIBRARY_FIRST ("1") lets cuBLAS or SDPA answer a group's first calls
+    while our kernel for it compiles in the background (codegen/first_calls.py)."""
+    return _set_to_one(LIBRARY_FIRST_ENV, environ)
 
 
 def pdl_on(environ: dict | None = None) -> bool:
     """Whether $MINICOMP_PDL ("1") asks for programmatic dependent launch (codegen/pdl.py); the
-    target takes it only on a GPU of capability 9.0 or newer. Off by default: not yet run on a GPU."""
-    env = os.environ if environ is None else environ
-    return env.get(PDL_ENV, "").strip() == "1"
+    target takes it only on a GPU of capability 9.0 or newer."""
+    return _set_to_one(PDL_ENV, environ)
 
 
 def gemm_combo_mode(environ: dict | None = None) -> str:
@@ -261,8 +264,9 @@ class Target:
     # CUDA, capability 9.0 and newer: each Triton kernel launches with programmatic dependent
     # launch and waits for the kernel before it first thing (codegen/pdl.py); MINICOMP_PDL=1
     pdl: bool = False
-    # CUDA: cuBLAS answers a GEMM our kernel computes (a shape cuBLAS is slow on) until that
-    # kernel has compiled in the background (codegen/first_calls.py); MINICOMP_LIBRARY_FIRST=1
+    # CUDA: cuBLAS or SDPA answers a group our kernel computes (a GEMM on a shape cuBLAS is slow
+    # on, an attention) until that kernel has compiled in the background (codegen/first_calls.py);
+    # MINICOMP_LIBRARY_FIRST=1
     library_first: bool = False
 
     def __post_init__(self) -> None:
