@@ -152,9 +152,7 @@ def aligned_rows(t: torch.Tensor) -> torch.Tensor:
     for n in reversed(t.shape[:-1]):
         strides.insert(0, step)
         step *= n
-    out = torch.empty_strided(tuple(t.shape), tuple(strides), dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
+    return as_layout(t, tuple(strides))
 
 
 def aligned(ts: tuple) -> bool:
