@@ -41,9 +41,8 @@ GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM r
 GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A in one launch: "auto", "all" or "0" (gemm_combo_mode)
 GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
-PAD_GEMM_ENV = "MINICOMP_PAD_GEMM"                   # "1": a long GEMM with K off 16 bytes calls cuBLAS over aligned copies
-LIBRARY_FIRST_ENV = "MINICOMP_LIBRARY_FIRST"         # "1": cuBLAS or SDPA answers until our kernel compiles
-PDL_ENV = "MINICOMP_PDL"                             # "1": kernels launch with programmatic dependent launch (codegen/pdl.py)
+LIBRARY_FIRST_ENV = "MINICOMP_LIBRARY_FIRST"         # "0": a kernel's first call waits for its compile (no cuBLAS or SDPA meanwhile)
+PDL_ENV = "MINICOMP_PDL"                             # "0": no programmatic dependent launch (codegen/pdl.py)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -121,37 +120,33 @@ def gemm_epilogue_mode(environ: dict | None = None) -> str:
     return value
 
 
+def _on_unless_zero(name: str, environ: dict | None) -> bool:
+    """Whether the variable `name` of `environ` (default: the process's) leaves its switch on:
+    anything but "0"."""
+    env = os.environ if environ is None else environ
+    return env.get(name, "").strip() != "0"
+
+
 def reuse_buffers_on(environ: dict | None = None) -> bool:
     """Whether $MINICOMP_REUSE_BUFFERS lets a kernel output take a dead buffer's memory
     (codegen/buffers.py): anything but "0"."""
-    env = os.environ if environ is None else environ
-    return env.get(REUSE_BUFFERS_ENV) != "0"
-
-
-def _set_to_one(name: str, environ: dict | None) -> bool:
-    """Whether the variable `name` of `environ` (default: the process's) is "1": the switches
-    below, each off by default until a GPU run measures what it turns on."""
-    env = os.environ if environ is None else environ
-    return env.get(name, "").strip() == "1"
-
-
-def pad_gemm_on(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_PAD_GEMM ("1") sends a long GEMM whose K is off 16 bytes to cuBLAS over
-    copies of its operands with aligned rows (codegen/library.py `PADDED`). Off by default: the
-    copies' cost is not yet measured on a GPU in the form they now take (BENCHMARKS.md, session 25)."""
-    return _set_to_one(PAD_GEMM_ENV, environ)
+    return _on_unless_zero(REUSE_BUFFERS_ENV, environ)
 
 
 def library_first_on(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_LIBRARY_FIRST ("1") lets cuBLAS or SDPA answer a group's first calls
-    while our kernel for it compiles in the background (codegen/first_calls.py)."""
-    return _set_to_one(LIBRARY_FIRST_ENV, environ)
+    """Whether $MINICOMP_LIBRARY_FIRST lets cuBLAS or SDPA answer a group's first calls while our
+    kernel for it compiles in the background (codegen/first_calls.py): anything but "0". On the
+    H100 it took lm_head_50257's first call from 0.82 s to 0.04 (torch.compile 2.03) with the
+    steady state unchanged (BENCHMARKS.md, session 26)."""
+    return _on_unless_zero(LIBRARY_FIRST_ENV, environ)
 
 
 def pdl_on(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_PDL ("1") asks for programmatic dependent launch (codegen/pdl.py); the
-    target takes it only on a GPU of capability 9.0 or newer."""
-    return _set_to_one(PDL_ENV, environ)
+    """Whether $MINICOMP_PDL asks for programmatic dependent launch (codegen/pdl.py): anything
+    but "0"; the target takes it only on a GPU of capability 9.0 or newer, outside CUDA graphs.
+    On the H100 it took Qwen2's 4 x 512 call from 1.836 ms to 1.791 and Llama's from 1.869 to
+    1.852 (BENCHMARKS.md, session 26)."""
+    return _on_unless_zero(PDL_ENV, environ)
 
 
 def gemm_combo_mode(environ: dict | None = None) -> str:
@@ -167,7 +162,7 @@ def gemm_combo_mode(environ: dict | None = None) -> str:
 
 
 CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV,
-                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PAD_GEMM_ENV, PDL_ENV, LIBRARY_FIRST_ENV)
+                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PDL_ENV, LIBRARY_FIRST_ENV)
 _seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
 try:        # the variables' names as os.environ keeps them (bytes on POSIX)
     _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
@@ -177,8 +172,8 @@ except AttributeError:
 
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
-    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pad_gemm_on(), pdl_on(), library_first_on()) of this process's environment, read again only when one of their
-    variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
+    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pdl_on(), library_first_on()) of
+    this process's environment, read again only when one of their variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
     took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
     `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
     call reads them."""
@@ -188,7 +183,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode(), reuse_buffers_on(), pad_gemm_on(), pdl_on(), library_first_on())
+                 gemm_combo_mode(), reuse_buffers_on(), pdl_on(), library_first_on())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -258,16 +253,14 @@ class Target:
     gemm_combo: str = "auto"
     # a kernel output takes the memory of a buffer nothing reads any more (codegen/buffers.py)
     reuse_buffers: bool = True
-    # CUDA: a long GEMM with K off 16 bytes calls cuBLAS over copies with aligned rows
-    # (codegen/library.py `PADDED`); MINICOMP_PAD_GEMM=1, off by default (pad_gemm_on says why)
-    pad_gemm: bool = False
     # CUDA, capability 9.0 and newer: each Triton kernel launches with programmatic dependent
-    # launch and waits for the kernel before it first thing (codegen/pdl.py); MINICOMP_PDL=1
+    # launch and waits for the kernel before it first thing (codegen/pdl.py); `for_device` turns
+    # it on there unless MINICOMP_PDL=0 (it depends on the capability, so it is off here)
     pdl: bool = False
     # CUDA: cuBLAS or SDPA answers a group our kernel computes (a GEMM on a shape cuBLAS is slow
     # on, an attention) until that kernel has compiled in the background (codegen/first_calls.py);
-    # MINICOMP_LIBRARY_FIRST=1
-    library_first: bool = False
+    # MINICOMP_LIBRARY_FIRST=0 turns it off
+    library_first: bool = True
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -329,7 +322,6 @@ class Target:
                       split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
                       gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env),
-                      pad_gemm=pad_gemm_on(env),
                       pdl=pdl_on(env) and capability is not None and capability >= (9, 0) and not graphs,
                       library_first=library_first_on(env))
 
@@ -350,7 +342,7 @@ class Target:
         cuda = self.device_type == "cuda"
         return replace(self, device_type="cuda", capability=(arch // 10, arch % 10), tma_on_cpu=False,
                        verify_arch=None, library_gemm=self.library_gemm and cuda,
-                       library_attention=self.library_attention and cuda)
+                       library_attention=self.library_attention and cuda, pdl=self.pdl and arch >= 90)
 
 
 def capture_mode(environ: dict | None = None) -> str:

@@ -1,5 +1,5 @@
 """cuBLAS answers a slow-shaped GEMM's first calls while our kernel compiles (codegen/first_calls.py,
-`Target.library_first`, $MINICOMP_LIBRARY_FIRST=1).
+`Target.library_first`, on unless $MINICOMP_LIBRARY_FIRST=0).
 
 The module is generated for sm_90 without a GPU; its text says which form runs when, and its
 cuBLAS branch runs here on CPU tensors (the kernel marked as still compiling) against eager."""
@@ -19,8 +19,8 @@ from minicomp.codegen import first_calls
 from minicomp.runtime import launcher
 from minicomp.target import Target
 
-SM90 = Target("cuda", (9, 0))
-FIRST = replace(SM90, library_first=True)
+FIRST = Target("cuda", (9, 0))                      # library_first is on by default
+SM90 = replace(FIRST, library_first=False)          # MINICOMP_LIBRARY_FIRST=0
 
 CASES = {      # GEMMs our kernel computes because cuBLAS is slow on them, as eager calls them
     "lm_head": (lambda x, w: F.linear(x, w), [(2, 9, 64), (1003, 64)], "torch.nn.functional.linear("),
@@ -78,7 +78,7 @@ def test_cublas_answers_until_the_kernel_has_compiled(case, dtype, tmp_path):
     assert got.shape == want.shape and got.stride() == want.contiguous().stride()
 
 
-def test_off_by_default_and_only_for_what_cublas_computes_alone():
+def test_on_by_default_off_by_its_switch_and_only_for_what_cublas_computes_alone():
     fn, shapes, _ = CASES["lm_head"]
     inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
     off = generate_quietly(fn, inputs, SM90).generated.source
@@ -89,8 +89,8 @@ def test_off_by_default_and_only_for_what_cublas_computes_alone():
     # the CPU target never: its kernels run under the interpreter
     cpu = generate_quietly(fn, inputs, replace(Target("cpu"), library_first=True)).generated.source
     assert "_rt.compiled(" not in cpu
-    assert not Target.for_device("cpu", environ={}).library_first
-    assert Target.for_device("cpu", environ={"MINICOMP_LIBRARY_FIRST": "1"}).library_first
+    assert Target.for_device("cpu", environ={}).library_first
+    assert not Target.for_device("cpu", environ={"MINICOMP_LIBRARY_FIRST": "0"}).library_first
     assert first_calls.WHY in generate_quietly(fn, inputs, FIRST).generated.source
 
 
@@ -130,3 +130,31 @@ def test_the_kernels_compiled_later_pass_the_gpu_true_check():
     q, k, v = (_randn(2, 4, 128, 64, dtype=torch.bfloat16, seed=i) for i in range(3))
     attn = generate_quietly(_sdpa, [q, k, v], checked)
     assert not attn.generated.fallbacks and "_LATER = [" in attn.generated.source
+
+
+GPU_CASES = {      # through the api as users call it: our kernel computes each, cuBLAS or SDPA answers first
+    "lm_head": (lambda x, w: F.linear(x, w), [(4, 33, 256), (50257, 256)]),
+    "odd_k": (lambda a, b: a @ b, [(1024, 1023), (1023, 1024)]),
+    "attention": (_sdpa, [(2, 4, 128, 64)] * 3),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(GPU_CASES))
+def test_gpu_the_library_answers_first_then_the_kernel(case, monkeypatch):
+    """The default: the first call's answer comes from the library, and once the background
+    compile has finished the kernel's does; both match eager."""
+    import minicomp
+    monkeypatch.setenv("MINICOMP_LIBRARY_FIRST", "1")
+    fn, shapes = GPU_CASES[case]
+    inputs = [_randn(*s, dtype=torch.bfloat16, seed=i).cuda() for i, s in enumerate(shapes)]
+    want = fn(*inputs)
+    f = minicomp.compile(fn)
+    torch.testing.assert_close(f(*inputs), want, **tol(torch.bfloat16))
+    assert "answers until then" in f.source
+    assert minicomp.wait_compiled(600)
+    c = f._need()
+    module = c.call.module
+    kernels = [getattr(module, name) for name in c.generated.kernel_names]
+    assert kernels and all(module._rt.compiled(k) for k in kernels)
+    torch.testing.assert_close(f(*inputs), want, **tol(torch.bfloat16))     # the kernel's answer

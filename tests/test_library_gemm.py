@@ -30,7 +30,6 @@ from minicomp.runtime import cuda_graphs as cg
 from minicomp.target import Target
 
 SM90 = Target("cuda", (9, 0))
-SM90_PAD = replace(SM90, pad_gemm=True)     # MINICOMP_PAD_GEMM=1: a long odd-K GEMM calls cuBLAS (PADDED)
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -148,14 +147,13 @@ def test_the_switches_a_call_keys_on_follow_every_change_of_their_variables(monk
     from minicomp.target import CODEGEN_ENVS, codegen_switches
     for name in CODEGEN_ENVS:
         monkeypatch.delenv(name, raising=False)
-    default = ("on", True, False, "auto", "on", "auto", True, False, False, False)
+    default = ("on", True, False, "auto", "on", "auto", True, True, True)
     assert codegen_switches() == default
     changes = [("MINICOMP_LIBRARY_GEMM", "all", 0, "all"), ("MINICOMP_LIBRARY_ATTENTION", "0", 1, False),
                ("MINICOMP_DUAL_GEMM", "fused", 2, True), ("MINICOMP_GEMM_EPILOGUE", "plain", 3, "plain"),
                ("MINICOMP_LIBRARY_JOINS", "0", 4, "off"), ("MINICOMP_GEMM_COMBO", "0", 5, "off"),
                ("MINICOMP_GEMM_COMBO", "all", 5, "all"), ("MINICOMP_REUSE_BUFFERS", "0", 6, False),
-               ("MINICOMP_PAD_GEMM", "1", 7, True), ("MINICOMP_PDL", "1", 8, True),
-               ("MINICOMP_LIBRARY_FIRST", "1", 9, True)]
+               ("MINICOMP_PDL", "0", 7, False), ("MINICOMP_LIBRARY_FIRST", "0", 8, False)]
     for name, value, i, want in changes:
         monkeypatch.setenv(name, value)
         assert codegen_switches()[i] == want, name
@@ -230,56 +228,16 @@ def test_a_k_or_n_off_16_bytes_keeps_our_kernel(shapes, dtype):
     assert gen.library == {} and any(name.startswith("mc_gemm") for name in gen.kernel_names)
 
 
-PADDED_CASES = {     # K off 16 bytes, N on them, at least 1024 rows and columns: cuBLAS over padded copies
-    "mm": (lambda a, b: a @ b, [(1024, 1023), (1023, 1024)]),
-    "linear_3d_bias": (lambda x, w, b: F.linear(x, w, b), [(2, 512, 1021), (1024, 1021), (1024,)]),
-    "transposed_a": (lambda a, b: a.t() @ b, [(1023, 1024), (1023, 1024)]),
-    "bias_first": (lambda x, w, b: b + x @ w, [(1024, 1023), (1023, 1024), (1024,)]),
-    "batched": (lambda a, b: a @ b, [(2, 1024, 1023), (2, 1023, 1024)]),
-    "sliced_a": (lambda a, b: a[:, 3:1026] @ b, [(1024, 1030), (1023, 1024)]),
-}
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("case", sorted(PADDED_CASES))
-def test_a_long_odd_k_calls_cublas_over_padded_copies(case, dtype):
-    """K = 1023 (fp32 rows of 4092 bytes, half rows of 2046): each operand whose rows are K long
-    is copied to rows 1024 elements apart and read through a view of K = 1023, so cuBLAS's fast
-    path serves the GEMM with nothing to compile. The module's lines run on the CPU here and
-    match eager."""
-    fn, shapes = PADDED_CASES[case]
-    inputs = [_randn(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
-    gen = _generate(fn, inputs, SM90_PAD).generated
-    k = {"transposed_a": shapes[0][0], "sliced_a": 1023}.get(case, shapes[0][-1])
-    assert not gen.kernel_names and len(gen.library) == 1
-    (why,) = gen.library.values()
-    assert why == library.PADDED.format(k=k, kp=-(-k // (16 // dtype.itemsize)) * (16 // dtype.itemsize))
-    assert gen.source.count("_rt.aligned_rows(") == 2
-    got = _run_on_cpu(gen, inputs)[0]
-    want = fn(*[t.double() for t in inputs]).to(dtype)
-    torch.testing.assert_close(got, want, **tol(dtype))
-
-
-@pytest.mark.parametrize("shapes", [[(16, 1023), (1023, 1024)], [(1024, 1023), (1023, 1000)],
-                                    [(1024, 1023), (1023, 1023)]], ids=["few_rows", "few_columns", "odd_n"])
-def test_odd_k_without_reuse_or_with_odd_rows_keeps_our_kernel(shapes):
-    """Few rows or columns (the copies would cost as much as the GEMM: gemm_form.PAD_MIN_REUSE),
-    or output rows off 16 bytes too (cuBLAS's slow path whatever K is): our kernel, even with
-    MINICOMP_PAD_GEMM on."""
+@pytest.mark.parametrize("shapes", [[(1024, 1023), (1023, 1024)], [(16, 1023), (1023, 1024)], [(2, 1024, 1023), (2, 1023, 1024)]],
+                         ids=["long", "few_rows", "batched"])
+def test_an_odd_k_keeps_our_kernel_however_long(shapes):
+    """No copy makes cuBLAS fast at an odd K (session 26, benchmarks/ablations/pad_gemm.py): the
+    GEMM is our kernel whatever its size, and cuBLAS serves only its first calls
+    (codegen/first_calls.py)."""
     inputs = [_randn(*s, dtype=torch.bfloat16, seed=i) for i, s in enumerate(shapes)]
-    gen = _generate(lambda a, b: a @ b, inputs, SM90_PAD).generated
+    gen = _generate(lambda a, b: a @ b, inputs).generated
     assert gen.library == {} and any(name.startswith("mc_gemm") for name in gen.kernel_names)
-
-
-def test_a_long_odd_k_keeps_our_kernel_by_default():
-    """Without MINICOMP_PAD_GEMM the long odd-K GEMM that PADDED would take is our kernel: its
-    steady state on the H100 is measured (0.233 ms, torch.compile 0.230), PADDED's is not yet."""
-    fn, shapes = PADDED_CASES["mm"]
-    inputs = [_randn(*s, dtype=torch.bfloat16, seed=i) for i, s in enumerate(shapes)]
-    gen = _generate(fn, inputs).generated
-    assert gen.library == {} and any(name.startswith("mc_gemm") for name in gen.kernel_names)
-    assert not Target.for_device("cpu", environ={}).pad_gemm
-    assert Target.for_device("cpu", environ={"MINICOMP_PAD_GEMM": "1"}).pad_gemm
+    assert "aligned_rows" not in gen.source
 
 
 def test_the_plan_table_and_counts_say_cublas():
@@ -893,25 +851,3 @@ def test_a_linear_result_is_not_relaid_and_has_the_layout_its_readers_expect():
     for a, b in zip(got, want):
         assert a.is_contiguous()
         torch.testing.assert_close(a, b, **tol(torch.float32))
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("layout", ["odd_rows", "batched_odd_rows", "transposed_odd", "aligned", "transposed_aligned"])
-def test_aligned_rows_copies_only_a_misaligned_leading_dimension(layout, dtype):
-    """`_rt.aligned_rows`: a matrix whose rows (stride-1 dimension) start off 16 bytes comes back
-    as a view of a copy with its row stride rounded up to 16 bytes, equal to the input; an
-    aligned one (row-major or transposed) comes back as itself."""
-    from minicomp.runtime import launcher as rt
-    per = 16 // dtype.itemsize
-    shapes = {"odd_rows": (6, per * 2 + 3), "batched_odd_rows": (2, 5, per + 1), "transposed_odd": (4, per * 3 + 1),
-              "aligned": (3, per * 2), "transposed_aligned": (5, per * 2)}
-    t = _randn(*shapes[layout], dtype=dtype, seed=5)
-    if layout.startswith("transposed"):
-        t = t.t()
-    got = rt.aligned_rows(t)
-    torch.testing.assert_close(got, t, rtol=0, atol=0)
-    if layout in ("aligned", "transposed_aligned"):
-        assert got is t
-        return
-    assert got.stride(-1) == 1 and (got.stride(-2) * dtype.itemsize) % 16 == 0
-    assert got.stride(-2) == -(-t.shape[-1] // per) * per

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (codegen/pdl.py, `Target.pdl`, $MINICOMP_PDL=1): every launched
+"""Programmatic dependent launch (codegen/pdl.py, `Target.pdl`, on sm_90 unless $MINICOMP_PDL=0): every launched
 Triton kernel waits for the kernel before it as its first statement and launches with
 `launch_pdl=True`; Triton compiles each such kernel for sm_90 (the GPU-true check, no GPU here);
 the Gluon attention kernel, the CPU target and CUDA-graph mode are left without it."""
@@ -97,7 +97,10 @@ def test_the_gluon_kernel_launches_without_pdl():
 
 def test_the_target_takes_pdl_on_hopper_only():
     assert not Target.for_device("cpu", environ={"MINICOMP_PDL": "1"}).pdl
-    assert not Target.for_device("cuda", environ={}).pdl
+    assert not Target.for_device("cuda", environ={}).pdl       # no GPU here: no capability to take it on
+    assert not Target.for_device("cpu", environ={}).pdl
+    assert replace(SM90, pdl=True).for_check(90).pdl
+    assert not replace(SM90, pdl=True).for_check(80).pdl      # an sm_80 check of an sm_90 module: no PDL there
     with pytest.raises(MinicompError, match="pdl needs a CUDA target of capability 9.0"):
         Target("cuda", (8, 0), pdl=True)
     with pytest.raises(MinicompError, match="pdl needs"):

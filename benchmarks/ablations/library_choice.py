@@ -19,8 +19,8 @@ torch.compile in interleaved rounds (`measure.time_interleaved`: do_bench median
 - `nocombo`, `combo`: sibling GEMMs sharing A (q, k, v) each a launch of its own
   (MINICOMP_GEMM_COMBO=0), or one launch at any size (=all; the default: where launch-bound);
 - `noreuse`: every kernel output a new allocation (MINICOMP_REUSE_BUFFERS=0; codegen/buffers.py);
-- `pdl`: every Triton kernel launched with programmatic dependent launch (MINICOMP_PDL=1;
-  codegen/pdl.py), so that the gaps between kernels can be compared with the default's;
+- `nopdl`: no programmatic dependent launch (MINICOMP_PDL=0; the default launches every Triton
+  kernel with it on sm_90, codegen/pdl.py), so that the gaps between kernels can be compared;
 - `auto`, `plain`, `overlap`: the default plan with the persistent GEMM's epilogue in each
   form (MINICOMP_GEMM_EPILOGUE, `target.gemm_epilogue_mode`).
 
@@ -84,10 +84,10 @@ def variant_env(name: str) -> dict[str, str]:
         return {"MINICOMP_GEMM_COMBO": "0" if name == "nocombo" else "all"}
     if name == "noreuse":
         return {"MINICOMP_REUSE_BUFFERS": "0"}
-    if name == "pdl":
-        return {"MINICOMP_PDL": "1"}
+    if name == "nopdl":
+        return {"MINICOMP_PDL": "0"}
     raise SystemExit(f"unknown variant {name!r}: default, fused, split, joins, session18, all, backend, nocombo, combo, "
-                     "noreuse, pdl, "
+                     "noreuse, nopdl, "
                      f"{', '.join(EPILOGUES)}")
 
 

@@ -1,41 +1,43 @@
-"""How to give cuBLAS a GEMM whose K is off 16 bytes without compiling anything (library.PADDED).
+"""How to give cuBLAS a GEMM whose K is off 16 bytes without compiling anything (the question behind
+session 25's `library.PADDED`, removed in session 26 on these figures).
 
 `gemm_k4095` (A [4096, 4095] @ B [4095, 4096], bf16) takes cuBLAS's slow path as it is (lda of
-4095 elements). Session 25 measured `PADDED` over `F.pad` copies at 0.275 ms against
-torch.compile's 0.233 on the H100: `F.pad` fills its whole output, then copies into it, and it
-copied B too. This times, in one run on one GPU, each way of making the operands acceptable:
+4095 elements). This times, in one run on one GPU, each way of making the operands acceptable:
 
 - `F.pad` of both operands with zeros (torch.compile's pad_mm pads both, in one fused kernel);
 - an empty output with only the pad zeroed, then one copy (`narrow`);
 - `torch.cat` with a zero block;
-- only A copied to rows 4096 elements apart and read as a [4096, 4095] view (`aligned_rows`,
-  what PADDED now emits): B's rows are N = 4096 long, already aligned, and nothing is
-  zero-filled. Whether cuBLAS keeps its fast kernel for K = 4095 over such a view is the
-  question this answers;
+- only A copied to rows 4096 elements apart and read as a [4096, 4095] view (`aligned_rows`
+  below): B's rows are N = 4096 long, already aligned, and nothing is zero-filled;
 
 then each form with the matmul, the matmul alone over a padded K, eager's unaligned matmul and
 torch.compile's. Every form's product is checked against an fp32 product before it is timed.
 
-    python3 benchmarks/ablations/pad_gemm.py [--m 4096 --k 4095 --n 4096]
+On the H100 (session 26, PyTorch 2.11): the aligned view kept cuBLAS on its slow path (1.05 ms
+for the mm alone: K = 4095 itself, not the row stride, is what it minds); the best padded form
+(`cat`, 0.243 ms) missed torch.compile's 0.229; the mm over padded copies alone took 0.182.
 
-Then `MINICOMP_PAD_GEMM=1 python3 benchmarks/run.py --only gemm_k4095` times minicomp's PADDED
-against torch.compile in the suite's own way.
+    python3 benchmarks/ablations/pad_gemm.py [--m 4096 --k 4095 --n 4096]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from minicomp.runtime.checks import aligned_rows  # noqa: E402
+
+
+def aligned_rows(t: torch.Tensor) -> torch.Tensor:
+    """A copy of the 2-D `t` whose rows start every 16 bytes, read as a view of `t`'s shape."""
+    per = 16 // t.element_size()
+    row = -(-t.shape[1] // per) * per
+    out = torch.empty_strided(tuple(t.shape), (row, 1), dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
 
 
 def narrow_pad(t: torch.Tensor, dim: int, extra: int) -> torch.Tensor:
@@ -106,7 +108,7 @@ def main() -> int:
     moved = 2 * a.numel() * a.element_size()
     for name, f in copies.items():
         ms = do_bench(f, warmup=25, rep=100)
-        print(f"  copy: {name:28s} {ms * 1e3:8.1f} us   {moved / ms / 1e9:6.0f} GB/s (read + write of A's bytes)")
+        print(f"  copy: {name:28s} {ms * 1e3:8.1f} us   {moved / ms / 1e6:6.0f} GB/s (read + write of A's bytes)")
     return 0
 
 

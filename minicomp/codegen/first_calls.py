@@ -5,7 +5,7 @@ slower on the host: a GEMM with an lm_head's 50257 output columns or a K off 16 
 cuBLAS runs on its slow path (library.py); an attention of few flops, or one the Gluon kernel
 takes (library_attention.py). Their first call waits for the kernel's compile and autotuning
 (0.82 s for `lm_head_50257` on the H100, where torch.compile's first call took 0.40 s, session
-25). With `Target.library_first` ($MINICOMP_LIBRARY_FIRST=1) such a group is written twice:
+25). With `Target.library_first` (on unless $MINICOMP_LIBRARY_FIRST=0) such a group is written twice:
 
     if _rt.compiled(mc_gemm_matmul_0):
         _launch(mc_gemm_matmul_0, ...)      # once its background compile has finished
@@ -22,7 +22,9 @@ compiles before the first call. The forms agree within rounding, so a
 call's result can differ in its last bits between those calls. `minicomp.wait_compiled()` waits
 for the compile (benchmarks time the settled module).
 
-Off by default: session 25 wrote it without a GPU.
+On the H100 (session 26) it took lm_head_50257's first call in a warm process from 0.82 s to
+0.04 (torch.compile: 2.03) and gemm_k4095's to 0.03 (0.06), the steady state unchanged (0.294 ms
+against torch.compile's 0.294; 0.231 against 0.231).
 """
 
 from __future__ import annotations

@@ -11,17 +11,13 @@ compiled and tuned for 1.28 s where cuBLAS needs nothing. Such a group is writte
 module as a library choice (`GeneratedModule.library`), not as a fallback: it is what
 minicomp chose, not something it could not compile, and it warns about nothing.
 
-A GEMM whose K is off 16 bytes (4096 x 4095 x 4096 in bf16) would take cuBLAS's slow path
-(0.969 ms against our kernel's 0.237 on the H200), so our kernel computes it. With
-`Target.pad_gemm` ($MINICOMP_PAD_GEMM=1) one that is long both ways (at least
-`gemm_form.PAD_MIN_REUSE` rows and columns) with N on 16 bytes calls cuBLAS instead, over
-copies of the operands whose rows start off 16 bytes, laid out with their row stride rounded up
-and read through a view of the same K (`_rt.aligned_rows`, `PADDED`): nothing to compile on
-the first call (0.01 s against our kernel's 0.56 on the H100). It is off by default because
-its steady state is not yet measured in this form: padding both operands with `F.pad` (as
-torch.compile's pad_mm pads, but filling each output before the copy) took 0.275 ms against
-our kernel's 0.233 on the H100 (session 25), and whether cuBLAS keeps its fast path for an
-odd K over aligned rows is what `benchmarks/ablations/pad_gemm.py` measures.
+A GEMM whose K or N is off 16 bytes (4096 x 4095 x 4096 in bf16) would take cuBLAS's slow path
+(0.969 ms against our kernel's 0.237 on the H200), so our kernel computes it. Handing cuBLAS
+copies whose rows start on 16 bytes does not help: with K = 4095 read over rows 4096 elements
+apart it still took 1.05 ms on the H100, and padding K itself (both operands, then the mm)
+took 0.243 ms at best against torch.compile's 0.229 and our kernel's 0.233
+(benchmarks/ablations/pad_gemm.py, session 26). Its first call, which waits for our kernel's
+compile, is what codegen/first_calls.py serves with cuBLAS's plain (slow) call.
 
 `choice(ctx)` says whether (and why) a group goes to the library; `emit(ctx, out, slot)`
 writes its lines. The matmuls that go to cuBLAS whatever follows them (few rows under CUDA
@@ -34,24 +30,20 @@ Invariants:
 - a library group computes what the reference interpreter computes (the same PyTorch calls),
   and reads PyTorch's fp32 precision switches when it runs, as eager does; the Target's
   `matmul_precision` (our kernels' compile-time copy of them) plays no part;
-- the lines hold no sizes (but `PADDED`'s pad width, taken for a static K only), so they serve
-  symbolic sizes unchanged, and launch nothing but cuBLAS (and a copy where a layout or `PADDED`
-  asks for one): they are safe inside a CUDA graph capture.
+- the lines hold no sizes, so they serve symbolic sizes unchanged, and launch nothing but
+  cuBLAS (and a copy where a layout asks for one): they are safe inside a CUDA graph capture.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Callable
 
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
 from minicomp.codegen.fallback import torch_text
-from minicomp.codegen.gemm_form import PAD_MIN_REUSE
 from minicomp.codegen.library_plan import ALL, DTYPES, FEW, FEW_BIAS, aligned_kn, few_rows, join_of, rows_text, split_of
 from minicomp.codegen.names import comment_text
-from minicomp.ir import dims
 from minicomp.ir.composites import linear_bias
 from minicomp.ir.dims import SymbolicDim
 from minicomp.ir.graph import Node, contiguous_strides
@@ -63,7 +55,6 @@ from minicomp.plan.table import library_counts
 
 PLAIN = "cuBLAS: nothing to fuse"
 BIAS = "cuBLAS: nothing to fuse but a bias along N (addmm)"
-PADDED = "cuBLAS: nothing to fuse, K = {k} read from copies of the operands whose rows start {kp} elements apart"
 
 
 def header_note(chosen: dict[int, str]) -> str:
@@ -107,10 +98,7 @@ def choice(ctx: KernelCtx) -> str | None:
     if not isinstance(spec, GemmSpec):
         return None
     if not _aligned(ctx, spec):
-        # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS's slow path there, but
-        # cuBLAS over copies whose rows start on 16 bytes (`_rt.aligned_rows`) compiles nothing
-        pad = _k_pad(ctx, spec) if target.pad_gemm else None
-        return None if pad is None or _plain(ctx, spec) is None else PADDED.format(k=pad[0], kp=pad[1])
+        return None         # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS's slow path
     plain = _plain(ctx, spec)
     rows = None if plain is None or not target.graphs else few_rows(ctx.graph, spec.matmuls[0])
     if rows is not None:
@@ -123,31 +111,6 @@ def choice(ctx: KernelCtx) -> str | None:
     if plain is not None and (join := join_of(ctx.graph, mm, target)):
         return join
     return plain
-
-
-def _k_pad(ctx: KernelCtx, spec: GemmSpec) -> tuple[int, int] | None:
-    """(K, K padded to 16 bytes) where the group's one matmul has a static K off 16 bytes, a
-    static N on them (its output rows stay aligned: an lm_head's N = 50257 does not) and at least
-    PAD_MIN_REUSE static rows and columns, so that the copies (A's, and B's where its rows are
-    K long) cost little beside the GEMM (gemm_form.PAD_MIN_REUSE says how little). On the H200
-    (session 11) torch.compile's padded cuBLAS took 0.217 ms at 4096 x 4095 x 4096 in bf16 where
-    our kernel took 0.237, and on the H100 (session 24) 0.230 against 0.233, with a first call of
-    0.40 s against our kernel's 0.56 (its compile and tuning). Else None."""
-    if len(spec.matmuls) != 1:
-        return None
-    g = ctx.graph
-    mm = g.node(spec.matmuls[0])
-    a, b = (g.node(x) for x in spec.operands[0])
-    k, n = a.shape[-1], mm.shape[-1]
-    # the rows each element of B meets: all of A's when B has no batch dims (they fold into M)
-    rows = math.prod(mm.shape[:-1]) if len(b.shape) <= 2 else mm.shape[-2]
-    if dims.any_symbolic((k, n, rows)):
-        return None
-    size = mm.dtype.itemsize
-    per = 16 // size
-    if (k * size) % 16 == 0 or (n * size) % 16 or min(rows, n) < PAD_MIN_REUSE:
-        return None
-    return k, -(-k // per) * per
 
 
 def computes(ctx: KernelCtx) -> bool:
@@ -228,11 +191,6 @@ def emit(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int], w
             view_line(nid)
     a, b = ctx.buf(a_id), ctx.buf(b_id)
     w = ctx.buf(weight) if weight is not None else None
-    pad = None if _aligned(ctx, spec) else _k_pad(ctx, spec)    # PADDED, or first_calls' lines for an odd K
-    if pad:     # an operand whose rows start off 16 bytes is copied to rows that do: same K, aligned stride
-        a = f"_rt.aligned_rows({a})"
-        w = f"_rt.aligned_rows({w})" if w else None
-        b = f"_rt.aligned_rows({b})"
     bias = ctx.buf(_bias(ctx, replace(spec, epilogue=tuple(core)))) if core else None    # `_plain` admits only a bias
     if weight is not None:
         text = f"torch.nn.functional.linear({a}, {w}{f', {bias}' if bias else ''})"

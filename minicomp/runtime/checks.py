@@ -134,27 +134,6 @@ def as_layout(t: torch.Tensor, strides: tuple) -> torch.Tensor:
     return out
 
 
-def aligned_rows(t: torch.Tensor) -> torch.Tensor:
-    """`t` when its rows (along its dimension of stride 1, the last or the one before) start
-    every 16 bytes, as cuBLAS's fast kernels need of a matrix's leading dimension; else a copy
-    of `t` whose rows are laid out that many bytes apart, returned as a view of `t`'s shape
-    (the few elements past each row are never read). A [4096, 4095] bf16 operand becomes a view
-    with row stride 4096 (library.PADDED; whether cuBLAS keeps its fast kernel for K = 4095
-    over it is what benchmarks/ablations/pad_gemm.py measures)."""
-    size = t.element_size()
-    if t.dim() < 2:
-        return t
-    if (t.stride(-1) == 1 and (t.stride(-2) * size) % 16 == 0) or (t.stride(-2) == 1 and (t.stride(-1) * size) % 16 == 0):
-        return t
-    per = 16 // size
-    row = -(-t.shape[-1] // per) * per
-    strides, step = [1], row
-    for n in reversed(t.shape[:-1]):
-        strides.insert(0, step)
-        step *= n
-    return as_layout(t, tuple(strides))
-
-
 def aligned(ts: tuple) -> bool:
     """Whether every tensor of `ts` starts on 16 bytes: what `as_layouts` checks besides the
     strides, for a caller whose guards compared those (a loop, ~0.07 us a tensor on the 2-core
