@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.ablations import library_choice as lc  # noqa: E402
 from minicomp.target import Target  # noqa: E402
 
-VARIANTS = ["default", "fused", "split", "joins", "session18", "all", "backend", "auto", "plain", "overlap", "pdl"]
+VARIANTS = ["default", "fused", "split", "joins", "session18", "all", "backend", "auto", "plain", "overlap", "nopdl"]
 
 
 @pytest.mark.parametrize("name", VARIANTS)
