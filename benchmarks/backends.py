@@ -106,6 +106,12 @@ def prepare_backend(name: str, built, ref, args, tol) -> tuple[dict, Callable]:
     rec["first_call_s"] = time.perf_counter() - t0               # in this (warm) process, after compile_for
     rec["check"] = compare(out, ref, tol, built.wide_out) if ref is not None \
         else {"ok": True, "reference": True}
+    if name == "minicomp":       # eager answered while kernels compiled: until a call runs them all
+        import minicomp
+        minicomp.wait_compiled()
+        fn(*built.inputs)                                        # the call that autotunes them
+        sync(args.device)
+        rec["settled_s"] = time.perf_counter() - t0
     return rec, fn
 
 

@@ -41,7 +41,7 @@ GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM r
 GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A in one launch: "auto", "all" or "0" (gemm_combo_mode)
 GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
-LIBRARY_FIRST_ENV = "MINICOMP_LIBRARY_FIRST"         # "0": a kernel's first call waits for its compile (no cuBLAS or SDPA meanwhile)
+EAGER_FIRST_ENV = "MINICOMP_EAGER_FIRST"         # "0": a kernel's first call waits for its compile (no cuBLAS or SDPA meanwhile)
 PDL_ENV = "MINICOMP_PDL"                             # "0": no programmatic dependent launch (codegen/pdl.py)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
@@ -133,12 +133,12 @@ def reuse_buffers_on(environ: dict | None = None) -> bool:
     return _on_unless_zero(REUSE_BUFFERS_ENV, environ)
 
 
-def library_first_on(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_LIBRARY_FIRST lets cuBLAS or SDPA answer a group's first calls while our
+def eager_first_on(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_EAGER_FIRST lets cuBLAS or SDPA answer a group's first calls while our
     kernel for it compiles in the background (codegen/first_calls.py): anything but "0". On the
     H100 it took lm_head_50257's first call from 0.82 s to 0.04 (torch.compile 2.03) with the
     steady state unchanged (BENCHMARKS.md, session 26)."""
-    return _on_unless_zero(LIBRARY_FIRST_ENV, environ)
+    return _on_unless_zero(EAGER_FIRST_ENV, environ)
 
 
 def pdl_on(environ: dict | None = None) -> bool:
@@ -162,7 +162,7 @@ def gemm_combo_mode(environ: dict | None = None) -> str:
 
 
 CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV,
-                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PDL_ENV, LIBRARY_FIRST_ENV)
+                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PDL_ENV, EAGER_FIRST_ENV)
 _seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
 try:        # the variables' names as os.environ keeps them (bytes on POSIX)
     _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
@@ -172,7 +172,7 @@ except AttributeError:
 
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
-    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pdl_on(), library_first_on()) of
+    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pdl_on(), eager_first_on()) of
     this process's environment, read again only when one of their variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
     took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
     `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
@@ -183,7 +183,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode(), reuse_buffers_on(), pdl_on(), library_first_on())
+                 gemm_combo_mode(), reuse_buffers_on(), pdl_on(), eager_first_on())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -259,8 +259,8 @@ class Target:
     pdl: bool = False
     # CUDA: cuBLAS or SDPA answers a group our kernel computes (a GEMM on a shape cuBLAS is slow
     # on, an attention) until that kernel has compiled in the background (codegen/first_calls.py);
-    # MINICOMP_LIBRARY_FIRST=0 turns it off
-    library_first: bool = True
+    # MINICOMP_EAGER_FIRST=0 turns it off
+    eager_first: bool = True
 
     def __post_init__(self) -> None:
         if self.device_type not in ("cuda", "cpu"):
@@ -323,7 +323,7 @@ class Target:
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
                       gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env),
                       pdl=pdl_on(env) and capability is not None and capability >= (9, 0) and not graphs,
-                      library_first=library_first_on(env))
+                      eager_first=eager_first_on(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

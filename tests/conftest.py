@@ -114,7 +114,7 @@ os.environ.setdefault("MINICOMP_HOPPER_ATTENTION", "1")
 # A GPU test that calls a module once checks the kernel of each group, not cuBLAS or SDPA
 # answering while that kernel compiles in the background (codegen/first_calls.py, on by
 # default): tests/test_first_calls.py turns it on where it tests it, on the GPU too.
-os.environ.setdefault("MINICOMP_LIBRARY_FIRST", "0")
+os.environ.setdefault("MINICOMP_EAGER_FIRST", "0")
 
 
 # Seconds each test spent waiting for the GPU-true check (its share of the test's duration):

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 # codegen as for an sm_90 device, whatever this machine has; the Gluon kernel wherever it fits
 # (the suite's shapes are small: `test_by_default_the_kernel_takes_attention_that_pays_for_it`)
-SM90 = Target("cuda", (9, 0), hopper_attention="1", library_first=False)   # first calls: tests/test_first_calls.py
+SM90 = Target("cuda", (9, 0), hopper_attention="1", eager_first=False)   # first calls: tests/test_first_calls.py
 
 
 @pytest.fixture

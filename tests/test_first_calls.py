@@ -1,8 +1,10 @@
-"""cuBLAS answers a slow-shaped GEMM's first calls while our kernel compiles (codegen/first_calls.py,
-`Target.library_first`, on unless $MINICOMP_LIBRARY_FIRST=0).
+"""Eager answers a group's first calls while our kernel for it compiles (codegen/first_calls.py,
+`Target.eager_first`, on unless $MINICOMP_EAGER_FIRST=0): cuBLAS or SDPA where the library
+computes the group as it is, the group's own PyTorch lines otherwise.
 
 The module is generated for sm_90 without a GPU; its text says which form runs when, and its
-cuBLAS branch runs here on CPU tensors (the kernel marked as still compiling) against eager."""
+eager branches run here on CPU tensors (every kernel marked as still compiling: a launch would
+fail on the CPU) against eager, for idiomatic functions and transformers models."""
 
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from minicomp.codegen import first_calls
 from minicomp.runtime import launcher
 from minicomp.target import Target
 
-FIRST = Target("cuda", (9, 0))                      # library_first is on by default
-SM90 = replace(FIRST, library_first=False)          # MINICOMP_LIBRARY_FIRST=0
+FIRST = Target("cuda", (9, 0))                      # eager_first is on by default
+SM90 = replace(FIRST, eager_first=False)          # MINICOMP_EAGER_FIRST=0
 
 CASES = {      # GEMMs our kernel computes because cuBLAS is slow on them, as eager calls them
     "lm_head": (lambda x, w: F.linear(x, w), [(2, 9, 64), (1003, 64)], "torch.nn.functional.linear("),
@@ -35,7 +37,7 @@ def _randn(*shape, dtype=torch.float32, seed=0):
     return (torch.randn(shape, generator=gen) * shape[-1] ** -0.5).to(dtype)
 
 
-def _cublas_branch(gen, inputs, tmp_path):
+def _eager_branch(gen, inputs, tmp_path):
     """Run the CUDA module on CPU tensors with each kernel marked as compiling in the background:
     call() takes the library's branch (and would fail on the kernel's launch otherwise). The
     module is imported from a file: a Gluon kernel's decorator reads its source from one."""
@@ -72,25 +74,26 @@ def test_cublas_answers_until_the_kernel_has_compiled(case, dtype, tmp_path):
     warm = gen.source[gen.source.index("_WARM = ["):gen.source.index("_LATER = [")]
     later = gen.source[gen.source.index("_LATER = ["):gen.source.index("\n]", gen.source.index("_LATER = ["))]
     assert f"({kernel}," not in warm and f"({kernel}," in later   # compiled in the background, not before the call
-    (got,) = _cublas_branch(gen, inputs, tmp_path)
+    (got,) = _eager_branch(gen, inputs, tmp_path)
     want = fn(*[t.double() for t in inputs]).to(dtype)
     torch.testing.assert_close(got, want, **tol(dtype))
     assert got.shape == want.shape and got.stride() == want.contiguous().stride()
 
 
-def test_on_by_default_off_by_its_switch_and_only_for_what_cublas_computes_alone():
+def test_on_by_default_off_by_its_switch_and_the_library_only_for_what_it_computes_alone():
     fn, shapes, _ = CASES["lm_head"]
     inputs = [_randn(*s, seed=i) for i, s in enumerate(shapes)]
     off = generate_quietly(fn, inputs, SM90).generated.source
     assert "_rt.compiled(" not in off and "_LATER" not in off.split("\ndef run(")[1]
-    # an epilogue cuBLAS does not compute: the kernel compiles before the first call as before
+    # an epilogue cuBLAS does not compute: PyTorch's lines answer, into the kernel's buffer
     gelu = generate_quietly(lambda x, w: F.gelu(F.linear(x, w)), inputs, FIRST).generated.source
-    assert "_rt.compiled(" not in gelu and "cuBLAS answers" not in gelu
+    assert "_rt.compiled(" in gelu and "cuBLAS answers" not in gelu and "PyTorch answers until then" in gelu
+    assert ".copy_(mc_eager" in gelu
     # the CPU target never: its kernels run under the interpreter
-    cpu = generate_quietly(fn, inputs, replace(Target("cpu"), library_first=True)).generated.source
+    cpu = generate_quietly(fn, inputs, replace(Target("cpu"), eager_first=True)).generated.source
     assert "_rt.compiled(" not in cpu
-    assert Target.for_device("cpu", environ={}).library_first
-    assert not Target.for_device("cpu", environ={"MINICOMP_LIBRARY_FIRST": "0"}).library_first
+    assert Target.for_device("cpu", environ={}).eager_first
+    assert not Target.for_device("cpu", environ={"MINICOMP_EAGER_FIRST": "0"}).eager_first
     assert first_calls.WHY in generate_quietly(fn, inputs, FIRST).generated.source
 
 
@@ -114,7 +117,7 @@ def test_sdpa_answers_an_attention_until_its_kernel_has_compiled(hopper, tmp_pat
     assert run.count("_launch(") == 1
     if hopper:
         assert "mc_attn_causal" not in gen.source and "gluon.jit(attn_fwd_hopper)" in gen.source
-    (got,) = _cublas_branch(gen, [q, k, v], tmp_path)
+    (got,) = _eager_branch(gen, [q, k, v], tmp_path)
     torch.testing.assert_close(got, _sdpa(q.float(), k.float(), v.float()).bfloat16(), **tol(torch.bfloat16))
     off = generate_quietly(_sdpa, [q, k, v], replace(SM90, hopper_attention=hopper)).generated.source
     assert "SDPA answers" not in off
@@ -132,20 +135,126 @@ def test_the_kernels_compiled_later_pass_the_gpu_true_check():
     assert not attn.generated.fallbacks and "_LATER = [" in attn.generated.source
 
 
+def _softmax_scaled(x, t):
+    return torch.softmax(x.float() / t, dim=-1).to(x.dtype)
+
+
+def _norm_gelu(x, w, b):
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b)) * 0.5
+
+
+def _bias_residual(x, b, r):
+    return (x + b).relu() + r.transpose(0, 1)
+
+
+def _noop_cast_then_sum(x, y):
+    # x.float() of an fp32 tensor is x itself: eager's result views the input, and the kernel's
+    # output buffer must still be what later groups reuse, not the caller's tensor
+    a = x.float() * 1.0
+    return a + y, (a * y).sum(-1)
+
+
+def _embed_rms(ids, table, w):
+    h = F.embedding(ids, table)
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+EAGER_CASES = {     # groups no library computes: their own PyTorch lines answer
+    "softmax_odd_columns": (_softmax_scaled, lambda d: [_randn(5, 7, 1003, dtype=d), torch.tensor(0.7)]),
+    "layernorm_gelu_noncontiguous": (_norm_gelu, lambda d: [_randn(40, 6, 33, dtype=d).transpose(0, 1),
+                                                            _randn(33, dtype=d, seed=1), _randn(33, dtype=d, seed=2)]),
+    "broadcast_residual": (_bias_residual, lambda d: [_randn(9, 4, 65, dtype=d), _randn(65, dtype=d, seed=1),
+                                                      _randn(4, 9, 65, dtype=d, seed=2)]),
+    "noop_cast_two_outputs": (_noop_cast_then_sum, lambda d: [_randn(6, 130), _randn(6, 130, seed=1)]),
+    "embedding_rmsnorm": (_embed_rms, lambda d: [torch.randint(0, 50, (3, 17), generator=torch.Generator().manual_seed(3)),
+                                                 _randn(50, 48, dtype=d, seed=1), _randn(48, dtype=d, seed=2)]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", sorted(EAGER_CASES))
+def test_pytorch_lines_answer_for_a_kernel_no_library_computes(case, dtype, tmp_path):
+    fn, make = EAGER_CASES[case]
+    inputs = make(dtype)
+    before = [x.clone() for x in inputs]
+    gen = generate_quietly(fn, inputs, FIRST).generated
+    assert gen.kernel_names
+    run = gen.source[gen.source.index("\ndef run("):]
+    for name in gen.kernel_names:             # every kernel here has one launch: each is tiered
+        assert f"if _rt.compiled({name}):" in run, name
+    assert run.count("else:  # PyTorch answers until then") == len(gen.kernel_names)
+    got = _eager_branch(gen, inputs, tmp_path)
+    want = fn(*inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, **tol(dtype))
+        assert g.shape == w.shape and g.stride() == w.contiguous().stride()
+    for x, b in zip(inputs, before):         # nothing of the caller's was written
+        assert torch.equal(x, b)
+
+
+def _hf(family: str):
+    import transformers
+    if family == "llama":
+        cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        cls = transformers.LlamaForCausalLM
+    elif family == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=32)
+        cls = transformers.GPT2LMHeadModel
+    else:
+        cfg = transformers.BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      intermediate_size=64, max_position_embeddings=32)
+        cls = transformers.BertModel
+    torch.manual_seed(0)
+    return cls(cfg).eval().requires_grad_(False)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
+def test_a_transformers_model_answers_through_its_eager_branches(family, tmp_path):
+    """A whole model as users call it, generated for sm_90: with every kernel still compiling,
+    its first call is the eager branches (and cuBLAS lines) alone, and equals the model's."""
+    m = _hf(family)
+    out = "logits" if family != "bert" else "last_hidden_state"
+    fn = lambda ids: getattr(m(input_ids=ids), out)     # noqa: E731
+    ids = torch.randint(0, 96, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        gen = generate_quietly(fn, [ids], FIRST).generated
+        names = gen.source.split("input(s) (", 1)[1].split(")", 1)[0].split(", ")
+        params = dict(m.named_parameters()) | dict(m.named_buffers())
+        args = [ids if n == "ids" else params[n.removeprefix("m.")] for n in names]
+        (got,) = _eager_branch(gen, args, tmp_path)
+        want = fn(ids)
+    assert gen.source.count("else:  # PyTorch answers until then") >= len(gen.kernel_names) > 0
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_of_several_launches_compiles_before_its_first_call():
+    """A split reduction launches two functions: one test of one compile cannot cover both, so
+    it stays in `_WARM` and is launched unconditionally."""
+    x = _randn(65536, 64)
+    gen = generate_quietly(lambda x: x.sum(0), [x], FIRST).generated
+    run = gen.source[gen.source.index("\ndef run("):]
+    if run.count("_launch(") < 2:
+        pytest.skip("the plan took one launch for this reduction")
+    assert "_rt.compiled(" not in run and "answers until then" not in run
+
+
 GPU_CASES = {      # through the api as users call it: our kernel computes each, cuBLAS or SDPA answers first
     "lm_head": (lambda x, w: F.linear(x, w), [(4, 33, 256), (50257, 256)]),
     "odd_k": (lambda a, b: a @ b, [(1024, 1023), (1023, 1024)]),
     "attention": (_sdpa, [(2, 4, 128, 64)] * 3),
+    "layernorm_gelu": (lambda x, w, b: _norm_gelu(x, w, b), [(64, 33, 768), (768,), (768,)]),
 }
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", sorted(GPU_CASES))
 def test_gpu_the_library_answers_first_then_the_kernel(case, monkeypatch):
-    """The default: the first call's answer comes from the library, and once the background
-    compile has finished the kernel's does; both match eager."""
+    """The default: the first call's answer comes from the library or PyTorch's lines, and once
+    the background compile has finished the kernel's does; both match eager."""
     import minicomp
-    monkeypatch.setenv("MINICOMP_LIBRARY_FIRST", "1")
+    monkeypatch.setenv("MINICOMP_EAGER_FIRST", "1")
     fn, shapes = GPU_CASES[case]
     inputs = [_randn(*s, dtype=torch.bfloat16, seed=i).cuda() for i, s in enumerate(shapes)]
     want = fn(*inputs)

@@ -34,7 +34,7 @@ from minicomp.target import Target
 
 # the suite's shapes are small: MINICOMP_HOPPER_ATTENTION=1 ("1") takes the Gluon kernel and SDPA
 # however small; the default's size rule (`attention_hopper.too_small`) has its own test below
-SM90 = Target("cuda", (9, 0), hopper_attention="1", library_first=False)   # first calls: tests/test_first_calls.py
+SM90 = Target("cuda", (9, 0), hopper_attention="1", eager_first=False)   # first calls: tests/test_first_calls.py
 HALF = [torch.float16, torch.bfloat16]
 SDPA_CALL = "torch.nn.functional.scaled_dot_product_attention("
 

@@ -153,7 +153,7 @@ def test_the_switches_a_call_keys_on_follow_every_change_of_their_variables(monk
                ("MINICOMP_DUAL_GEMM", "fused", 2, True), ("MINICOMP_GEMM_EPILOGUE", "plain", 3, "plain"),
                ("MINICOMP_LIBRARY_JOINS", "0", 4, "off"), ("MINICOMP_GEMM_COMBO", "0", 5, "off"),
                ("MINICOMP_GEMM_COMBO", "all", 5, "all"), ("MINICOMP_REUSE_BUFFERS", "0", 6, False),
-               ("MINICOMP_PDL", "0", 7, False), ("MINICOMP_LIBRARY_FIRST", "0", 8, False)]
+               ("MINICOMP_PDL", "0", 7, False), ("MINICOMP_EAGER_FIRST", "0", 8, False)]
     for name, value, i, want in changes:
         monkeypatch.setenv(name, value)
         assert codegen_switches()[i] == want, name

@@ -39,23 +39,72 @@ def test_a_kernel_is_launched_only_once_its_background_compile_is_done():
 
 
 def test_a_failed_background_compile_leaves_the_other_form_for_good():
+    import pytest
     k = SlowKernel(fail=True)
-    launcher.compile_later([(k, (), {})])
-    k.go.set()
-    assert launcher.wait_compiled(30)
+    with pytest.warns(RuntimeWarning, match="did not compile in the background"):
+        launcher.compile_later([(k, (), {})])
+        k.go.set()
+        assert launcher.wait_compiled(30)
     assert not launcher.compiled(k)
 
 
 def test_compiling_at_once_hands_later_to_the_background_and_does_not_wait(monkeypatch):
     k = SlowKernel()
-    started = []
-    monkeypatch.setattr(launcher, "compile_later", lambda later, stubs=None: started.extend(later))
+    started, pools = [], []
+    monkeypatch.setattr(launcher, "compile_later",
+                        lambda later, stubs=None, threads=1: (started.extend(later), pools.append(threads)))
     later = [(k, (), {})]
     with launcher.CompilingAtOnce([], threads=4, environ={"MINICOMP_COMPILE_THREADS": "4"}, later=later):
         pass
-    assert started == [(k, (), {})] and later == []
+    assert started == [(k, (), {})] and later == [] and pools == [2]   # half the compile threads
     # one compile thread: nothing in the background, the kernel compiles at its first launch
     started.clear()
     with launcher.CompilingAtOnce([], environ={"MINICOMP_COMPILE_THREADS": "1"}, later=[(k, (), {})]):
         pass
     assert started == [] and launcher.compiled(k)
+
+
+class _Config:
+    def __init__(self, block: int):
+        self.block = block
+
+    def all_kwargs(self) -> dict:
+        return {"BLOCK": self.block}
+
+
+class SlowAutotuner:
+    """Stands for an autotuned kernel: its configs compile through `fn.warmup`, one job each."""
+
+    def __init__(self, blocks=(16, 32, 64), fail_block: int | None = None):
+        self.configs = [_Config(b) for b in blocks]
+        self.fn = SlowKernel()
+        self.fail_block = fail_block
+        self.fn.warmup = self._warmup
+
+    def _warmup(self, *args, grid, **kwargs):
+        self.fn.calls.append(kwargs)
+        assert self.fn.go.wait(30)
+        if kwargs.get("BLOCK") == self.fail_block:
+            raise RuntimeError("ptxas said no\nmore detail")
+        return object()
+
+
+def test_an_autotuned_kernel_compiles_each_config_and_is_done_when_all_are():
+    k = SlowAutotuner()
+    launcher.compile_later([(k, ("torch.float32",), {"num_warps": 4})], threads=3)
+    assert not launcher.compiled(k)
+    k.fn.go.set()
+    assert launcher.wait_compiled(30)
+    assert launcher.compiled(k)
+    assert sorted(c["BLOCK"] for c in k.fn.calls) == [16, 32, 64]
+    assert all(c["num_warps"] == 4 for c in k.fn.calls)
+
+
+def test_a_config_that_fails_leaves_eager_for_good_and_says_so():
+    import pytest
+    k = SlowAutotuner(fail_block=32)
+    with pytest.warns(RuntimeWarning, match=r"did not compile in the background \(ptxas said no\): PyTorch keeps"):
+        launcher.compile_later([(k, (), {})])
+        k.fn.go.set()
+        assert launcher.wait_compiled(30)
+    assert not launcher.compiled(k)

@@ -87,8 +87,8 @@ def emit_torch(ctx: KernelCtx, reason: str, out: CodeBuilder, opaque_slot: Calla
     write_nodes(ctx, out, opaque_slot)
 
 
-def write_nodes(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
-    """The group's nodes as PyTorch lines, in graph order, then its outputs' layouts."""
+def write_nodes(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int], layouts: bool = True) -> None:
+    """The group's nodes as PyTorch lines, in graph order, then (`layouts`) its outputs' layouts."""
     g = ctx.graph
     order = {nid: i for i, nid in enumerate(g.topo_order())}
     for nid in sorted(ctx.group.nodes, key=order.__getitem__):
@@ -98,5 +98,5 @@ def write_nodes(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], 
         text = torch_text(node, [ctx.buf(x) for x in node.args], opaque_slot)
         note = f"  # {node.op}" + (f" {comment_text(node.attrs.get('target'))}" if node.op == "opaque" else "")
         out.writeline(f"{ctx.buf(nid)} = {text}{note}")
-    for o in ctx.group.outputs:
+    for o in ctx.group.outputs if layouts else ():
         out.writeline(f"{ctx.buf(o)} = _as_layout({ctx.buf(o)}, {py_value(ctx.strides(o))})")

@@ -1,30 +1,35 @@
-"""The library answers a group's first calls while minicomp's kernel for it compiles in the background.
+"""Eager PyTorch answers a group's first calls while minicomp's kernel for it compiles in the background.
 
-Some groups with nothing to fuse are our kernel's only because the library is slow on them, or
-slower on the host: a GEMM with an lm_head's 50257 output columns or a K off 16 bytes, which
-cuBLAS runs on its slow path (library.py); an attention of few flops, or one the Gluon kernel
-takes (library_attention.py). Their first call waits for the kernel's compile and autotuning
-(0.82 s for `lm_head_50257` on the H100, where torch.compile's first call took 0.40 s, session
-25). With `Target.library_first` (on unless $MINICOMP_LIBRARY_FIRST=0) such a group is written twice:
+A kernel's first launch waits for Triton to compile it, and for its autotuning: 0.82 s for the
+`lm_head_50257` GEMM on the H100, 5.2 s for a 4-layer Llama's first call where torch.compile's
+took 4.5 (session 26). With `Target.eager_first` (on unless $MINICOMP_EAGER_FIRST=0) a group
+whose kernel has one launch is written twice:
 
     if _rt.compiled(mc_gemm_matmul_0):
         _launch(mc_gemm_matmul_0, ...)      # once its background compile has finished
     else:  # cuBLAS answers until then
         buf3 = torch.nn.functional.linear(x, w)
 
-The kernel goes into the module's `_LATER` list (compiled on a background thread at the first
-call, runtime/launcher.py `compile_later`) instead of `_WARM`. The first calls run the library
-(cuBLAS at eager's speed, the slow path for the lm_head: 1.7 ms; SDPA for attention); the first
-call after the compile ends autotunes the kernel; later calls run it. An attention the Gluon
-kernel takes is emitted without `Target.tiered` (`context`): SDPA takes the place of the
-block-language kernel that would serve in front of it (attention_hopper.tiered), so neither
-compiles before the first call. The forms agree within rounding, so a
-call's result can differ in its last bits between those calls. `minicomp.wait_compiled()` waits
-for the compile (benchmarks time the settled module).
+The else branch is the library's call where the library computes the group as it is (a GEMM
+with nothing or a bias to fuse: cuBLAS, codegen/library.py; an attention SDPA computes:
+codegen/library_attention.py), and otherwise the group's own nodes as PyTorch lines, as a
+fallback writes them (fallback.write_nodes; for sibling groups that share one kernel, each
+group's), their results copied into the buffers the kernel would have written. The kernel goes into the module's `_LATER` list (compiled on background threads from
+the first call on, runtime/launcher.py `compile_later`) instead of `_WARM`. The first calls run
+at eager's speed; the first call after a kernel's compile ends autotunes it; later calls run
+it. An attention the Gluon kernel takes is emitted without `Target.tiered` (`context`): eager
+takes the place of the block-language kernel that would serve in front of it
+(attention_hopper.tiered), so neither compiles before the first call.
 
-On the H100 (session 26) it took lm_head_50257's first call in a warm process from 0.82 s to
-0.04 (torch.compile: 2.03) and gemm_k4095's to 0.03 (0.06), the steady state unchanged (0.294 ms
-against torch.compile's 0.294; 0.231 against 0.231).
+The forms agree within rounding, so a call's result can differ in its last bits between those
+calls. `minicomp.wait_compiled()` waits for the compiles (benchmarks time the settled module and
+report how long settling took). A kernel of several launches (split reductions, split-KV decode,
+a second form for other sizes) compiles before its first launch as before: one test of one
+kernel's compile could not tell that all of its functions are ready.
+
+On the H100 (session 26) the library's part took lm_head_50257's first call in a warm process
+from 0.82 s to 0.04 (torch.compile: 2.03) and gemm_k4095's to 0.03 (0.06), the steady state
+unchanged (0.294 ms against torch.compile's 0.294; 0.231 against 0.231).
 """
 
 from __future__ import annotations
@@ -32,50 +37,69 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from minicomp.codegen import library, library_attention
+from minicomp.codegen import fallback, library, library_attention
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Kernel, KernelCtx, Ready
+from minicomp.codegen.names import comment_text
 from minicomp.ir.graph import Node
 
 WHY = "while the kernel compiles in the background: codegen/first_calls.py"
 
 
-def _serves(ctx: KernelCtx, groups: list) -> bool:
-    """Whether cuBLAS or SDPA can answer for the group while its kernel compiles:
-    `Target.library_first` on a CUDA target, the group alone in its kernel, and either one
+def _library(ctx: KernelCtx, groups: list) -> bool:
+    """Whether cuBLAS or SDPA computes the group as it is: alone in its kernel, and either one
     matmul with nothing or a bias to fuse, or an attention SDPA computes as it is."""
     t = ctx.target
-    if not (t.library_first and ctx.device_type == "cuda" and len(groups) == 1):
+    if len(groups) != 1:
         return False
     if ctx.group.kind == "gemm":
         return t.library_gemm and library.computes(ctx)
     return ctx.group.kind == "attention" and t.library_attention and library_attention.computes(ctx)
 
 
+def _serves(ctx: KernelCtx) -> bool:
+    """Whether eager answers for the group while its kernel compiles: `Target.eager_first` on a
+    CUDA target."""
+    return ctx.target.eager_first and ctx.device_type == "cuda"
+
+
 def context(ctx: KernelCtx) -> KernelCtx:
-    """The context to emit the group's kernel in: where SDPA will answer an attention's first
+    """The context to emit the group's kernel in: where eager will answer an attention's first
     calls (`_serves`), without `Target.tiered`, so that the Gluon kernel comes alone instead of
     behind a block-language kernel that would compile for the first call (attention.emit)."""
-    if ctx.group.kind == "attention" and ctx.target.tiered and _serves(ctx, [ctx.group]):
+    if ctx.group.kind == "attention" and ctx.target.tiered and _serves(ctx):
         return replace(ctx, target=replace(ctx.target, tiered=False))
     return ctx
 
 
-def tier(ctx: KernelCtx, kernel: Kernel, groups: list) -> Kernel:
+def tier(ctx: KernelCtx, kernel: Kernel) -> Kernel:
     """`kernel` with its one launch made once it has compiled (`Ready`: its warm-up entry goes
-    to `_LATER`), where `_serves` says the library can answer meanwhile; else `kernel` as it is."""
-    if len(kernel.launches) != 1 or kernel.launches[0].when is not None or not _serves(ctx, groups):
+    to `_LATER`), where `_serves` says eager answers meanwhile; else `kernel` as it is."""
+    if len(kernel.launches) != 1 or kernel.launches[0].when is not None or not _serves(ctx):
         return kernel
     (launch,) = kernel.launches
     return replace(kernel, launches=[replace(launch, when=Ready(launch.fn or kernel.name))])
 
 
-def write_else(ctx: KernelCtx, kernel: Kernel, groups: list, out: CodeBuilder,
-               opaque_slot: Callable[[Node], int]) -> None:
-    """After a `tier`ed kernel's launch lines (`if _rt.compiled(...):`), the library lines that
-    answer until then; nothing for any other kernel."""
-    launches = kernel.launches
-    if len(launches) == 1 and isinstance(launches[0].when, Ready) and launches[0].when.ready and _serves(ctx, groups):
+def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> bool:
+    """After a `tier`ed kernel's launch lines (`if _rt.compiled(...):`), the lines that answer
+    until then: the library's call, or each group's nodes as PyTorch lines that end in copies
+    into the kernel's output buffers. Nothing for any other kernel. True where PyTorch lines
+    were written (they read host scalars: the caller records them, as for a fallback)."""
+    launches, ctx = kernel.launches, ctxs[0]
+    if not (len(launches) == 1 and isinstance(launches[0].when, Ready) and launches[0].when.ready and _serves(ctx)):
+        return False
+    if _library(ctx, [c.group for c in ctxs]):
         lib = library_attention if ctx.group.kind == "attention" else library
         with out.block(f"else:  # {'SDPA' if lib is library_attention else 'cuBLAS'} answers until then"):
             lib.emit(ctx, out, opaque_slot, why=WHY)
+        return False
+    with out.block("else:  # PyTorch answers until then"):
+        out.writeline(f"# {comment_text(WHY)}")
+        for c in ctxs:
+            # into the buffers the kernel would write: a result that views an input (a no-op cast)
+            # must not become memory a later output reuses (codegen/buffers.py)
+            eager = replace(c, names={**(c.names or {}), **{o: f"mc_eager{o}" for o in c.group.outputs}})
+            fallback.write_nodes(eager, out, opaque_slot, layouts=False)
+            out.writelines([f"{c.buf(o)}.copy_({eager.buf(o)})" for o in c.group.outputs])
+    return True

@@ -13,13 +13,13 @@ seeded random inputs, and prints the output shapes (that block: codegen/script.p
 
 The machinery around the kernels is imported, not written into each module: launches, the first
 call's compiles and the input checks from `minicomp.runtime.launcher` (`_rt`), the Triton helpers
-kernels call from `minicomp.runtime.kernel_lib`. On CUDA the module carries `_WARM`, every launch
-written with dtypes in place of tensors (codegen/launch.py): the first call runs inside
-`_rt.CompilingAtOnce(_WARM)`, which compiles all kernels and configs at once, each launch waiting for its own.
-Invariants: kernel names are unique (group index suffix); `generate` mutates neither the
-graph nor the plan: why a group runs through PyTorch after all is the generated module's
-record (`GeneratedModule.fallbacks`); kernels are written from the groups' specs; on CUDA every
-tensor a kernel is given starts 16-byte aligned (`_as_layout`, the loader's `_aligned`);
+kernels call from `minicomp.runtime.kernel_lib`. On CUDA the module carries `_WARM` and `_LATER`,
+every launch written with dtypes in place of tensors (codegen/launch.py): the first call compiles
+`_WARM`'s kernels at once (`_rt.CompilingAtOnce`), and `_LATER`'s in the background while eager's
+lines answer for them (first_calls.py). Invariants: kernel names are unique (group index suffix);
+`generate` mutates neither the graph nor the plan: why a group runs through PyTorch after all is
+the module's record (`GeneratedModule.fallbacks`); kernels are written from the groups' specs; on
+CUDA every tensor a kernel is given starts 16-byte aligned (`_as_layout`, the loader's `_aligned`);
 codegen writes launches from `Launch` records and reads no generated text back.
 """
 
@@ -192,8 +192,7 @@ class ModuleWriter:
         if all(0 in g.node(o).shape for o in group.outputs):
             # a zero-size dimension: the outputs hold no element, so there is nothing to launch
             # (index arithmetic over a size-0 dimension has no meaning either)
-            b.writeline(f"# group {group.id}: {group.kind} [{', '.join(f'%{n}' for n in group.nodes)}] "
-                        "has only empty outputs: no kernel")
+            b.writeline(f"# group {group.id}: {group.kind} [{', '.join(f'%{n}' for n in group.nodes)}] has only empty outputs: no kernel")
             self.summary.append(f"group {group.id:<3} {group.kind:<24} -> nothing (empty outputs)")
             for o in group.outputs:
                 n = g.node(o)
@@ -241,7 +240,7 @@ class ModuleWriter:
             alias()
             self.scalars_used |= {a for n in group.nodes for a in g.node(n).args}
             return {group.id}
-        kernel = first_calls.tier(ctx, pdl.dependent(kernel) if self.target.pdl else kernel, groups)
+        kernel = first_calls.tier(ctx, pdl.dependent(kernel) if self.target.pdl else kernel)
         kernel, first = dedup.shared(kernel, self.canonical, self.kernel_groups)
         if first is None:
             self.kernels.append(kernel)
@@ -272,7 +271,8 @@ class ModuleWriter:
             b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda, lambda nid: g.node(nid).dtype,
                                       self.aligned, tma_ready=False))
             self.tma_used |= launch.tma
-        first_calls.write_else(ctx, kernel, groups, b, self.opaque_slot)   # cuBLAS until the kernel compiles
+        if first_calls.write_else(ctxs, kernel, b, self.opaque_slot):   # eager answers until the kernel compiles
+            self.scalars_used |= {a for c in ctxs for n in c.group.nodes for a in g.node(n).args}
         if cuda:
             queue_warm(kernel, first is not None, lambda nid: str(g.node(nid).dtype), self.warm, self.later)
         return {grp.id for grp in groups}

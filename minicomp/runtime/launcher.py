@@ -214,6 +214,7 @@ def check_index(t: torch.Tensor, lo: int, hi: int, dim: int, size: int, error: s
 # Its state turns from "pending" to "done" (or "failed": the other form serves for good) once.
 _BACKGROUND: dict[Any, str] = {}
 _BACKGROUND_FUTURES: list = []
+_BACKGROUND_LEFT: dict[Any, int] = {}     # an autotuned kernel's configs still compiling
 _BACKGROUND_LOCK = threading.Lock()
 _background_pool = None
 
@@ -239,32 +240,57 @@ def wait_compiled(timeout: float | None = None) -> bool:
     return not pending
 
 
-def compile_later(later: list, stubs: Callable | None = None) -> None:
-    """Start the background compile of every (kernel, arguments, keywords) of `later`, one
-    thread for all of them (they are the slow ones: a second thread would take CPU from the
-    first call's own compiles)."""
+def compile_later(later: list, stubs: Callable | None = None, threads: int = 1) -> None:
+    """Start the background compile of every (kernel, arguments, keywords) of `later` on a pool
+    of `threads` threads (made at the first call; `CompilingAtOnce` sizes it: one while kernels
+    compile for the first call too, so that the background takes no CPU from them). An
+    autotuned kernel compiles each config as a job of its own, and is done when all are. A
+    kernel that fails stays "failed" (eager serves its group for good) and says so once."""
     global _background_pool
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    def build(kernel: Any, args: tuple, kwargs: dict) -> None:
+    def finish(kernel: Any, error: BaseException | None) -> None:
+        with _BACKGROUND_LOCK:
+            if _BACKGROUND.get(kernel) != "pending":
+                return
+            left = _BACKGROUND_LEFT[kernel] = _BACKGROUND_LEFT.get(kernel, 1) - 1
+            if error is None and left > 0:
+                return
+            _BACKGROUND[kernel] = "done" if error is None else "failed"
+        if error is not None:
+            import warnings
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            warnings.warn(f"minicomp: kernel {_kernel_name(kernel)} did not compile in the background ({first}): "
+                          "PyTorch keeps answering for its group", RuntimeWarning, stacklevel=2)
+
+    def build(kernel: Any, fn: Any, args: tuple, kwargs: dict) -> None:
         try:
-            kernel_obj = kernel.warmup(*args, grid=(1,), **kwargs)   # no AsyncCompileMode on this thread
-            for compiled in (kernel_obj if isinstance(kernel_obj, list) else [kernel_obj]) if stubs else []:
-                done: Future = Future()        # an autotuned kernel's warmup returns one per config
-                done.set_result(compiled)
+            compiled = fn.warmup(*args, grid=(1,), **kwargs)   # no AsyncCompileMode on this thread
+            for one in (compiled if isinstance(compiled, list) else [compiled]) if stubs else []:
+                done: Future = Future()
+                done.set_result(one)
                 stubs(done)
-            _BACKGROUND[kernel] = "done"
-        except Exception:  # the other form serves; the kernel is never launched
-            _BACKGROUND[kernel] = "failed"
+        except Exception as e:  # noqa: BLE001 - the other form serves; the kernel is never launched
+            finish(kernel, e)
+            return
+        finish(kernel, None)
 
     with _BACKGROUND_LOCK:
         if _background_pool is None:
-            _background_pool = ThreadPoolExecutor(1, thread_name_prefix="minicomp-later")
+            _background_pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="minicomp-later")
         for kernel, args, kwargs in later:
             if kernel in _BACKGROUND:
                 continue
-            _BACKGROUND[kernel] = "pending"
-            _BACKGROUND_FUTURES.append(_background_pool.submit(build, kernel, args, kwargs))
+            configs = getattr(kernel, "configs", None)      # an autotuned kernel: one job per config
+            jobs = [(kernel.fn, {**kwargs, **c.all_kwargs()}) for c in configs] if configs else [(kernel, kwargs)]
+            _BACKGROUND[kernel], _BACKGROUND_LEFT[kernel] = "pending", len(jobs)
+            for fn, kw in jobs:
+                _BACKGROUND_FUTURES.append(_background_pool.submit(build, kernel, fn, args, kw))
+
+
+def _kernel_name(kernel: Any) -> str:
+    fn = getattr(kernel, "fn", kernel)
+    return getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", None) or repr(kernel)
 
 
 class CompilingAtOnce:
@@ -290,8 +316,9 @@ class CompilingAtOnce:
             from triton.runtime._async_compile import AsyncCompileMode
         except ImportError:  # a Triton without asynchronous compilation: each kernel compiles on its first launch
             return self
-        if later and compile_threads(self.environ) >= 2:
-            compile_later(later, launcher_stubs(self.environ))
+        if later and (n := compile_threads(self.environ)) >= 2:
+            # half the compile threads: the other half compile the first call's own kernels
+            compile_later(later, launcher_stubs(self.environ), threads=n // 2)
         work = []
         for kernel, args, kwargs in jobs:
             configs = getattr(kernel, "configs", None)  # an autotuned kernel: warm its JIT function per config
