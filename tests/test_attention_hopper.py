@@ -225,7 +225,7 @@ def test_the_module_kernel_compiles_for_sm90_with_its_mmas_in_flight(on_hopper, 
 ])
 def test_gpu_hopper_kernel_matches_sdpa(b, hq, hkv, sq, sk, d, dtype, causal, bshd):
     g = attention_graph(b, hq, hkv, sq, sk, d, dtype=dtype, causal=causal, bshd=bshd)
-    gen, _ = one_group(g, Target.for_device("cuda", {attention_hopper.ENV_VAR: "1"}))
+    gen, _ = one_group(g, Target.for_device("cuda", {attention_hopper.ENV_VAR: "1", "MINICOMP_EAGER_FIRST": "0"}))
     assert gen.kernel_names == ["mc_attn_hopper_attention_0"], gen.source[:2000]
     q, k, v = inputs_for(g, "cuda")
     fn = load(gen, "cuda")
@@ -249,7 +249,8 @@ def test_gpu_hopper_kernel_one_batch_dim_and_a_second_call():
     g = Graph("attn3d")
     q, k, v = (g.add_input(n, (6, 256, 64), torch.bfloat16) for n in "qkv")
     g.set_outputs([C.attention(g, q, k, v, is_causal=True)])
-    gen, _ = one_group(g, Target.for_device("cuda", {attention_hopper.ENV_VAR: "1", "MINICOMP_TIERED": "0"}))
+    gen, _ = one_group(g, Target.for_device("cuda", {attention_hopper.ENV_VAR: "1", "MINICOMP_TIERED": "0",
+                                                     "MINICOMP_EAGER_FIRST": "0"}))
     assert gen.kernel_names == ["mc_attn_hopper_attention_0"] and "_LATER" not in gen.source
     fn = load(gen, "cuda")
     for seed in (1, 2):   # the second call goes through the compiled launcher

@@ -17,7 +17,7 @@ from minicomp.codegen import pdl
 from minicomp.errors import MinicompError
 from minicomp.target import Target
 
-SM90 = Target("cuda", (9, 0), library_gemm=False, library_attention=False)
+SM90 = Target("cuda", (9, 0), library_gemm=False, library_attention=False, eager_first=False)
 CHECKED = replace(SM90, pdl=True, verify_arch=90, verify_depth="sampled")   # each kernel compiled for sm_90
 
 

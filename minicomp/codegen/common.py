@@ -103,7 +103,7 @@ class When:
 
 @dataclass(frozen=True)
 class Ready:
-    """A launch's condition on a background compile (`runtime.launcher.compiled`): launched
+    """A launch's condition on a background compile (`runtime.background.compiled`): launched
     when kernel `fn` has compiled (`ready`), or while it has not. The state turns from not
     compiled to compiled once and never back, and call() tests the not-yet launch first: a
     call between the two tests runs both (the same result twice), never neither."""

@@ -14,12 +14,13 @@ The else branch is the library's call where the library computes the group as it
 with nothing or a bias to fuse: cuBLAS, codegen/library.py; an attention SDPA computes:
 codegen/library_attention.py), and otherwise the group's own nodes as PyTorch lines, as a
 fallback writes them (fallback.write_nodes; for sibling groups that share one kernel, each
-group's), their results copied into the buffers the kernel would have written. The kernel goes into the module's `_LATER` list (compiled on background threads from
-the first call on, runtime/launcher.py `compile_later`) instead of `_WARM`. The first calls run
-at eager's speed; the first call after a kernel's compile ends autotunes it; later calls run
-it. An attention the Gluon kernel takes is emitted without `Target.tiered` (`context`): eager
-takes the place of the block-language kernel that would serve in front of it
-(attention_hopper.tiered), so neither compiles before the first call.
+group's), their results copied into the buffers the kernel would have written. The kernel goes
+into the module's `_LATER` list (compiled on background threads from the first call on,
+runtime/background.py `compile_later`) instead of `_WARM`. The first calls run at eager's
+speed; the first call after a kernel's compile ends autotunes it; later calls run it. An
+attention the Gluon kernel takes is emitted without `Target.tiered` (`context`): eager takes the
+place of the block-language kernel that would serve in front of it (attention_hopper.tiered),
+so neither compiles before the first call.
 
 The forms agree within rounding, so a call's result can differ in its last bits between those
 calls. `minicomp.wait_compiled()` waits for the compiles (benchmarks time the settled module and
