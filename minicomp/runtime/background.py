@@ -33,19 +33,28 @@ def any_pending() -> bool:
 
 def wait_compiled(timeout: float | None = None) -> bool:
     """Wait for every background compile this process started; True when none is left."""
+    import time
     from concurrent.futures import wait
-    with _BACKGROUND_LOCK:
-        futures = list(_BACKGROUND_FUTURES)
-    done, pending = wait(futures, timeout=timeout)
-    return not pending
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:        # a compile's job adds its kernel's other configs before it ends: wait for those too
+        with _BACKGROUND_LOCK:
+            futures = list(_BACKGROUND_FUTURES)
+        _, pending = wait(futures, timeout=None if end is None else max(0.0, end - time.monotonic()))
+        if pending:
+            return False
+        with _BACKGROUND_LOCK:
+            if len(_BACKGROUND_FUTURES) == len(futures):
+                return True
 
 
 def compile_later(later: list, stubs: Callable | None = None, threads: int = 1) -> None:
     """Start the background compile of every (kernel, arguments, keywords) of `later` on a pool
     of `threads` threads (made at the first call; `CompilingAtOnce` sizes it: one while kernels
     compile for the first call too, so that the background takes no CPU from them). An
-    autotuned kernel compiles each config as a job of its own, and is done when all are. A
-    kernel that fails stays "failed" (eager serves its group for good) and says so once."""
+    autotuned kernel compiles each config as a job of its own, and is done when all are: its
+    first config alone, then the others at once (the first fills the JIT function's per-device
+    caches, which concurrent first compiles would each make and one would lose). A kernel that
+    fails stays "failed" (eager serves its group for good) and says so once."""
     global _background_pool
     from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -63,7 +72,7 @@ def compile_later(later: list, stubs: Callable | None = None, threads: int = 1) 
             warnings.warn(f"minicomp: kernel {_kernel_name(kernel)} did not compile in the background ({first}): "
                           "PyTorch keeps answering for its group", RuntimeWarning, stacklevel=2)
 
-    def build(kernel: Any, fn: Any, args: tuple, kwargs: dict) -> None:
+    def build(kernel: Any, fn: Any, args: tuple, kwargs: dict, rest: list = ()) -> None:
         try:
             compiled = fn.warmup(*args, grid=(1,), **kwargs)   # no AsyncCompileMode on this thread
             for one in (compiled if isinstance(compiled, list) else [compiled]) if stubs else []:
@@ -73,6 +82,8 @@ def compile_later(later: list, stubs: Callable | None = None, threads: int = 1) 
         except Exception as e:  # noqa: BLE001 - the other form serves; the kernel is never launched
             finish(kernel, e)
             return
+        with _BACKGROUND_LOCK:
+            _BACKGROUND_FUTURES.extend(_background_pool.submit(build, kernel, f, args, kw) for f, kw in rest)
         finish(kernel, None)
 
     with _BACKGROUND_LOCK:
@@ -84,8 +95,8 @@ def compile_later(later: list, stubs: Callable | None = None, threads: int = 1) 
             configs = getattr(kernel, "configs", None)      # an autotuned kernel: one job per config
             jobs = [(kernel.fn, {**kwargs, **c.all_kwargs()}) for c in configs] if configs else [(kernel, kwargs)]
             _BACKGROUND[kernel], _BACKGROUND_LEFT[kernel] = "pending", len(jobs)
-            for fn, kw in jobs:
-                _BACKGROUND_FUTURES.append(_background_pool.submit(build, kernel, fn, args, kw))
+            (fn, kw), rest = jobs[0], jobs[1:]
+            _BACKGROUND_FUTURES.append(_background_pool.submit(build, kernel, fn, args, kw, rest))
 
 
 def _kernel_name(kernel: Any) -> str:
