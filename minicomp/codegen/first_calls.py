@@ -38,6 +38,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+import torch
+
 from minicomp.codegen import fallback, library, library_attention
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Kernel, KernelCtx, Ready
@@ -82,25 +84,31 @@ def tier(ctx: KernelCtx, kernel: Kernel) -> Kernel:
     return replace(kernel, launches=[replace(launch, when=Ready(launch.fn or kernel.name))])
 
 
-def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> bool:
+def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
     """After a `tier`ed kernel's launch lines (`if _rt.compiled(...):`), the lines that answer
     until then: the library's call, or each group's nodes as PyTorch lines that end in copies
-    into the kernel's output buffers. Nothing for any other kernel. True where PyTorch lines
-    were written (they read host scalars: the caller records them, as for a fallback)."""
+    into the kernel's output buffers. Nothing for any other kernel."""
     launches, ctx = kernel.launches, ctxs[0]
     if not (len(launches) == 1 and isinstance(launches[0].when, Ready) and launches[0].when.ready and _serves(ctx)):
-        return False
+        return
     if _library(ctx, [c.group for c in ctxs]):
         lib = library_attention if ctx.group.kind == "attention" else library
         with out.block(f"else:  # {'SDPA' if lib is library_attention else 'cuBLAS'} answers until then"):
             lib.emit(ctx, out, opaque_slot, why=WHY)
-        return False
+        return
     with out.block("else:  # PyTorch answers until then"):
         out.writeline(f"# {comment_text(WHY)}")
         for c in ctxs:
+            # a scalar constant the kernel takes as a literal becomes a tensor here only: bound at
+            # run()'s top, its host-to-device copy would wait for the GPU at every call
+            g = c.graph
+            for a in sorted({a for n in c.group.nodes for a in g.node(n).args}):
+                node = g.node(a)
+                if node.op == "constant" and not isinstance(node.attrs["value"], torch.Tensor):
+                    out.writeline(f"{c.buf(a)} = torch.tensor({fallback.py_value(node.attrs['value'])}, "
+                                  f"dtype={node.dtype}, device=device)")
             # into the buffers the kernel would write: a result that views an input (a no-op cast)
             # must not become memory a later output reuses (codegen/buffers.py)
             eager = replace(c, names={**(c.names or {}), **{o: f"mc_eager{o}" for o in c.group.outputs}})
             fallback.write_nodes(eager, out, opaque_slot, layouts=False)
             out.writelines([f"{c.buf(o)}.copy_({eager.buf(o)})" for o in c.group.outputs])
-    return True

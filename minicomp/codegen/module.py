@@ -271,8 +271,7 @@ class ModuleWriter:
             b.writelines(launch_lines(kernel.name, launch, ctx.buf, cuda, lambda nid: g.node(nid).dtype,
                                       self.aligned, tma_ready=False))
             self.tma_used |= launch.tma
-        if first_calls.write_else(ctxs, kernel, b, self.opaque_slot):   # eager answers until the kernel compiles
-            self.scalars_used |= {a for c in ctxs for n in c.group.nodes for a in g.node(n).args}
+        first_calls.write_else(ctxs, kernel, b, self.opaque_slot)   # eager answers until the kernel compiles
         if cuda:
             queue_warm(kernel, first is not None, lambda nid: str(g.node(nid).dtype), self.warm, self.later)
         return {grp.id for grp in groups}

@@ -28,10 +28,10 @@ input layout:
   lead's GPU run times the whole call): one allocation and one copy kernel per output, ~5 us
   of launch at batch 1 (a 16 x 32000 fp32 logits tensor is 2 MiB, under 1 us at 4.8 TB/s),
   against the tens of launches a replay saves.
-- **Tiered kernels.** A graph captured while a kernel still compiles in the background (the
-  Gluon attention kernel, runtime/launcher.py's `_LATER`: call() runs the group's other form
-  meanwhile) is captured once more when no compile is pending, so replays run the kernel
-  call() would run.
+- **Kernels compiling in the background.** While one still compiles (runtime/background.py:
+  call() runs eager's lines for its group, codegen/first_calls.py, which may copy a host scalar
+  to the GPU and cannot be captured) calls run uncaptured; the first capture comes after the
+  compiles, so replays run the kernels call() would run.
 - **Capture safety.** Before capturing, `hazards()` reads the compiled graph for what cannot
   run inside a capture (a host sync such as `.item()`, an op whose output shape depends on
   values, an op torch tags `cudagraph_unsafe`, a call that moves a tensor to the CPU, a
@@ -204,14 +204,13 @@ class _Graph:
     ptrs: list[int]                  # where the live weights were at capture: the memory it reads
     outputs: list[torch.Tensor]
     device: int
-    tiered: bool = False             # captured while a kernel compiled in the background (the other form ran)
 
 
 def background_pending() -> bool:
-    """Whether a kernel of a tiered group still compiles in the background (runtime/launcher.py:
-    until it is done, call() launches the group's other form, and a capture would keep that)."""
-    from minicomp.runtime import launcher
-    return launcher.any_pending()
+    """Whether a kernel still compiles in the background (runtime/background.py: until it is
+    done, call() runs the group's other form, and a capture would keep that)."""
+    from minicomp.runtime import background
+    return background.any_pending()
 
 
 class CudaApi:
@@ -318,18 +317,12 @@ class GraphedCall:
         with self._lock:
             key = self._key(inputs)
             g = self.graphs.get(key)
-            if g is not None and g.tiered and not background_pending():
-                del self.graphs[key]                 # capture again, with the kernels now compiled
-                g = None
-                note = "captured again once the kernels compiling in the background were ready"
-                if note not in self.status.notes:
-                    self.status.notes.append(note)
             if g is not None and [inputs[i].data_ptr() for i in self.live] != g.ptrs:
                 g = self._replaced(key)
                 if self.status.reason is not None:
                     return self.launch(*inputs)
             if g is None:
-                if self.seen.get(key, 0) < WARMUP_CALLS or len(self.graphs) >= MAX_GRAPHS:
+                if self.seen.get(key, 0) < WARMUP_CALLS or len(self.graphs) >= MAX_GRAPHS or background_pending():
                     self.seen[key] = self.seen.get(key, 0) + 1
                     full = f"layouts past the first {MAX_GRAPHS} run uncaptured"
                     if len(self.graphs) >= MAX_GRAPHS and full not in self.status.notes:
@@ -384,8 +377,7 @@ class GraphedCall:
             warnings.warn(f"minicomp: {self.name}: mode='reduce-overhead' runs it without CUDA graphs: "
                           f"{self.status.reason}", stacklevel=4)
             return None
-        g = _Graph(graph, static, [inputs[i].data_ptr() for i in self.live], outs, self.cuda.device(),
-                   tiered=background_pending())
+        g = _Graph(graph, static, [inputs[i].data_ptr() for i in self.live], outs, self.cuda.device())
         self.graphs[key] = g
         self.status.captures += 1
         return g
