@@ -9,6 +9,7 @@ fail on the CPU) against eager, for idiomatic functions and transformers models.
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import replace
 
 import pytest
@@ -231,6 +232,41 @@ def test_a_transformers_model_answers_through_its_eager_branches(family, tmp_pat
     # cannot be captured by a CUDA graph): the eager branches bind them, each in its own
     run = gen.source[gen.source.index("\ndef run("):]
     assert all(line.startswith(" " * 8) for line in run.split("\n") if "torch.tensor(" in line)
+
+
+def _kernel_path(source: str) -> list[str]:
+    """run()'s lines as a call runs them once every kernel has compiled: each `if
+    _rt.compiled(k):` body in its place, each eager branch dropped (blank lines and the
+    first call's compile lines aside)."""
+    lines, out, i = source[source.index("\ndef run("):].split("\n"), [], 0
+    while i < len(lines):
+        line = lines[i]
+        indent = len(line) - len(line.lstrip())
+        if re.fullmatch(r"\s*if _rt\.compiled\(\w+\):", line) or re.match(r"\s*else:  # \w+ answers until then", line):
+            keep = line.lstrip().startswith("if ")
+            i += 1
+            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+                out += [lines[i][4:]] if keep else []
+                i += 1
+            continue
+        out.append(line)
+        i += 1
+    return [line for line in out if line.strip() and "_WARM" not in line]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
+def test_once_compiled_a_call_runs_exactly_the_lines_it_runs_without_eager_first(family):
+    """The steady state costs nothing but one `_rt.compiled` test a launch: with the eager
+    branches dropped, run() is line for line the module generated with eager first off."""
+    m = _hf(family)
+    out = "logits" if family != "bert" else "last_hidden_state"
+    fn = lambda ids: getattr(m(input_ids=ids), out)     # noqa: E731
+    ids = torch.randint(0, 96, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        on = generate_quietly(fn, [ids], FIRST).generated.source
+        off = generate_quietly(fn, [ids], SM90).generated.source
+    assert "answers until then" in on and "answers until then" not in off
+    assert _kernel_path(on) == _kernel_path(off)
 
 
 def test_a_kernel_of_several_launches_compiles_before_its_first_call():
