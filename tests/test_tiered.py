@@ -55,13 +55,19 @@ def test_compiling_at_once_hands_later_to_the_background_and_does_not_wait(monke
                         lambda later, stubs=None, threads=1: (started.extend(later), pools.append(threads)))
     later = [(k, (), {})]
     with launcher.CompilingAtOnce([], threads=4, environ={"MINICOMP_COMPILE_THREADS": "4"}, later=later):
-        pass
+        # during the first call: marked compiling (its group's other form runs), not yet started,
+        # so no compile thread takes the interpreter lock from the call
+        assert not launcher.compiled(k) and started == []
     assert started == [(k, (), {})] and later == [] and pools == [2]   # half the compile threads
+    from minicomp.runtime import background
+    background._BACKGROUND.pop(k)                # the stand-in compile_later never compiles it
+    background._HELD.discard(k)
     # one compile thread: nothing in the background, the kernel compiles at its first launch
     started.clear()
-    with launcher.CompilingAtOnce([], environ={"MINICOMP_COMPILE_THREADS": "1"}, later=[(k, (), {})]):
-        pass
-    assert started == [] and launcher.compiled(k)
+    k2 = SlowKernel()
+    with launcher.CompilingAtOnce([], environ={"MINICOMP_COMPILE_THREADS": "1"}, later=[(k2, (), {})]):
+        assert launcher.compiled(k2)
+    assert started == [] and launcher.compiled(k2)
 
 
 class _Config:

@@ -17,6 +17,7 @@ _BACKGROUND_FUTURES: list = []
 _BACKGROUND_LEFT: dict[Any, int] = {}     # an autotuned kernel's configs still compiling
 _BACKGROUND_LOCK = threading.Lock()
 _background_pool = None
+_HELD: set = set()                        # marked pending by `hold`, their compile not yet started
 
 
 def compiled(kernel: Any) -> bool:
@@ -45,6 +46,18 @@ def wait_compiled(timeout: float | None = None) -> bool:
         with _BACKGROUND_LOCK:
             if len(_BACKGROUND_FUTURES) == len(futures):
                 return True
+
+
+def hold(later: list) -> list:
+    """Mark the kernels of `later` that no compile has claimed yet as compiling ("pending"), so
+    that call() runs their groups' other form, without starting their compile
+    (`compile_later(held)` does); returns those entries."""
+    with _BACKGROUND_LOCK:
+        held = [entry for entry in later if entry[0] not in _BACKGROUND]
+        for kernel, _, _ in held:
+            _BACKGROUND[kernel] = "pending"
+            _HELD.add(kernel)
+    return held
 
 
 def compile_later(later: list, stubs: Callable | None = None, threads: int = 1) -> None:
@@ -90,8 +103,9 @@ def compile_later(later: list, stubs: Callable | None = None, threads: int = 1) 
         if _background_pool is None:
             _background_pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="minicomp-later")
         for kernel, args, kwargs in later:
-            if kernel in _BACKGROUND:
+            if kernel in _BACKGROUND and kernel not in _HELD:
                 continue
+            _HELD.discard(kernel)
             configs = getattr(kernel, "configs", None)      # an autotuned kernel: one job per config
             jobs = [(kernel.fn, {**kwargs, **c.all_kwargs()}) for c in configs] if configs else [(kernel, kwargs)]
             _BACKGROUND[kernel], _BACKGROUND_LEFT[kernel] = "pending", len(jobs)

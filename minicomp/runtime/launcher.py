@@ -62,7 +62,7 @@ from minicomp.runtime.tuning import fit_buckets, tune_bench, tune_options  # noq
 from minicomp.runtime.tma import align16, sm_count, tma_ready  # noqa: F401  (generated modules' `_rt.` helpers)
 from minicomp.runtime.direct import _C_LAUNCH_PARAMS, c_launcher, direct  # noqa: F401  (a fast launcher's call)
 # background compiles (codegen `Ready`: generated modules test `_rt.compiled(k)`)
-from minicomp.runtime.background import _BACKGROUND, any_pending, compile_later, compiled, wait_compiled  # noqa: F401
+from minicomp.runtime.background import _BACKGROUND, any_pending, compile_later, compiled, hold, wait_compiled  # noqa: F401
 
 
 class KernelCompileError(RuntimeError):
@@ -214,8 +214,10 @@ class CompilingAtOnce:
     """While open, every (kernel, config) of `warm` compiles on a pool of threads, and a launch
     waits for its own kernel's compile only (Triton's AsyncCompileMode hands a launch of a kernel
     still compiling that compile's result). Closing waits for any compile left. The kernels of
-    `later` compile on a background thread instead (`compile_later`), and closing does not wait
-    for them. `warm` and `later` are emptied on entry, so a module starts them once; it never
+    `later` are marked compiling on entry (`hold`: the call launches their groups' other form)
+    and start compiling in the background on closing (`compile_later`), which does not wait for
+    them: started at entry, their threads took the interpreter lock from the call's own eager
+    lines. `warm` and `later` are emptied on entry, so a module starts them once; it never
     raises on its own."""
 
     def __init__(self, warm: list, threads: int | None = None, environ: dict | None = None,
@@ -225,6 +227,7 @@ class CompilingAtOnce:
 
     def __enter__(self) -> "CompilingAtOnce":
         self.pool = self.mode = None
+        self.held: list = []
         jobs, self.warm[:] = list(self.warm), []
         later, self.later[:] = list(self.later), []
         try:
@@ -233,9 +236,8 @@ class CompilingAtOnce:
             from triton.runtime._async_compile import AsyncCompileMode
         except ImportError:  # a Triton without asynchronous compilation: each kernel compiles on its first launch
             return self
-        if later and (n := compile_threads(self.environ)) >= 2:
-            # half the compile threads: the other half compile the first call's own kernels
-            compile_later(later, launcher_stubs(self.environ), threads=n // 2)
+        if later and compile_threads(self.environ) >= 2:
+            self.held = hold(later)
         work = []
         for kernel, args, kwargs in jobs:
             configs = getattr(kernel, "configs", None)  # an autotuned kernel: warm its JIT function per config
@@ -270,6 +272,8 @@ class CompilingAtOnce:
             if self.mode is not None:
                 self.mode.__exit__(None, None, None)
         finally:
+            if self.held:   # half the compile threads: the other half serve later modules' first calls
+                compile_later(self.held, launcher_stubs(self.environ), threads=compile_threads(self.environ) // 2)
             if self.pool is not None:
                 self.pool.shutdown(wait=True)
         return False
