@@ -269,15 +269,33 @@ def test_once_compiled_a_call_runs_exactly_the_lines_it_runs_without_eager_first
     assert _kernel_path(on) == _kernel_path(off)
 
 
-def test_a_kernel_of_several_launches_compiles_before_its_first_call():
-    """A split reduction launches two functions: one test of one compile cannot cover both, so
-    it stays in `_WARM` and is launched unconditionally."""
-    x = _randn(65536, 64)
-    gen = generate_quietly(lambda x: x.sum(0), [x], FIRST).generated
+def _decode(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+SEVERAL = {    # kernels of two launches: a split reduction, split-KV decode attention
+    "sum_over_rows": (lambda x: x.sum(0), lambda: [_randn(65536, 48)]),
+    "decode_split_kv": (_decode, lambda: [_randn(2, 8, 1, 64), _randn(2, 2, 4096, 64, seed=1),
+                                          _randn(2, 2, 4096, 64, seed=2)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEVERAL))
+def test_a_kernel_of_several_launches_tests_all_its_functions_once(case, tmp_path):
+    """Its first launch tests every function it calls and keeps the answer; the others read it,
+    so a compile that ends between two launches cannot run one without the other; the eager
+    branch follows the last."""
+    fn, make = SEVERAL[case]
+    inputs = make()
+    gen = generate_quietly(fn, inputs, FIRST).generated
     run = gen.source[gen.source.index("\ndef run("):]
-    if run.count("_launch(") < 2:
-        pytest.skip("the plan took one launch for this reduction")
-    assert "_rt.compiled(" not in run and "answers until then" not in run
+    tests = re.findall(r"if \((\w+_ready) := (_rt\.compiled\(\w+\)(?: and _rt\.compiled\(\w+\))+)\):", run)
+    assert tests, run
+    var, _ = tests[0]
+    assert f"    if {var}:\n" in run and "else:  # PyTorch answers until then" in run.split(f"if {var}:")[-1]
+    assert run.count("_launch(") >= 2 and "_rt.compiled(" not in run.replace(tests[0][1], "")
+    (got,) = _eager_branch(gen, inputs, tmp_path)
+    torch.testing.assert_close(got, fn(*inputs), **tol(torch.float32))
 
 
 GPU_CASES = {      # through the api as users call it: our kernel computes each, cuBLAS or SDPA answers first

@@ -106,9 +106,17 @@ class Ready:
     """A launch's condition on a background compile (`runtime.background.compiled`): launched
     when kernel `fn` has compiled (`ready`), or while it has not. The state turns from not
     compiled to compiled once and never back, and call() tests the not-yet launch first: a
-    call between the two tests runs both (the same result twice), never neither."""
+    call between the two tests runs both (the same result twice), never neither.
+
+    A kernel of several launches (codegen/first_calls.py) tests `together`, all of its
+    functions, once: its first launch's test keeps the answer in `var` (`if (mc_ready := ...):`)
+    and the other launches read it, so that a compile ending between two launches cannot run
+    one without the other."""
     fn: str
     ready: bool = True
+    together: tuple[str, ...] = ()     # every function the kernel's launches call, tested at its first
+    var: str = ""                      # where that answer is kept ("": a single launch, tested alone)
+    first: bool = True                 # this launch makes the test; the others read `var`
 
 
 @dataclass(frozen=True)

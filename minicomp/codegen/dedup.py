@@ -118,7 +118,7 @@ def renamed(launch: Launch, names: dict[str, str]) -> Launch:
                 names.get(launch.grid.share, launch.grid.share))
     when = launch.when
     if isinstance(when, Ready):
-        when = Ready(names.get(when.fn, when.fn), when.ready)
+        when = replace(when, fn=names.get(when.fn, when.fn), together=tuple(names.get(f, f) for f in when.together))
     return replace(launch, grid=grid, kwargs=tuple((names.get(k, k), v) for k, v in launch.kwargs),
                    fn=names.get(launch.fn, launch.fn), when=when)
 

@@ -24,9 +24,9 @@ so neither compiles before the first call.
 
 The forms agree within rounding, so a call's result can differ in its last bits between those
 calls. `minicomp.wait_compiled()` waits for the compiles (benchmarks time the settled module and
-report how long settling took). A kernel of several launches (split reductions, split-KV decode,
-a second form for other sizes) compiles before its first launch as before: one test of one
-kernel's compile could not tell that all of its functions are ready.
+report how long settling took). A kernel of several launches (split reductions, split-KV decode)
+tests all of its functions once, at its first launch (`Ready.together`); one whose launches
+already have conditions (a second form for other sizes) compiles before its first launch.
 
 On the H100 (session 26) the library's part took lm_head_50257's first call in a warm process
 from 0.82 s to 0.04 (torch.compile: 2.03) and gemm_k4095's to 0.03 (0.06), the steady state
@@ -76,12 +76,20 @@ def context(ctx: KernelCtx) -> KernelCtx:
 
 
 def tier(ctx: KernelCtx, kernel: Kernel) -> Kernel:
-    """`kernel` with its one launch made once it has compiled (`Ready`: its warm-up entry goes
-    to `_LATER`), where `_serves` says eager answers meanwhile; else `kernel` as it is."""
-    if len(kernel.launches) != 1 or kernel.launches[0].when is not None or not _serves(ctx):
+    """`kernel` with its launches made once it has compiled (`Ready`: their warm-up entries go
+    to `_LATER`), where `_serves` says eager answers meanwhile; else `kernel` as it is. The
+    launches of a kernel of several (split reductions, split-KV decode) share one test of all
+    their functions (`Ready.together`); a launch that already has a condition (a second form
+    for other sizes, the tiered attention) keeps the kernel as it is."""
+    launches = kernel.launches
+    if not launches or any(launch.when is not None for launch in launches) or not _serves(ctx):
         return kernel
-    (launch,) = kernel.launches
-    return replace(kernel, launches=[replace(launch, when=Ready(launch.fn or kernel.name))])
+    if len(launches) == 1:
+        return replace(kernel, launches=[replace(launches[0], when=Ready(launches[0].fn or kernel.name))])
+    fns = tuple(dict.fromkeys(launch.fn or kernel.name for launch in launches))
+    return replace(kernel, launches=[
+        replace(launch, when=Ready(launch.fn or kernel.name, together=fns, var=f"{kernel.name}_ready", first=i == 0))
+        for i, launch in enumerate(launches)])
 
 
 def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_slot: Callable[[Node], int]) -> None:
@@ -89,7 +97,9 @@ def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_s
     until then: the library's call, or each group's nodes as PyTorch lines that end in copies
     into the kernel's output buffers. Nothing for any other kernel."""
     launches, ctx = kernel.launches, ctxs[0]
-    if not (len(launches) == 1 and isinstance(launches[0].when, Ready) and launches[0].when.ready and _serves(ctx)):
+    tiered = [isinstance(launch.when, Ready) and launch.when.ready and (len(launches) == 1 or launch.when.var)
+              for launch in launches]
+    if not (launches and all(tiered) and _serves(ctx)):
         return
     if _library(ctx, [c.group for c in ctxs]):
         lib = library_attention if ctx.group.kind == "attention" else library

@@ -136,7 +136,11 @@ def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cu
         lines.append(f"{launcher}({kernel}, {grid}, {args})")
     else:
         lines.append(f"{kernel}[{grid}]({args})")
-    if isinstance(launch.when, Ready):
+    if isinstance(launch.when, Ready) and launch.when.var:      # one test for all of a kernel's launches
+        w = launch.when
+        test = f"({w.var} := {' and '.join(f'_rt.compiled({f})' for f in w.together)})" if w.first else w.var
+        lines = [f"if {test}:"] + ["    " + line for line in lines]
+    elif isinstance(launch.when, Ready):
         test = f"{'' if launch.when.ready else 'not '}_rt.compiled({launch.when.fn})"
         lines = [f"if {test}:"] + ["    " + line for line in lines]
     elif launch.when is not None:
