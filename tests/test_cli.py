@@ -120,6 +120,25 @@ def test_failed_check_exits_1_and_names_the_worst_element(monkeypatch, capsys):
     assert "check: MISMATCH with eager" in out
 
 
+def test_check_compares_what_the_kernels_compute_not_the_eager_first_call(monkeypatch, capsys):
+    """On a GPU the first call's answer may be eager's own (kernels still compiling in the
+    background: codegen/first_calls.py); `--check` then waits for them and checks a second call."""
+    from minicomp import api
+    from minicomp.runtime import background
+    calls, pending = [], [True]
+    real = api.run_compiled
+
+    def counted(compiled, inputs):
+        calls.append(len(calls))
+        return real(compiled, inputs)
+    monkeypatch.setattr(api, "run_compiled", counted)
+    monkeypatch.setattr(background, "any_pending", lambda: pending[0])
+    monkeypatch.setattr(background, "wait_compiled", lambda timeout=None: pending.__setitem__(0, False) or True)
+    assert main(["compile", str(SAMPLES / "softmax.mc"), "--dim", "M=3", "--dim", "N=5", "--check"]) == 0
+    assert calls == [0, 1] and not pending[0]
+    assert "check: " in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------- the entry of a .mc file
 
 TWO = "func a(x: f32[N]) -> f32[N] {\n  return x\n}\nfunc b(x: f32[N]) -> f32[N] {\n  return exp(x)\n}\n"
