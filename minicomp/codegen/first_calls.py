@@ -2,8 +2,8 @@
 
 A kernel's first launch waits for Triton to compile it, and for its autotuning: 0.82 s for the
 `lm_head_50257` GEMM on the H100, 5.2 s for a 4-layer Llama's first call where torch.compile's
-took 4.5 (session 26). With `Target.eager_first` (on unless $MINICOMP_EAGER_FIRST=0) a group
-whose kernel has one launch is written twice:
+took 4.5 (session 26). With `Target.eager_first` (on unless $MINICOMP_EAGER_FIRST=0) each
+kernel's group is written twice:
 
     if _rt.compiled(mc_gemm_matmul_0):
         _launch(mc_gemm_matmul_0, ...)      # once its background compile has finished
