@@ -28,7 +28,7 @@ def compiled(kernel: Any) -> bool:
 
 def any_pending() -> bool:
     """Whether some background compile of this process has not finished (a CUDA graph captured
-    now would keep the other form: runtime/cuda_graphs.py captures again once none is)."""
+    now would keep the other form: runtime/cuda_graphs.py captures only once none is)."""
     return any(state == "pending" for state in list(_BACKGROUND.values()))
 
 
