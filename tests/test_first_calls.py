@@ -9,14 +9,20 @@ fail on the CPU) against eager, for idiomatic functions and transformers models.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import tempfile
+import warnings
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tol
+from hypothesis import HealthCheck, given, settings
 from library_testing import generate_quietly
+from property_programs import make_inputs, programs, python_function
 
 from minicomp.codegen import first_calls
 from minicomp.runtime import launcher
@@ -50,7 +56,8 @@ def _eager_branch(gen, inputs, tmp_path):
     ns = module.__dict__
     ns["DEVICE_TYPE"] = "cpu"
     ns["CONSTANTS"][:], ns["OPAQUE"][:] = gen.constants, gen.opaque
-    ns["_WARM"][:], ns["_LATER"][:] = [], []        # nothing to compile here
+    for pool in ("_WARM", "_LATER"):                  # nothing to compile here
+        ns.get(pool, [])[:] = []
     kernels = [ns[name] for name in gen.kernel_names]
     for k in kernels:
         launcher._BACKGROUND[k] = "pending"
@@ -325,3 +332,39 @@ def test_gpu_the_library_answers_first_then_the_kernel(case, monkeypatch):
     kernels = [getattr(module, name) for name in c.generated.kernel_names]
     assert kernels and all(module._rt.compiled(k) for k in kernels)
     torch.testing.assert_close(f(*inputs), want, **tol(torch.bfloat16))     # the kernel's answer
+
+
+# ----------------------------------------------------------------------------- random programs
+
+def _examples() -> int:
+    """30 derandomised examples; MINICOMP_PROPERTY_EXAMPLES=N draws N // 4 at random."""
+    env = os.environ.get("MINICOMP_PROPERTY_EXAMPLES")
+    return max(1, int(env) // 4) if env else 30
+
+
+@settings(max_examples=_examples(), deadline=None, derandomize="MINICOMP_PROPERTY_EXAMPLES" not in os.environ,
+          database=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(programs(("unary", "binary", "select", "cast", "reduce", "softmax", "view", "matmul", "norm"),
+                dtypes=(torch.float32, torch.float16, torch.bfloat16), max_steps=5))
+def test_random_programs_answer_through_their_eager_branches(p):
+    """Random well-typed programs (tests/property_programs.py, the property tests' generator),
+    generated for sm_90 with every kernel still compiling: the eager branches alone give
+    eager's answer, each output in eager's shape, dtype and strides."""
+    from minicomp.api import compile_graph
+    from minicomp.frontend.fx import capture
+    inputs = make_inputs(p, 0)
+    fn = python_function(p, "<first-calls-program>")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")        # var over one element: eager warns about the NaN
+        want = fn(*inputs)
+        gen = compile_graph(capture(fn, inputs), inputs, device="cuda", load=False, target=FIRST).generated
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    run = gen.source[gen.source.index("\ndef run("):]
+    assert run.count("answers until then") == run.count("if _rt.compiled(") + run.count("_ready := ")
+    with tempfile.TemporaryDirectory() as d:
+        got = _eager_branch(gen, inputs, Path(d))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert (g.shape, g.dtype) == (w.shape, w.dtype), p.describe()
+        torch.testing.assert_close(g, w, equal_nan=True, **tol(w.dtype), msg=lambda m: f"{m}\n{p.describe()}")
