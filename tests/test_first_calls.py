@@ -241,19 +241,28 @@ def test_a_transformers_model_answers_through_its_eager_branches(family, tmp_pat
     assert all(line.startswith(" " * 8) for line in run.split("\n") if "torch.tensor(" in line)
 
 
+_COMPILED = r"_rt\.compiled\(\w+\)"
+_READY = rf"(?:{_COMPILED}|\(\w+_ready := {_COMPILED}(?: and {_COMPILED})*\)|\w+_ready)"   # a launch's test of the compiles
+
+
 def _kernel_path(source: str) -> list[str]:
-    """run()'s lines as a call runs them once every kernel has compiled: each `if
-    _rt.compiled(k):` body in its place, each eager branch dropped (blank lines and the
-    first call's compile lines aside)."""
+    """run()'s lines as a call runs them once every kernel has compiled: each test of the
+    compiles dropped (`if <ready>:` bodies in their place, `if <ready> and <sizes>:` as `if
+    <sizes>:`), each eager branch dropped (blank lines and the first call's compile lines aside)."""
     lines, out, i = source[source.index("\ndef run("):].split("\n"), [], 0
     while i < len(lines):
         line = lines[i]
         indent = len(line) - len(line.lstrip())
-        if re.fullmatch(r"\s*if _rt\.compiled\(\w+\):", line) or re.match(r"\s*else:  # \w+ answers until then", line):
-            keep = line.lstrip().startswith("if ")
+        sized = re.fullmatch(rf"(\s*)if {_READY} and (.*):", line)
+        if sized:
+            out.append(f"{sized.group(1)}if {sized.group(2)}:")
+            i += 1
+            continue
+        eager = re.match(r"\s*(else|if not \w+_ready):  # \w+ answers until then", line)
+        if re.fullmatch(rf"\s*if {_READY}:", line) or eager:
             i += 1
             while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
-                out += [lines[i][4:]] if keep else []
+                out += [] if eager else [lines[i][4:]]
                 i += 1
             continue
         out.append(line)
@@ -291,7 +300,7 @@ SEVERAL = {    # kernels of two launches: a split reduction, split-KV decode att
 def test_a_kernel_of_several_launches_tests_all_its_functions_once(case, tmp_path):
     """Its first launch tests every function it calls and keeps the answer; the others read it,
     so a compile that ends between two launches cannot run one without the other; the eager
-    branch follows the last."""
+    lines run under `if not` that answer."""
     fn, make = SEVERAL[case]
     inputs = make()
     gen = generate_quietly(fn, inputs, FIRST).generated
@@ -299,10 +308,43 @@ def test_a_kernel_of_several_launches_tests_all_its_functions_once(case, tmp_pat
     tests = re.findall(r"if \((\w+_ready) := (_rt\.compiled\(\w+\)(?: and _rt\.compiled\(\w+\))+)\):", run)
     assert tests, run
     var, _ = tests[0]
-    assert f"    if {var}:\n" in run and "else:  # PyTorch answers until then" in run.split(f"if {var}:")[-1]
+    assert f"    if {var}:\n" in run and f"    if not {var}:  # PyTorch answers until then" in run
     assert run.count("_launch(") >= 2 and "_rt.compiled(" not in run.replace(tests[0][1], "")
     (got,) = _eager_branch(gen, inputs, tmp_path)
     torch.testing.assert_close(got, fn(*inputs), **tol(torch.float32))
+
+
+SYMBOLIC = {     # .mc samples over symbolic sizes: kernels with a form for each size range
+    "softmax": ({}, lambda: [_randn(37, 67)]),
+    "layernorm": ({}, lambda: [_randn(2, 7, 33), _randn(33, seed=1), _randn(33, seed=2)]),
+    "rmsnorm": ({}, lambda: [_randn(2, 7, 4100), _randn(2, 7, 4100, seed=1), _randn(4100, seed=2)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYMBOLIC))
+def test_a_module_over_symbolic_sizes_answers_through_eager_and_keeps_its_forms(name, tmp_path):
+    """One module for every size (codegen/sizes.py): its launches keep their size conditions
+    after the one test of the compiles, the eager lines run under `if not` that test, and run
+    at a size the module was not planned at they equal the sample's Python twin."""
+    from minicomp.api import compile_graph
+    from minicomp.frontend.dsl import load_dsl
+    root = Path(__file__).resolve().parents[1] / "samples"
+    dims, make = SYMBOLIC[name]
+    g = load_dsl((root / f"{name}.mc").read_text(), f"{name}.mc", dims=dims, symbolic=True)
+    assert g.symbolic
+    on = compile_graph(g, [None] * len(g.inputs), device="cuda", load=False, target=FIRST).generated
+    off = compile_graph(g, [None] * len(g.inputs), device="cuda", load=False, target=SM90).generated
+    run = on.source[on.source.index("\ndef run("):]
+    assert "PyTorch answers until then" in run or "answers until then" in run
+    assert _kernel_path(on.source) == _kernel_path(off.source)
+    inputs = make()
+    spec = importlib.util.spec_from_file_location(f"_twin_{name}", root / f"{name}.py")
+    twin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(twin)
+    got = _eager_branch(on, inputs, tmp_path)
+    want = twin.model(*inputs)
+    for g, w in zip(got, want if isinstance(want, tuple) else (want,), strict=True):
+        torch.testing.assert_close(g, w, **tol(torch.float32))
 
 
 GPU_CASES = {      # through the api as users call it: our kernel computes each, cuBLAS or SDPA answers first

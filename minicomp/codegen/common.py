@@ -108,15 +108,17 @@ class Ready:
     compiled to compiled once and never back, and call() tests the not-yet launch first: a
     call between the two tests runs both (the same result twice), never neither.
 
-    A kernel of several launches (codegen/first_calls.py) tests `together`, all of its
-    functions, once: its first launch's test keeps the answer in `var` (`if (mc_ready := ...):`)
-    and the other launches read it, so that a compile ending between two launches cannot run
-    one without the other."""
+    A kernel of several launches, or of launches with size conditions (codegen/first_calls.py),
+    tests `together`, all of its functions, once: its first launch's test keeps the answer in
+    `var` (`if (mc_ready := ...):`) and the other launches read it, so that a compile ending
+    between two launches cannot run one without the other; `inner` is the launch's own size
+    condition, tested after `var`, and the eager lines run under `if not var:`."""
     fn: str
     ready: bool = True
     together: tuple[str, ...] = ()     # every function the kernel's launches call, tested at its first
     var: str = ""                      # where that answer is kept ("": a single launch, tested alone)
     first: bool = True                 # this launch makes the test; the others read `var`
+    inner: "When | None" = None        # the launch's size condition, if it has one
 
 
 @dataclass(frozen=True)

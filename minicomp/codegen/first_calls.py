@@ -24,9 +24,9 @@ so neither compiles before the first call.
 
 The forms agree within rounding, so a call's result can differ in its last bits between those
 calls. `minicomp.wait_compiled()` waits for the compiles (benchmarks time the settled module and
-report how long settling took). A kernel of several launches (split reductions, split-KV decode)
-tests all of its functions once, at its first launch (`Ready.together`); one whose launches
-already have conditions (a second form for other sizes) compiles before its first launch.
+report how long settling took). A kernel of several launches (split reductions, split-KV decode,
+a second form for other sizes) tests all of its functions once, at its first launch
+(`Ready.together`), and its eager lines run under `if not <that answer>:`.
 
 On the H100 (session 26) the library's part took lm_head_50257's first call in a warm process
 from 0.82 s to 0.04 (torch.compile: 2.03) and gemm_k4095's to 0.03 (0.06), the steady state
@@ -78,17 +78,18 @@ def context(ctx: KernelCtx) -> KernelCtx:
 def tier(ctx: KernelCtx, kernel: Kernel) -> Kernel:
     """`kernel` with its launches made once it has compiled (`Ready`: their warm-up entries go
     to `_LATER`), where `_serves` says eager answers meanwhile; else `kernel` as it is. The
-    launches of a kernel of several (split reductions, split-KV decode) share one test of all
-    their functions (`Ready.together`); a launch that already has a condition (a second form
-    for other sizes, the tiered attention) keeps the kernel as it is."""
+    launches of a kernel of several (split reductions, split-KV decode) or of forms for other
+    sizes share one test of all their functions (`Ready.together`), each keeping its size
+    condition (`Ready.inner`); the tiered attention's launches keep theirs."""
     launches = kernel.launches
-    if not launches or any(launch.when is not None for launch in launches) or not _serves(ctx):
+    if not launches or any(isinstance(launch.when, Ready) for launch in launches) or not _serves(ctx):
         return kernel
-    if len(launches) == 1:
+    if len(launches) == 1 and launches[0].when is None:
         return replace(kernel, launches=[replace(launches[0], when=Ready(launches[0].fn or kernel.name))])
     fns = tuple(dict.fromkeys(launch.fn or kernel.name for launch in launches))
     return replace(kernel, launches=[
-        replace(launch, when=Ready(launch.fn or kernel.name, together=fns, var=f"{kernel.name}_ready", first=i == 0))
+        replace(launch, when=Ready(launch.fn or kernel.name, together=fns, var=f"{kernel.name}_ready", first=i == 0,
+                                   inner=launch.when))
         for i, launch in enumerate(launches)])
 
 
@@ -103,10 +104,12 @@ def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_s
         return
     if _library(ctx, [c.group for c in ctxs]):
         lib = library_attention if ctx.group.kind == "attention" else library
-        with out.block(f"else:  # {'SDPA' if lib is library_attention else 'cuBLAS'} answers until then"):
+        test = f"if not {launches[0].when.var}:" if launches[0].when.var else "else:"
+        with out.block(f"{test}  # {'SDPA' if lib is library_attention else 'cuBLAS'} answers until then"):
             lib.emit(ctx, out, opaque_slot, why=WHY)
         return
-    with out.block("else:  # PyTorch answers until then"):
+    var = launches[0].when.var      # several launches, or size conditions: `if not var:`
+    with out.block(f"if not {var}:  # PyTorch answers until then" if var else "else:  # PyTorch answers until then"):
         out.writeline(f"# {comment_text(WHY)}")
         for c in ctxs:
             # a scalar constant the kernel takes as a literal becomes a tensor here only: bound at

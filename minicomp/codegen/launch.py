@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from typing import Callable
 
-from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, Launch, Ready, Runtime, Scratch
+from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, Launch, Ready, Runtime, Scratch, When
 from minicomp.codegen.sizes import OWN_NAMES
 from minicomp.ir import dims
 
@@ -139,15 +139,19 @@ def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cu
     if isinstance(launch.when, Ready) and launch.when.var:      # one test for all of a kernel's launches
         w = launch.when
         test = f"({w.var} := {' and '.join(f'_rt.compiled({f})' for f in w.together)})" if w.first else w.var
+        test += f" and {_size_test(w.inner)}" if w.inner is not None else ""
         lines = [f"if {test}:"] + ["    " + line for line in lines]
     elif isinstance(launch.when, Ready):
         test = f"{'' if launch.when.ready else 'not '}_rt.compiled({launch.when.fn})"
         lines = [f"if {test}:"] + ["    " + line for line in lines]
     elif launch.when is not None:
-        w = launch.when
-        test = f"{dims.py(w.size, OWN_NAMES)} {'<=' if w.at_most else '>'} {w.limit}"
-        lines = [f"if {test}:"] + ["    " + line for line in lines]
+        lines = [f"if {_size_test(launch.when)}:"] + ["    " + line for line in lines]
     return lines
+
+
+def _size_test(w: When) -> str:
+    """`s1 <= 4096`: a `When`'s test of the call's sizes."""
+    return f"{dims.py(w.size, OWN_NAMES)} {'<=' if w.at_most else '>'} {w.limit}"
 
 
 
