@@ -352,6 +352,8 @@ GPU_CASES = {      # through the api as users call it: our kernel computes each,
     "odd_k": (lambda a, b: a @ b, [(1024, 1023), (1023, 1024)]),
     "attention": (_sdpa, [(2, 4, 128, 64)] * 3),
     "layernorm_gelu": (lambda x, w, b: _norm_gelu(x, w, b), [(64, 33, 768), (768,), (768,)]),
+    "sum_over_rows": (lambda x: x.float().sum(0), [(65536, 48)]),         # two launches
+    "decode_split_kv": (_decode, [(2, 8, 1, 64), (2, 2, 4096, 64), (2, 2, 4096, 64)]),
 }
 
 
@@ -410,3 +412,20 @@ def test_random_programs_answer_through_their_eager_branches(p):
     for g, w in zip(got, want):
         assert (g.shape, g.dtype) == (w.shape, w.dtype), p.describe()
         torch.testing.assert_close(g, w, equal_nan=True, **tol(w.dtype), msg=lambda m: f"{m}\n{p.describe()}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_gpu_a_transformers_model_answers_eagerly_then_through_its_kernels(family, monkeypatch):
+    import minicomp
+    monkeypatch.setenv("MINICOMP_EAGER_FIRST", "1")
+    m = _hf(family).cuda()
+    ids = torch.randint(0, 96, (2, 11), generator=torch.Generator().manual_seed(1)).cuda()
+    with torch.no_grad():
+        want = m(input_ids=ids).logits
+        f = minicomp.compile(lambda ids: m(input_ids=ids).logits)
+        torch.testing.assert_close(f(ids), want, rtol=1e-4, atol=1e-4)
+        assert minicomp.wait_compiled(600)
+        for _ in range(2):                # the call that autotunes, then a plain one
+            torch.testing.assert_close(f(ids), want, rtol=1e-4, atol=1e-4)
+    assert "PyTorch answers until then" in f.source
