@@ -41,7 +41,7 @@ GEMM_EPILOGUE_ENV = "MINICOMP_GEMM_EPILOGUE"         # how the persistent GEMM r
 GEMM_COMBO_ENV = "MINICOMP_GEMM_COMBO"               # sibling GEMMs sharing A in one launch: "auto", "all" or "0" (gemm_combo_mode)
 GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
-EAGER_FIRST_ENV = "MINICOMP_EAGER_FIRST"         # "0": a kernel's first call waits for its compile (no cuBLAS or SDPA meanwhile)
+EAGER_FIRST_ENV = "MINICOMP_EAGER_FIRST"             # "0": a first call waits for its kernels' compiles (codegen/first_calls.py)
 PDL_ENV = "MINICOMP_PDL"                             # "0": no programmatic dependent launch (codegen/pdl.py)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
@@ -134,10 +134,11 @@ def reuse_buffers_on(environ: dict | None = None) -> bool:
 
 
 def eager_first_on(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_EAGER_FIRST lets cuBLAS or SDPA answer a group's first calls while our
-    kernel for it compiles in the background (codegen/first_calls.py): anything but "0". On the
-    H100 it took lm_head_50257's first call from 0.82 s to 0.04 (torch.compile 2.03) with the
-    steady state unchanged (BENCHMARKS.md, session 26)."""
+    """Whether $MINICOMP_EAGER_FIRST lets eager (cuBLAS, SDPA or the group's own PyTorch ops)
+    answer a group's first calls while our kernel for it compiles in the background
+    (codegen/first_calls.py): anything but "0". On the H100 it took a 4-layer Llama's first call
+    in a warm process from 5.15 s to 2.30 (torch.compile: 4.50 and 10.31 in two runs) and
+    lm_head_50257's from 0.82 to 0.04 (BENCHMARKS.md, session 26)."""
     return _on_unless_zero(EAGER_FIRST_ENV, environ)
 
 
@@ -173,8 +174,9 @@ except AttributeError:
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
     library_joins_mode(), gemm_combo_mode(), buffer reuse on, pdl_on(), eager_first_on()) of
-    this process's environment, read again only when one of their variables changed: every compiled call keys its cache on them, and the parsed reads (five then)
-    took ~4 us a call on the 2-core CPU machine. `os.environ` keeps its encoded values in
+    this process's environment, read again only when one of their variables changed: every
+    compiled call keys its cache on them, and the parsed reads (five then) took ~4 us a call on
+    the 2-core CPU machine. `os.environ` keeps its encoded values in
     `_data` (what `os.environ[...] = ...` writes); where this Python has no such dict, every
     call reads them."""
     global _seen_codegen_env
@@ -257,9 +259,8 @@ class Target:
     # launch and waits for the kernel before it first thing (codegen/pdl.py); `for_device` turns
     # it on there unless MINICOMP_PDL=0 (it depends on the capability, so it is off here)
     pdl: bool = False
-    # CUDA: cuBLAS or SDPA answers a group our kernel computes (a GEMM on a shape cuBLAS is slow
-    # on, an attention) until that kernel has compiled in the background (codegen/first_calls.py);
-    # MINICOMP_EAGER_FIRST=0 turns it off
+    # CUDA: eager (cuBLAS, SDPA or the group's own PyTorch ops) answers a group until its kernel
+    # has compiled in the background (codegen/first_calls.py); MINICOMP_EAGER_FIRST=0 turns it off
     eager_first: bool = True
 
     def __post_init__(self) -> None:

@@ -347,7 +347,7 @@ def test_a_module_over_symbolic_sizes_answers_through_eager_and_keeps_its_forms(
         torch.testing.assert_close(g, w, **tol(torch.float32))
 
 
-GPU_CASES = {      # through the api as users call it: our kernel computes each, cuBLAS or SDPA answers first
+GPU_CASES = {      # through the api as users call it: our kernel computes each, eager answers first
     "lm_head": (lambda x, w: F.linear(x, w), [(4, 33, 256), (50257, 256)]),
     "odd_k": (lambda a, b: a @ b, [(1024, 1023), (1023, 1024)]),
     "attention": (_sdpa, [(2, 4, 128, 64)] * 3),
@@ -359,7 +359,7 @@ GPU_CASES = {      # through the api as users call it: our kernel computes each,
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", sorted(GPU_CASES))
-def test_gpu_the_library_answers_first_then_the_kernel(case, monkeypatch):
+def test_gpu_eager_answers_first_then_the_kernel(case, monkeypatch):
     """The default: the first call's answer comes from the library or PyTorch's lines, and once
     the background compile has finished the kernel's does; both match eager."""
     import minicomp
