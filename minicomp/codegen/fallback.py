@@ -88,6 +88,12 @@ def emit_torch(ctx: KernelCtx, reason: str, out: CodeBuilder, opaque_slot: Calla
     write_nodes(ctx, out, opaque_slot)
 
 
+def scalar_line(ctx: KernelCtx, node: Node) -> str:
+    """`bufN = torch.tensor(v, dtype=..., device=device)`: a scalar constant as the tensor that
+    PyTorch lines read (a host-to-device copy each time it runs, which waits for the GPU)."""
+    return f"{ctx.buf(node.id)} = torch.tensor({py_value(node.attrs['value'])}, dtype={node.dtype}, device=device)"
+
+
 def write_nodes(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int], layouts: bool = True) -> None:
     """The group's nodes as PyTorch lines, in graph order, then (`layouts`) its outputs' layouts."""
     g = ctx.graph

@@ -98,18 +98,17 @@ def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_s
     until then: the library's call, or each group's nodes as PyTorch lines that end in copies
     into the kernel's output buffers. Nothing for any other kernel."""
     launches, ctx = kernel.launches, ctxs[0]
-    tiered = [isinstance(launch.when, Ready) and launch.when.ready and (len(launches) == 1 or launch.when.var)
-              for launch in launches]
-    if not (launches and all(tiered) and _serves(ctx)):
+    if not (launches and all(isinstance(launch.when, Ready) and launch.when.ready for launch in launches)
+            and _serves(ctx)):
         return
+    var = launches[0].when.var      # several launches, or size conditions (`tier`): `if not var:`
+    test = f"if not {var}:" if var else "else:"
     if _library(ctx, [c.group for c in ctxs]):
         lib = library_attention if ctx.group.kind == "attention" else library
-        test = f"if not {launches[0].when.var}:" if launches[0].when.var else "else:"
         with out.block(f"{test}  # {'SDPA' if lib is library_attention else 'cuBLAS'} answers until then"):
             lib.emit(ctx, out, opaque_slot, why=WHY)
         return
-    var = launches[0].when.var      # several launches, or size conditions: `if not var:`
-    with out.block(f"if not {var}:  # PyTorch answers until then" if var else "else:  # PyTorch answers until then"):
+    with out.block(f"{test}  # PyTorch answers until then"):
         out.writeline(f"# {comment_text(WHY)}")
         for c in ctxs:
             # a scalar constant the kernel takes as a literal becomes a tensor here only: bound at
@@ -118,8 +117,7 @@ def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_s
             for a in sorted({a for n in c.group.nodes for a in g.node(n).args}):
                 node = g.node(a)
                 if node.op == "constant" and not isinstance(node.attrs["value"], torch.Tensor):
-                    out.writeline(f"{c.buf(a)} = torch.tensor({fallback.py_value(node.attrs['value'])}, "
-                                  f"dtype={node.dtype}, device=device)")
+                    out.writeline(fallback.scalar_line(c, node))
             # into the buffers the kernel would write: a result that views an input (a no-op cast)
             # must not become memory a later output reuses (codegen/buffers.py)
             eager = replace(c, names={**(c.names or {}), **{o: f"mc_eager{o}" for o in c.group.outputs}})

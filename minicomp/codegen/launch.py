@@ -136,22 +136,21 @@ def launch_lines(kernel: str, launch: Launch, buf_name: Callable[[int], str], cu
         lines.append(f"{launcher}({kernel}, {grid}, {args})")
     else:
         lines.append(f"{kernel}[{grid}]({args})")
-    if isinstance(launch.when, Ready) and launch.when.var:      # one test for all of a kernel's launches
-        w = launch.when
-        test = f"({w.var} := {' and '.join(f'_rt.compiled({f})' for f in w.together)})" if w.first else w.var
-        test += f" and {_size_test(w.inner)}" if w.inner is not None else ""
-        lines = [f"if {test}:"] + ["    " + line for line in lines]
-    elif isinstance(launch.when, Ready):
-        test = f"{'' if launch.when.ready else 'not '}_rt.compiled({launch.when.fn})"
-        lines = [f"if {test}:"] + ["    " + line for line in lines]
-    elif launch.when is not None:
-        lines = [f"if {_size_test(launch.when)}:"] + ["    " + line for line in lines]
+    if launch.when is not None:
+        lines = [f"if {_test(launch.when)}:"] + ["    " + line for line in lines]
     return lines
 
 
-def _size_test(w: When) -> str:
-    """`s1 <= 4096`: a `When`'s test of the call's sizes."""
-    return f"{dims.py(w.size, OWN_NAMES)} {'<=' if w.at_most else '>'} {w.limit}"
+def _test(w: When | Ready) -> str:
+    """A launch condition's test: of the call's sizes (`s1 <= 4096`), of a background compile
+    (`_rt.compiled(k)`), or of all of a kernel's compiles at once, kept in `var` by its first
+    launch and read by the others, with the launch's own size test after it."""
+    if isinstance(w, When):
+        return f"{dims.py(w.size, OWN_NAMES)} {'<=' if w.at_most else '>'} {w.limit}"
+    if not w.var:
+        return f"{'' if w.ready else 'not '}_rt.compiled({w.fn})"
+    test = f"({w.var} := {' and '.join(f'_rt.compiled({f})' for f in w.together)})" if w.first else w.var
+    return test + (f" and {_test(w.inner)}" if w.inner is not None else "")
 
 
 

@@ -180,8 +180,7 @@ class ModuleWriter:
                 self.constants.append(t)
                 b.writeline(f"{ctx0.buf(n.id)} = CONSTANTS[{self.const_slot[n.id]}]  # {type_str(n.shape, n.dtype)}{label}")
             else:
-                b.writeline(f"{ctx0.buf(n.id)} = torch.tensor({fallback.py_value(value)}, dtype={n.dtype}, device=device)"
-                            + (f"  #{label}" if label else ""))
+                b.writeline(fallback.scalar_line(ctx0, n) + (f"  #{label}" if label else ""))
 
     def _write_group(self, group: Group, index: int, partners: list[Group] = ()) -> set[int]:
         """Write the group's lines, and those of the first `partners` (the groups after it) that one

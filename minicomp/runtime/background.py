@@ -2,8 +2,9 @@
 while call() runs another form of their groups (eager's lines, cuBLAS, SDPA, or a block-language
 attention kernel in front of the Gluon one: codegen/first_calls.py, codegen `Ready`).
 
-A kernel's state turns from "pending" to "done", or to "failed" (the other form serves for good,
-and a warning says so), once; `compiled(k)` is what generated modules test (`_rt.compiled`), and
+A kernel's state turns from "held" (marked compiling, its compile not yet started) to
+"pending", then to "done" or to "failed" (the other form serves for good, and a warning says
+so), once; `compiled(k)` is what generated modules test (`_rt.compiled`), and
 `wait_compiled()` (also `minicomp.wait_compiled`) waits for every compile this process started.
 """
 
@@ -17,7 +18,6 @@ _BACKGROUND_FUTURES: list = []
 _BACKGROUND_LEFT: dict[Any, int] = {}     # an autotuned kernel's configs still compiling
 _BACKGROUND_LOCK = threading.Lock()
 _background_pool = None
-_HELD: set = set()                        # marked pending by `hold`, their compile not yet started
 
 
 def compiled(kernel: Any) -> bool:
@@ -29,7 +29,7 @@ def compiled(kernel: Any) -> bool:
 def any_pending() -> bool:
     """Whether some background compile of this process has not finished (a CUDA graph captured
     now would keep the other form: runtime/cuda_graphs.py captures only once none is)."""
-    return any(state == "pending" for state in list(_BACKGROUND.values()))
+    return any(state in ("held", "pending") for state in list(_BACKGROUND.values()))
 
 
 def wait_compiled(timeout: float | None = None) -> bool:
@@ -49,14 +49,13 @@ def wait_compiled(timeout: float | None = None) -> bool:
 
 
 def hold(later: list) -> list:
-    """Mark the kernels of `later` that no compile has claimed yet as compiling ("pending"), so
+    """Mark the kernels of `later` that no compile has claimed yet as compiling ("held"), so
     that call() runs their groups' other form, without starting their compile
     (`compile_later(held)` does); returns those entries."""
     with _BACKGROUND_LOCK:
         held = [entry for entry in later if entry[0] not in _BACKGROUND]
         for kernel, _, _ in held:
-            _BACKGROUND[kernel] = "pending"
-            _HELD.add(kernel)
+            _BACKGROUND[kernel] = "held"
     return held
 
 
@@ -103,9 +102,8 @@ def compile_later(later: list, stubs: Callable | None = None, threads: int = 1) 
         if _background_pool is None:
             _background_pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="minicomp-later")
         for kernel, args, kwargs in later:
-            if kernel in _BACKGROUND and kernel not in _HELD:
+            if _BACKGROUND.get(kernel, "held") != "held":
                 continue
-            _HELD.discard(kernel)
             configs = getattr(kernel, "configs", None)      # an autotuned kernel: one job per config
             jobs = [(kernel.fn, {**kwargs, **c.all_kwargs()}) for c in configs] if configs else [(kernel, kwargs)]
             _BACKGROUND[kernel], _BACKGROUND_LEFT[kernel] = "pending", len(jobs)
