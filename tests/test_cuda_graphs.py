@@ -157,17 +157,40 @@ def test_hazards_read_the_compiled_graph_an_opaque_sync_is_named_with_its_node()
     assert len(found) == 1 and found[0].startswith(f"%{node.id} (") and "data_dependent_output" in found[0]
 
 
-def test_a_scalar_constant_a_pytorch_line_reads_is_a_hazard_where_the_module_builds_it_from_the_host():
+def test_scalar_constants_pytorch_lines_read_are_made_on_the_device_once_and_are_no_hazard():
     f = minicomp.compile(lambda a, b: (a @ b) * 3 + 1)      # an int64 matmul runs through PyTorch
     a, b = torch.randint(-3, 3, (4, 5)), torch.randint(-3, 3, (5, 2))
-    torch.testing.assert_close(f(a, b), (a @ b) * 3 + 1)
-    found = _as_if_cuda(f._need())
-    host_made = [line for line in f.source.splitlines() if "torch.tensor(" in line]
-    assert len(found) == len(host_made) == 2, (found, host_made)
-    assert all("a scalar constant that the module makes a tensor from the host (read by %" in h for h in found)
+    for _ in range(2):
+        torch.testing.assert_close(f(a, b), (a @ b) * 3 + 1)
+    # no host-to-device copy per call (it would wait for the GPU, and no capture takes it)
+    assert "torch.tensor(" not in f.source and f.source.count("= _rt.scalar(") == 2
+    assert _as_if_cuda(f._need()) == []
     g = minicomp.compile(lambda a, b: (a @ b) * 3 + 1)      # float: one kernel, the scalars inlined
     g(torch.randn(4, 5), torch.randn(5, 2))
-    assert _as_if_cuda(g._need()) == [] and "torch.tensor(" not in g.source
+    assert _as_if_cuda(g._need()) == [] and "_rt.scalar(" not in g.source
+
+
+def test_a_scalar_the_caller_gets_back_is_its_own_each_call():
+    g = minicomp.compile(lambda x: (x * 2, torch.full((), 2.0)))
+    x = torch.randn(3)
+    _, s = g(x)
+    assert "= _rt.scalar(2.0, torch.float32, device).clone()" in g.source
+    s.add_(5.0)                                             # the caller writes into its result
+    y, s2 = g(x)
+    torch.testing.assert_close(s2, torch.tensor(2.0))
+    torch.testing.assert_close(y, x * 2)
+    assert s2.data_ptr() != s.data_ptr()
+
+
+def test_runtime_scalars_are_kept_per_value_type_dtype_and_device():
+    from minicomp.runtime.checks import scalar
+    cpu = torch.device("cpu")
+    one = scalar(1.0, torch.float32, cpu)
+    assert scalar(1.0, torch.float32, cpu) is one and one.item() == 1.0 and one.dim() == 0
+    assert scalar(1, torch.float32, cpu) is not one and scalar(True, torch.float32, cpu) is not one
+    assert scalar(1.0, torch.float64, cpu) is not one and scalar(1.0, torch.float64, cpu).dtype == torch.float64
+    assert torch.signbit(scalar(-0.0, torch.float32, cpu)) and not torch.signbit(scalar(0.0, torch.float32, cpu))
+    assert torch.isnan(scalar(float("nan"), torch.float32, cpu))
 
 
 def test_a_graph_the_check_cannot_read_is_not_captured_rather_than_a_crash():

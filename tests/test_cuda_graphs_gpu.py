@@ -44,6 +44,25 @@ def test_gpu_aliased_inputs_views_and_an_expanded_input(dtype):
 
 
 @pytest.mark.gpu
+def test_gpu_pytorch_lines_that_read_scalar_constants_capture_and_replay():
+    # a float64 matmul runs through PyTorch, and reads 3 and 1 as tensors: made on the device at
+    # the first call and kept (runtime/checks.scalar), so the second call captures; the scalar
+    # the call returns is the caller's own
+    f = minicomp.compile(lambda a, b: ((a @ b) * 3 + 1, torch.full((), 7)), mode="reduce-overhead")
+    kept = []
+    for i in range(4):
+        a, b = (torch.randn(s, device="cuda", dtype=torch.float64) for s in ((9, 5), (5, 4)))
+        got, seven = f(a, b)
+        torch.testing.assert_close(got, (a @ b) * 3 + 1)
+        torch.testing.assert_close(seven, torch.tensor(7, device="cuda"))
+        kept.append(seven)
+        seven.add_(1)                       # the caller's to write: no later call sees it
+    assert all(k.item() == 8 for k in kept)
+    (status,) = _cuda_status(f)
+    assert status.reason is None and status.captures == 1 and status.replays == 2, status.describe()
+
+
+@pytest.mark.gpu
 def test_gpu_a_parameter_updated_in_place_and_replaced_between_calls():
     m = _Block().cuda().eval()
     f = minicomp.compile(m, mode="reduce-overhead")

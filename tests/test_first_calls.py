@@ -235,10 +235,11 @@ def test_a_transformers_model_answers_through_its_eager_branches(family, tmp_pat
         want = fn(ids)
     assert gen.source.count("else:  # PyTorch answers until then") >= len(gen.kernel_names) > 0
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    # the kernels' path copies no host scalar to the GPU (such a copy waits for the GPU and
-    # cannot be captured by a CUDA graph): the eager branches bind them, each in its own
+    # no line copies a host scalar to the GPU (such a copy waits for the GPU and cannot be
+    # captured by a CUDA graph): the eager branches bind the kept ones, each in its own
     run = gen.source[gen.source.index("\ndef run("):]
-    assert all(line.startswith(" " * 8) for line in run.split("\n") if "torch.tensor(" in line)
+    assert "torch.tensor(" not in run
+    assert all(line.startswith(" " * 8) for line in run.split("\n") if "_rt.scalar(" in line)
 
 
 _COMPILED = r"_rt\.compiled\(\w+\)"

@@ -21,7 +21,7 @@ from minicomp.codegen.common import KernelCtx
 from minicomp.codegen.names import comment_text
 from minicomp.errors import CompileError
 from minicomp.ir import ops
-from minicomp.ir.graph import Node
+from minicomp.ir.graph import Graph, Node
 from minicomp.ir.ops.text import py_value
 from minicomp.plan.rules import topo
 
@@ -88,10 +88,33 @@ def emit_torch(ctx: KernelCtx, reason: str, out: CodeBuilder, opaque_slot: Calla
     write_nodes(ctx, out, opaque_slot)
 
 
-def scalar_line(ctx: KernelCtx, node: Node) -> str:
-    """`bufN = torch.tensor(v, dtype=..., device=device)`: a scalar constant as the tensor that
-    PyTorch lines read (a host-to-device copy each time it runs, which waits for the GPU)."""
-    return f"{ctx.buf(node.id)} = torch.tensor({py_value(node.attrs['value'])}, dtype={node.dtype}, device=device)"
+def scalar_line(ctx: KernelCtx, node: Node, fresh: bool = False) -> str:
+    """`bufN = _rt.scalar(v, dtype, device)`: a scalar constant as the tensor PyTorch lines read,
+    made on the device once and kept (runtime/checks.scalar: no host-to-device copy per call).
+    `fresh`: a copy of its own each call (`.clone()`, on the device), where the caller may get
+    it, or a view of it, back."""
+    line = f"{ctx.buf(node.id)} = _rt.scalar({py_value(node.attrs['value'])}, {node.dtype}, device)"
+    return line + ".clone()" if fresh else line
+
+
+def returned_scalars(g: Graph) -> set[int]:
+    """The scalar constants a call may hand back to its caller, or a view of: reached from a graph
+    output through views, casts and opaque calls (each may return what it reads as it is).
+    Those are made `fresh` each call (`scalar_line`), so a caller who writes into a result
+    cannot change the kept tensor the next call reads."""
+    found: set[int] = set()
+    stack, seen = list(g.outputs), set()
+    while stack:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        node = g.node(nid)
+        if node.op == "constant" and not isinstance(node.attrs["value"], torch.Tensor):
+            found.add(nid)
+        elif node.kind in ("view", "opaque") or node.op == "cast":
+            stack.extend(node.args)
+    return found
 
 
 def write_nodes(ctx: KernelCtx, out: CodeBuilder, opaque_slot: Callable[[Node], int], layouts: bool = True) -> None:

@@ -111,8 +111,8 @@ def write_else(ctxs: list[KernelCtx], kernel: Kernel, out: CodeBuilder, opaque_s
     with out.block(f"{test}  # PyTorch answers until then"):
         out.writeline(f"# {comment_text(WHY)}")
         for c in ctxs:
-            # a scalar constant the kernel takes as a literal becomes a tensor here only: bound at
-            # run()'s top, its host-to-device copy would wait for the GPU at every call
+            # a scalar constant the kernel takes as a literal becomes a tensor here only (the kernel
+            # path binds nothing it does not read)
             g = c.graph
             for a in sorted({a for n in c.group.nodes for a in g.node(n).args}):
                 node = g.node(a)

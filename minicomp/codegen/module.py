@@ -163,6 +163,7 @@ class ModuleWriter:
     def _bind_constants(self, ctx0: KernelCtx) -> None:
         g, b = self.graph, self.call
         used = {a for n in g.nodes() for a in n.args} | set(g.outputs)
+        fresh = fallback.returned_scalars(g)     # the caller may get these back: a copy per call
         for n in g.nodes():
             if n.op != "constant" or n.id not in used:
                 continue
@@ -180,7 +181,7 @@ class ModuleWriter:
                 self.constants.append(t)
                 b.writeline(f"{ctx0.buf(n.id)} = CONSTANTS[{self.const_slot[n.id]}]  # {type_str(n.shape, n.dtype)}{label}")
             else:
-                b.writeline(fallback.scalar_line(ctx0, n) + (f"  #{label}" if label else ""))
+                b.writeline(fallback.scalar_line(ctx0, n, n.id in fresh) + (f"  #{label}" if label else ""))
 
     def _write_group(self, group: Group, index: int, partners: list[Group] = ()) -> set[int]:
         """Write the group's lines, and those of the first `partners` (the groups after it) that one

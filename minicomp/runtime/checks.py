@@ -26,6 +26,24 @@ from minicomp.errors import OutOfBoundsIndexError, OutOfBoundsRuntimeError
 ERRORS = {"IndexError": OutOfBoundsIndexError, "RuntimeError": OutOfBoundsRuntimeError}
 
 
+_SCALARS: dict[tuple, torch.Tensor] = {}
+
+
+def scalar(value: bool | int | float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The 0-dim tensor of a scalar constant that PyTorch lines of a generated run() read, made
+    once per (value, dtype, device) and kept. Made at each call, as `torch.tensor(v,
+    device=device)`, it was a copy from pageable host memory at every call: that copy waits for
+    the GPU (the host could no longer run ahead of it) and no CUDA graph capture takes it.
+    Nothing minicomp writes writes into it (buffer reuse takes only `_empty` memory, and eager
+    branches copy into kernel buffers); where the caller could get it, or a view of it, back
+    from a call, the module clones it (`codegen/fallback.scalar_line`)."""
+    key = (type(value), repr(value), dtype, device)      # True == 1 == 1.0 and 0.0 == -0.0: keep them apart
+    t = _SCALARS.get(key)
+    if t is None:
+        t = _SCALARS[key] = torch.tensor(value, dtype=dtype, device=device)
+    return t
+
+
 def check_index(t: torch.Tensor, lo: int, hi: int, dim: int, size: int, error: str, what: str) -> None:
     """Raise eager's kind of error (`error`) unless every element of `t` lies in [lo, hi], the
     valid indices of dimension `dim` (of `size`) of the tensor that `what` reads through it."""

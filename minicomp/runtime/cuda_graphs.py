@@ -29,15 +29,15 @@ input layout:
   of launch at batch 1 (a 16 x 32000 fp32 logits tensor is 2 MiB, under 1 us at 4.8 TB/s),
   against the tens of launches a replay saves.
 - **Kernels compiling in the background.** While one still compiles (runtime/background.py:
-  call() runs eager's lines for its group, codegen/first_calls.py, which may copy a host scalar
-  to the GPU and cannot be captured) calls run uncaptured; the first capture comes after the
-  compiles, so replays run the kernels call() would run.
+  call() runs eager's lines for its group, codegen/first_calls.py, which a capture would keep
+  for good) calls run uncaptured; the first capture comes after the compiles, so replays run
+  the kernels call() would run.
 - **Capture safety.** Before capturing, `hazards()` reads the compiled graph for what cannot
   run inside a capture (a host sync such as `.item()`, an op whose output shape depends on
-  values, an op torch tags `cudagraph_unsafe`, a call that moves a tensor to the CPU, a
-  scalar constant the PyTorch lines make with `torch.tensor(..., device=device)`, which
-  copies from the host; the loader puts tensor constants on the device, and the api refuses
-  arguments and weights on two devices);
+  values, an op torch tags `cudagraph_unsafe`, a call that moves a tensor to the CPU; the
+  scalar constants PyTorch lines read are made on the device once, at the uncaptured first
+  call, and kept (runtime/checks.scalar); the loader puts tensor constants on the device; and
+  the api refuses arguments and weights on two devices);
   where it finds one, the call runs uncaptured and `status.reason` says why. A capture that
   fails anyway (an opaque Python callable that syncs) is caught: the call runs uncaptured
   from then on, with the error as its reason, and the caller's stream is restored. A capture
@@ -127,30 +127,12 @@ def _hazards(compiled: Any) -> list[str]:
     if gen.device_type != "cuda":
         return [f"its kernels run on {gen.device_type} (CUDA graphs need CUDA tensors)"]
     graph = compiled.graph
-    through_pytorch = _pytorch_nodes(compiled)
     for n in graph.nodes():
         if n.op == "opaque":
             why = _op_hazard(n.attrs.get("fn"), str(n.attrs.get("target", "?")))
             if why:
                 found.append(f"%{n.id} ({n.origin or '?'}): {why}")
-        elif n.op == "constant" and not isinstance(n.attrs.get("value"), torch.Tensor):
-            # the module makes such a scalar a tensor (`torch.tensor(v, device=device)`: a copy
-            # from the host) where a PyTorch line reads it or the graph returns it
-            users = [u for u in graph.nodes() if n.id in u.args and u.id in through_pytorch]
-            if users or n.id in graph.outputs:
-                read = f"read by %{users[0].id} {users[0].op}" if users else "an output"
-                found.append(f"%{n.id}: a scalar constant that the module makes a tensor from the host ({read})")
     return found
-
-
-def _pytorch_nodes(compiled: Any) -> set[int]:
-    """Ids of the nodes that run as PyTorch lines of the module (opaque groups, fallbacks)."""
-    forced = set(compiled.generated.fallbacks) | set(getattr(compiled, "forced", {}) or {})
-    ids: set[int] = set()
-    for g in compiled.plan.groups:
-        if g.kind == "opaque" or g.id in forced:
-            ids |= set(g.nodes)
-    return ids
 
 
 # ------------------------------------------------------------------ static buffers

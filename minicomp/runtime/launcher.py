@@ -57,7 +57,7 @@ import torch
 
 # generated modules call these as `_rt.` helpers: input checks and layouts, sizes, index checks
 from minicomp.runtime import checks, index_guard
-from minicomp.runtime.checks import aligned, allocator, as_layout, as_layouts, bind_size, check_input, next_pow2  # noqa: F401
+from minicomp.runtime.checks import aligned, allocator, as_layout, as_layouts, bind_size, check_input, next_pow2, scalar  # noqa: F401
 from minicomp.runtime.tuning import fit_buckets, tune_bench, tune_options  # noqa: F401  (generated autotuners' `_rt.` helpers)
 from minicomp.runtime.tma import align16, sm_count, tma_ready  # noqa: F401  (generated modules' `_rt.` helpers)
 from minicomp.runtime.direct import _C_LAUNCH_PARAMS, c_launcher, direct  # noqa: F401  (a fast launcher's call)
