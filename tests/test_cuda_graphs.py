@@ -191,6 +191,12 @@ def test_runtime_scalars_are_kept_per_value_type_dtype_and_device():
     assert scalar(1.0, torch.float64, cpu) is not one and scalar(1.0, torch.float64, cpu).dtype == torch.float64
     assert torch.signbit(scalar(-0.0, torch.float32, cpu)) and not torch.signbit(scalar(0.0, torch.float32, cpu))
     assert torch.isnan(scalar(float("nan"), torch.float32, cpu))
+    with torch.inference_mode():        # first made under inference_mode, still usable with autograd
+        third = scalar(1 / 3, torch.float32, cpu)
+    assert not third.is_inference()
+    x = torch.randn(3, requires_grad=True)
+    (x * third).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 1 / 3))
 
 
 def test_a_graph_the_check_cannot_read_is_not_captured_rather_than_a_crash():

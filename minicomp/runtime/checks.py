@@ -40,7 +40,9 @@ def scalar(value: bool | int | float, dtype: torch.dtype, device: torch.device) 
     key = (type(value), repr(value), dtype, device)      # True == 1 == 1.0 and 0.0 == -0.0: keep them apart
     t = _SCALARS.get(key)
     if t is None:
-        t = _SCALARS[key] = torch.tensor(value, dtype=dtype, device=device)
+        with torch.inference_mode(False):    # made in a call under inference_mode, it would be an
+            t = torch.tensor(value, dtype=dtype, device=device)   # inference tensor, which autograd refuses later
+        _SCALARS[key] = t
     return t
 
 
