@@ -279,6 +279,20 @@ def test_every_registry_op_has_a_pytorch_fallback_form():
         assert text and "buf" in text or n_args == 0, (name, text)
 
 
+def test_a_size_value_line_makes_its_tensor_on_the_device_without_a_host_copy():
+    """A symbolic size read as a 0-d value by PyTorch lines (an eager branch or a fallback over
+    symbolic sizes): eager's int64 tensor, made by a fill kernel, not copied from the host."""
+    from minicomp.codegen.fallback import torch_text
+    from minicomp.ir import dims
+    from minicomp.ir.graph import Node
+    past = dims.sym("s3")
+    for value, env, want in ((7, {}, 7), (past + 1, {"s3": 11}, 12), (past * 2, {"s3": 5}, 10)):
+        text = torch_text(Node(4, "size_value", (), {"value": value}, (), torch.int64), [], lambda _n: 0)
+        assert "torch.tensor(" not in text, text
+        got = eval(text, {"torch": torch, "device": torch.device("cpu"), **env})    # noqa: S307 - our own text
+        assert (got.shape, got.dtype, got.item()) == ((), torch.int64, want)
+
+
 def test_a_generated_run_allocates_through_the_devices_allocator():
     """run() takes `_rt.allocator(device)` once and allocates every buffer through it: on the CPU
     torch.empty_strided on that device (the shape, strides and dtype written at codegen)."""

@@ -120,7 +120,7 @@ def _size_rule(operands, attrs):
 def _size_torch(x, attrs, shape) -> str:
     value = attrs["value"]
     text = dims.py(value, dims.OWN_NAMES) if isinstance(value, dims.Expr) else repr(value)
-    return f"torch.tensor({text}, device=device)"
+    return f"torch.full((), {text}, dtype=torch.int64, device=device)"   # a fill kernel, no copy from the host
 
 
 register(OpDef("size_value", "pointwise", _size_ref, arity=0, flops_per_element=0, attrs=("value",),
