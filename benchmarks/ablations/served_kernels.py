@@ -11,9 +11,10 @@ means call() launches the kernel; anything else means eager still answers), the 
 one profiled call launches, and `triton.testing.do_bench` of the compiled call and of eager.
 
 Session 27 (H100, the suite's attention, B4 H32 S4096 d128 causal): the Gluon kernel is "done"
-and the only kernel launched in both variants; 0.941 ms with eager first, 0.986 without, SDPA
-1.049 and 1.018 in the same processes: the same kernel moves by ~5% between processes, which is
-the size of the difference between run.py's two runs of it (0.929 at 149b5cb, 1.035 at 5b37614).
+and the only kernel launched in both variants. With eager first and without: 0.941 and 0.986 ms
+on one machine, 1.009 and 0.981 on another, SDPA 1.018-1.049 beside them. The same kernel moves
+by ~7% between processes, about the gap between run.py's runs of it (0.929 ms at 149b5cb, 1.035
+and 1.038 in session 27), and eager first is not what moves it.
 Needs CUDA.
 """
 
