@@ -1,0 +1,84 @@
+"""How much of a whole model's timed call is the GPU waiting for the host: the default mode
+against the same compiled call replayed as CUDA graphs.
+
+    python benchmarks/ablations/host_share.py [--families llama,qwen2] [--batch 4 --seq 512]
+
+For each model (benchmarks/workloads_models.py, bf16 on CUDA) this compiles
+`minicomp.compile(fn)` and `minicomp.compile(fn, mode="reduce-overhead")`, waits for their
+background compiles, checks both against eager, then times with `do_bench` (L2 flushed, as
+benchmarks/run.py does), torch.compile's default beside them:
+- the default call and the replayed graph: a graph replays the same kernels with no Python
+  between them, so the difference is what the host costs the timed call (its lead after the
+  flush, launches slower than the kernels they follow, and any synchronisation);
+- the host's time to enqueue one call (no synchronisation) and the wall time of a call
+  (synchronised after each): a call whose enqueue time nears its wall time is host-bound.
+Needs CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _enqueue_and_wall(f, ins, n: int = 30) -> tuple[float, float]:
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f(*ins)
+    enqueue = (time.perf_counter() - t0) / n
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f(*ins)
+        torch.cuda.synchronize()
+    return enqueue * 1e3, (time.perf_counter() - t0) / n * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--families", default="llama,qwen2")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--seq", type=int, default=None)
+    args = ap.parse_args()
+
+    import torch
+    from triton.testing import do_bench
+
+    import minicomp
+    from benchmarks import workloads_models
+
+    for family in args.families.split(","):
+        sizes = dict(workloads_models.PREFILL[family])
+        sizes.update({k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None})
+        built = workloads_models.make_model(family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))
+        fn, ins = built.fn, built.inputs
+        forms = {"minicomp": minicomp.compile(fn), "minicomp graphs": minicomp.compile(fn, mode="reduce-overhead"),
+                 "torch.compile": torch.compile(fn)}
+        with torch.no_grad():
+            want = fn(*ins)
+            for f in forms.values():
+                f(*ins)
+            minicomp.wait_compiled(600)
+            for name, f in forms.items():
+                for _ in range(3):
+                    got = f(*ins)
+                torch.testing.assert_close(getattr(got, "logits", got), getattr(want, "logits", want),
+                                           atol=2e-2, rtol=2e-2)
+            print(f"== {family} {sizes['batch']} x {sizes['seq']}: all three checked against eager", flush=True)
+            for name, f in forms.items():
+                ms = do_bench(lambda f=f: f(*ins), warmup=25, rep=200)
+                enqueue, wall = _enqueue_and_wall(f, ins)
+                print(f"{name:15s} do_bench {ms:.4f} ms; enqueue {enqueue:.3f} ms a call, wall {wall:.3f} "
+                      f"(synchronised each call)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
