@@ -144,9 +144,10 @@ def eager_first_on(environ: dict | None = None) -> bool:
 
 def pdl_on(environ: dict | None = None) -> bool:
     """Whether $MINICOMP_PDL asks for programmatic dependent launch (codegen/pdl.py): anything
-    but "0"; the target takes it only on a GPU of capability 9.0 or newer, outside CUDA graphs.
-    On the H100 it took Qwen2's 4 x 512 call from 1.836 ms to 1.791 and Llama's from 1.869 to
-    1.852 (BENCHMARKS.md, session 26)."""
+    but "0"; the target takes it only on a GPU of capability 9.0 or newer, in the default mode and
+    under CUDA graphs alike (a stream capture records a PDL launch as a programmatic edge, which
+    the graph's replay keeps). On the H100 it took Qwen2's 4 x 512 call from 1.836 ms to 1.791 and
+    Llama's from 1.869 to 1.852 (BENCHMARKS.md, session 26)."""
     return _on_unless_zero(PDL_ENV, environ)
 
 
@@ -323,7 +324,7 @@ class Target:
                       split_dual=not dual_gemm_fused(env), gemm_epilogue=gemm_epilogue_mode(env),
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
                       gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env),
-                      pdl=pdl_on(env) and capability is not None and capability >= (9, 0) and not graphs,
+                      pdl=pdl_on(env) and capability is not None and capability >= (9, 0),
                       eager_first=eager_first_on(env))
 
     @staticmethod

@@ -1,7 +1,7 @@
 """Programmatic dependent launch (codegen/pdl.py, `Target.pdl`, on sm_90 unless $MINICOMP_PDL=0): every launched
 Triton kernel waits for the kernel before it as its first statement and launches with
 `launch_pdl=True`; Triton compiles each such kernel for sm_90 (the GPU-true check, no GPU here);
-the Gluon attention kernel, the CPU target and CUDA-graph mode are left without it."""
+the Gluon attention kernel and the CPU target are left without it; CUDA-graph mode keeps it."""
 
 from __future__ import annotations
 
@@ -105,6 +105,17 @@ def test_the_target_takes_pdl_on_hopper_only():
         Target("cuda", (8, 0), pdl=True)
     with pytest.raises(MinicompError, match="pdl needs"):
         Target("cpu", pdl=True)
+
+
+def test_cuda_graph_mode_keeps_pdl_on_hopper(monkeypatch):
+    # a capture records a PDL launch as a programmatic edge (tests/test_cuda_graphs_gpu.py replays one)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert Target.for_device("cuda", environ={}, graphs=True).pdl
+    assert Target.for_device("cuda", environ={}).pdl
+    assert not Target.for_device("cuda", environ={"MINICOMP_PDL": "0"}, graphs=True).pdl
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert not Target.for_device("cuda", environ={}, graphs=True).pdl
 
 
 def test_a_signature_over_several_lines_is_left_without_pdl():

@@ -10,6 +10,8 @@ benchmarks/run.py does), torch.compile's default beside them:
 - the default call and the replayed graph: a graph replays the same kernels with no Python
   between them, so the difference is what the host costs the timed call (its lead after the
   flush, launches slower than the kernels they follow, and any synchronisation);
+- the replayed graph with programmatic dependent launch (the default) and without it
+  (MINICOMP_PDL=0 when it compiles), and torch.compile's default and reduce-overhead modes;
 - the host's time to enqueue one call (no synchronisation) and the wall time of a call
   (synchronised after each): a call whose enqueue time nears its wall time is host-bound.
 Needs CUDA.
@@ -18,6 +20,7 @@ Needs CUDA.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,6 +57,7 @@ def main() -> None:
 
     import minicomp
     from benchmarks import workloads_models
+    from benchmarks.measure import TOLERANCES, compare
 
     for family in args.families.split(","):
         sizes = dict(workloads_models.PREFILL[family])
@@ -61,22 +65,29 @@ def main() -> None:
         built = workloads_models.make_model(family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))
         fn, ins = built.fn, built.inputs
         forms = {"minicomp": minicomp.compile(fn), "minicomp graphs": minicomp.compile(fn, mode="reduce-overhead"),
-                 "torch.compile": torch.compile(fn)}
+                 "minicomp graphs, no PDL": minicomp.compile(fn, mode="reduce-overhead"),
+                 "torch.compile": torch.compile(fn),
+                 "tc reduce-overhead": torch.compile(fn, mode="reduce-overhead")}
         with torch.no_grad():
-            want = fn(*ins)
-            for f in forms.values():
+            want, wide = fn(*ins), built.wide()
+            for name, f in forms.items():
+                # the target reads $MINICOMP_PDL when the first call compiles
+                os.environ["MINICOMP_PDL"] = "0" if "no PDL" in name else "1"
                 f(*ins)
+            os.environ.pop("MINICOMP_PDL")
             minicomp.wait_compiled(600)
             for name, f in forms.items():
                 for _ in range(3):
                     got = f(*ins)
-                torch.testing.assert_close(getattr(got, "logits", got), getattr(want, "logits", want),
-                                           atol=2e-2, rtol=2e-2)
-            print(f"== {family} {sizes['batch']} x {sizes['seq']}: all three checked against eager", flush=True)
+                # run.py's check: bf16's tolerance, or no further from the fp32 model than eager is
+                check = compare(got, want, TOLERANCES["bfloat16"], wide)
+                if not check["ok"]:
+                    raise AssertionError(f"{family}, {name}: {check}")
+            print(f"== {family} {sizes['batch']} x {sizes['seq']}: every form checked as run.py checks", flush=True)
             for name, f in forms.items():
                 ms = do_bench(lambda f=f: f(*ins), warmup=25, rep=200)
                 enqueue, wall = _enqueue_and_wall(f, ins)
-                print(f"{name:15s} do_bench {ms:.4f} ms; enqueue {enqueue:.3f} ms a call, wall {wall:.3f} "
+                print(f"{name:24s} do_bench {ms:.4f} ms; enqueue {enqueue:.3f} ms a call, wall {wall:.3f} "
                       f"(synchronised each call)", flush=True)
 
 
