@@ -13,6 +13,15 @@ while `nvidia-smi` samples the SM clock, power and temperature every 50 ms. Each
 gives the times, the inputs' addresses modulo 2 MiB, and the clock and power over its window:
 a time that follows the clock is the GPU's power or thermal state; one that follows the
 addresses is placement; one that follows neither and moves only between processes is neither.
+
+Session 28 (H100, 700 W limit, SM clock up to 1980 MHz; after the GPU suite on the same machine;
+results/2026-12-07/session28-attention-spread-5588776.txt): the kernel holds the GPU at its power
+limit (650-690 W) and the SM clock falls to 1650-1700 MHz. Over six trials ours took 0.988 ms in
+the first (242 W, 1800 MHz) and 1.016-1.062 after, SDPA 1.007-1.056; ours/SDPA was 0.964-0.990
+where ours ran first in a trial and 0.990-1.022 where it ran second, on a hotter GPU. Addresses
+(0 or 1 MiB modulo 2 MiB) did not move it. So the spread is the GPU's power state: a power-bound
+kernel's time follows the clock, and which of two kernels timed in turn runs cooler decides
+most of the last few percent between them.
 Needs CUDA.
 """
 
