@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--families", default="llama,qwen2")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--seq", type=int, default=None)
+    ap.add_argument("--no-tc", action="store_true", help="minicomp's forms only")
     args = ap.parse_args()
 
     import torch
@@ -68,13 +69,17 @@ def main() -> None:
                  "minicomp graphs, no PDL": minicomp.compile(fn, mode="reduce-overhead"),
                  "torch.compile": torch.compile(fn),
                  "tc reduce-overhead": torch.compile(fn, mode="reduce-overhead")}
+        if args.no_tc:
+            forms = {k: v for k, v in forms.items() if not k.startswith(("tc", "torch"))}
         with torch.no_grad():
             want, wide = fn(*ins), built.wide()
+            base = os.environ.get("MINICOMP_PDL")
             for name, f in forms.items():
                 # the target reads $MINICOMP_PDL when the first call compiles
-                os.environ["MINICOMP_PDL"] = "0" if "no PDL" in name else "1"
+                os.environ["MINICOMP_PDL"] = "0" if "no PDL" in name else (base or "1")
                 f(*ins)
-            os.environ.pop("MINICOMP_PDL")
+            if base is None:
+                os.environ.pop("MINICOMP_PDL")
             minicomp.wait_compiled(600)
             for name, f in forms.items():
                 for _ in range(3):

@@ -201,3 +201,12 @@ def test_kernel_times_go_into_the_records_and_one_note(monkeypatch):
     assert rec["notes"][0].startswith("kernel time of eager not measured: RuntimeError: no CUPTI")
     assert rec["notes"][1] == ("CUDA kernel time per call, host excluded (us): inductor 1876, minicomp 1778; "
                                "torch.compile / minicomp 1.055")
+
+
+def test_a_workload_the_budget_left_out_reads_skipped_not_error():
+    skipped = {"name": "s", "kind": "block", "backends": {}, "notes": [],
+               "errors": {"build": {"error": "skipped: over the run's budget of 50 s"}}}
+    broken = {"name": "b", "kind": "block", "backends": {}, "notes": [],
+              "errors": {"build": {"error": "RuntimeError: no such model"}}}
+    assert report._check_cell(skipped) == "skipped"
+    assert report._check_cell(broken) == "build error"
