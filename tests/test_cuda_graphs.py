@@ -559,3 +559,63 @@ def test_tiny_llama_at_batch_1_by_16_through_the_fake_capture_matches_eager(fake
     assert [(s.copied, s.in_place) for s in statuses] == [(1, n_weights)], [s.describe() for s in statuses]
     run_graphs = [m for m in fake_cuda if m.captures]
     assert len(run_graphs) == len(statuses)
+
+
+# ------------------------------------------------------------------ cuBLAS's workspace in a capture
+
+def _recorded_cuda(monkeypatch) -> list[str]:
+    """torch.cuda's stream and graph calls that CudaApi.capture makes, recorded in order (no GPU)."""
+    events: list[str] = []
+
+    class Ctx:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            events.append(f"enter {self.name}")
+
+        def __exit__(self, *exc):
+            events.append(f"exit {self.name}")
+            return False
+
+    class Stream:
+        def __init__(self, *a, **k):
+            pass
+
+        def wait_stream(self, other):
+            pass
+
+    monkeypatch.setattr(cg, "clear_blas_workspaces", lambda: events.append("clear"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: Ctx("stream"))
+    monkeypatch.setattr(torch.cuda, "graph", lambda *a, **k: Ctx("graph"))
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: None)
+    return events
+
+
+def test_a_capture_makes_cublas_take_its_workspace_from_the_graphs_own_pool(monkeypatch):
+    # The warm-up's matmuls make PyTorch's per-stream workspace outside any graph; a capture that kept
+    # it would replay into memory torch.compile's reduce-overhead mode frees (it clears the workspaces
+    # and empties the cache around its own captures): the H100 replay then faulted (session 28).
+    events = _recorded_cuda(monkeypatch)
+    outs = cg.CudaApi().capture(object(), lambda: events.append("run") or [torch.ones(2)])
+    assert events == ["enter stream", "run", "exit stream", "clear", "enter graph", "run", "exit graph", "clear"]
+    assert torch.equal(outs[0], torch.ones(2))
+
+
+def test_a_failed_capture_still_leaves_no_workspace_of_its_pool_behind(monkeypatch):
+    events = _recorded_cuda(monkeypatch)
+    monkeypatch.setattr(cg.CudaApi, "end_generator_capture", lambda self, side: events.append("end generators"))
+    calls = []
+
+    def thunk():
+        calls.append(1)
+        events.append("run")
+        if len(calls) == 2:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return [torch.ones(1)]
+    with pytest.raises(RuntimeError, match="not permitted"):
+        cg.CudaApi().capture(object(), thunk)
+    assert events[3:] == ["clear", "enter graph", "run", "exit graph", "end generators", "clear"]

@@ -131,3 +131,25 @@ def test_gpu_a_call_that_syncs_fails_its_capture_cleanly_and_runs_uncaptured():
     # and so is the default random generator (PyTorch leaves it in capture mode after a failed
     # capture; this raised "Offset increment outside graph capture" before the reset)
     assert torch.randn(1000, device="cuda").std().item() > 0.5
+
+
+@pytest.mark.gpu
+def test_gpu_a_replay_survives_cublas_workspaces_cleared_and_the_cache_emptied():
+    # what torch.compile(mode="reduce-overhead") does around each of its own captures: a graph that
+    # kept the warm-up's cuBLAS workspace replayed into freed memory (session 28, H100: illegal
+    # memory access). A GEMM of few rows over K >= 1024 calls cuBLAS under CUDA graphs.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(1024, 256).cuda()
+    f = minicomp.compile(lambda x: torch.relu(lin(x)) * 2.0, mode="reduce-overhead")
+    xs = [torch.randn(4, 1024, device="cuda") for _ in range(5)]
+    with torch.no_grad():
+        for x in xs[:2]:                  # the first call warms up, the second captures
+            f(x)
+        torch._C._cuda_clearCublasWorkspaces()
+        torch.cuda.empty_cache()
+        for x in xs:
+            torch.testing.assert_close(f(x), torch.relu(lin(x)) * 2.0, **tol(torch.float32))
+        torch.cuda.synchronize()
+    status = f.cuda_graphs
+    assert status.reason is None and status.captures == 1 and status.replays >= 5, status.describe()
+    assert "cuBLAS" in f.source                    # the graph's matmul is the library's

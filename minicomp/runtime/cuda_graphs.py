@@ -44,9 +44,21 @@ input layout:
   never changes a result; nor the user's RNG (a failed capture leaves PyTorch's CUDA generators
   in capture mode, where torch.randn raises: a one-op capture afterwards takes them out).
 
+- **cuBLAS's workspace.** PyTorch keeps one workspace per (cuBLAS handle, stream) for as long as
+  the process runs, made at the first matmul on that stream. The warm-up on the capturing stream
+  makes it outside any graph's pool, so a capture that kept it would bake an address the graph
+  does not own: when `torch._C._cuda_clearCublasWorkspaces()` drops it (torch.compile's
+  reduce-overhead mode does so around each of its own warm-ups and recordings) and a capture's
+  `torch.cuda.empty_cache()` then frees the memory, the next replay's matmuls write to memory
+  that is gone (session 28, H100: `illegal memory access` at minicomp's replay of Llama 1 x 16
+  once torch.compile's reduce-overhead mode had run in the process). So `CudaApi.capture`
+  clears the workspaces after the warm-up and again after the capture, as torch.compile's CUDA
+  graph trees do: the capture's matmuls take a workspace from the graph's own pool, and no
+  later matmul outside the graph takes that one.
+
 Invariants: a replay reads only the static buffers, the memory of the live weights at the
 capture (a replay whose weights' pointers differ captures again instead) and the graph's
-private memory pool; calls of one GraphedCall are serialised by its lock, and a replay on another
+private memory pool (cuBLAS's workspace included); calls of one GraphedCall are serialised by its lock, and a replay on another
 stream than the last waits for the last; `status` always says whether calls run as a graph.
 """
 
@@ -195,6 +207,14 @@ def background_pending() -> bool:
     return background.any_pending()
 
 
+def clear_blas_workspaces() -> None:
+    """Drop PyTorch's cuBLAS (and cuBLASLt) workspaces, per handle and stream; the next matmul on
+    a stream makes its own again, inside the capturing graph's pool when one is capturing."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+
+
 class CudaApi:
     """The torch.cuda calls a GraphedCall makes, in one place (CPU tests hand it a fake that
     "captures" by keeping the call and "replays" by running it into the captured outputs)."""
@@ -219,6 +239,7 @@ class CudaApi:
         with torch.no_grad(), torch.cuda.stream(side):
             thunk()
         current.wait_stream(side)
+        clear_blas_workspaces()     # the capture's matmuls take a workspace from the graph's pool
         # thread_local: another thread's unsafe call (a sync) does not break this capture
         try:
             with torch.no_grad(), torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
@@ -231,6 +252,7 @@ class CudaApi:
             # where the capture fails, torch.cuda.graph's exit raises before it restores the
             # caller's stream: the caller's later work must not run on the side stream
             torch.cuda.set_stream(current)
+            clear_blas_workspaces()     # and no matmul outside the graph takes that workspace
         current.wait_stream(side)
         return outs
 
