@@ -58,8 +58,9 @@ input layout:
 
 Invariants: a replay reads only the static buffers, the memory of the live weights at the
 capture (a replay whose weights' pointers differ captures again instead) and the graph's
-private memory pool (cuBLAS's workspace included); calls of one GraphedCall are serialised by its lock, and a replay on another
-stream than the last waits for the last; `status` always says whether calls run as a graph.
+private memory pool (cuBLAS's workspace included); calls of one GraphedCall are serialised by
+its lock, and a replay on another stream than the last waits for the last; `status` always says
+whether calls run as a graph.
 """
 
 from __future__ import annotations
