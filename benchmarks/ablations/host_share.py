@@ -14,6 +14,15 @@ benchmarks/run.py does), torch.compile's default beside them:
   (MINICOMP_PDL=0 when it compiles), and torch.compile's default and reduce-overhead modes;
 - the host's time to enqueue one call (no synchronisation) and the wall time of a call
   (synchronised after each): a call whose enqueue time nears its wall time is host-bound.
+`--no-tc` leaves torch.compile out of the process; a MINICOMP_PDL set beforehand holds for every
+form but the one named "no PDL".
+
+Session 28 (H100; results/2026-12-07/session28-host-share-*): at 4 x 512 Llama's call took 1.825
+ms, its graph replay (then without PDL) 1.923, torch.compile's 2.220, and the host enqueued a call
+in 0.687 ms: nothing in the default call waits for Python. At 1 x 16 the replay took 0.3599 ms
+with PDL and 0.3603 without. With torch.compile's reduce-overhead form in the same process, the
+first timing of minicomp's replay died with an illegal memory access: our capture had kept the
+cuBLAS workspace the warm-up made outside the graph's pool (runtime/cuda_graphs.py, fixed after).
 Needs CUDA.
 """
 
