@@ -22,7 +22,8 @@ ms, its graph replay (then without PDL) 1.923, torch.compile's 2.220, and the ho
 in 0.687 ms: nothing in the default call waits for Python. At 1 x 16 the replay took 0.3599 ms
 with PDL and 0.3603 without. With torch.compile's reduce-overhead form in the same process, the
 first timing of minicomp's replay died with an illegal memory access: our capture had kept the
-cuBLAS workspace the warm-up made outside the graph's pool (runtime/cuda_graphs.py, fixed after).
+cuBLAS workspace the warm-up made outside the graph's pool, the likely cause (runtime/cuda_graphs.py;
+the fix, a12daed, is not GPU-run yet).
 Needs CUDA.
 """
 
