@@ -21,9 +21,9 @@ Session 28 (H100; results/2026-12-07/session28-host-share-*): at 4 x 512 Llama's
 ms, its graph replay (then without PDL) 1.923, torch.compile's 2.220, and the host enqueued a call
 in 0.687 ms: nothing in the default call waits for Python. At 1 x 16 the replay took 0.3599 ms
 with PDL and 0.3603 without. With torch.compile's reduce-overhead form in the same process, the
-first timing of minicomp's replay died with an illegal memory access: our capture had kept the
-cuBLAS workspace the warm-up made outside the graph's pool, the likely cause (runtime/cuda_graphs.py;
-the fix, a12daed, is not GPU-run yet).
+first timing of minicomp's replay died with an illegal memory access. The likely cause: our
+capture kept the cuBLAS workspace the warm-up had made outside the graph's pool
+(runtime/cuda_graphs.py; the fix, a12daed, is not GPU-run yet).
 Needs CUDA.
 """
 
