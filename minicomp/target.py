@@ -43,6 +43,7 @@ GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
 EAGER_FIRST_ENV = "MINICOMP_EAGER_FIRST"             # "0": a first call waits for its kernels' compiles (codegen/first_calls.py)
 PDL_ENV = "MINICOMP_PDL"                             # "0": no programmatic dependent launch (codegen/pdl.py)
+GRAPH_FEW_ROWS_ENV = "MINICOMP_GRAPH_FEW_ROWS"       # "0": under CUDA graphs a few-rows GEMM stays our kernel (library_plan.planned)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -133,6 +134,14 @@ def reuse_buffers_on(environ: dict | None = None) -> bool:
     return _on_unless_zero(REUSE_BUFFERS_ENV, environ)
 
 
+def graph_few_rows_on(environ: dict | None = None) -> bool:
+    """Whether $MINICOMP_GRAPH_FEW_ROWS lets a GEMM of few rows call cuBLAS under CUDA graphs
+    (codegen/library_plan.py `few_rows`; anything but "0"). The rule was measured on the H200
+    before graphs had PDL (Llama 1 x 16: 0.344 ms with cuBLAS against 0.381 with our kernels);
+    "0" keeps our fused GEMMs there, for the A/B on the H100 with PDL (benchmarks/ablations/host_share.py)."""
+    return _on_unless_zero(GRAPH_FEW_ROWS_ENV, environ)
+
+
 def eager_first_on(environ: dict | None = None) -> bool:
     """Whether $MINICOMP_EAGER_FIRST lets eager (cuBLAS, SDPA or the group's own PyTorch ops)
     answer a group's first calls while our kernel for it compiles in the background
@@ -164,7 +173,7 @@ def gemm_combo_mode(environ: dict | None = None) -> str:
 
 
 CODEGEN_ENVS = (LIBRARY_GEMM_ENV, LIBRARY_ATTENTION_ENV, DUAL_GEMM_ENV, GEMM_EPILOGUE_ENV, LIBRARY_JOINS_ENV,
-                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PDL_ENV, EAGER_FIRST_ENV)
+                GEMM_COMBO_ENV, REUSE_BUFFERS_ENV, PDL_ENV, EAGER_FIRST_ENV, GRAPH_FEW_ROWS_ENV)
 _seen_codegen_env: tuple = (object(), None)     # (the raw values, codegen_switches() of them)
 try:        # the variables' names as os.environ keeps them (bytes on POSIX)
     _CODEGEN_KEYS: tuple | None = tuple(map(os.environ.encodekey, CODEGEN_ENVS))   # type: ignore[attr-defined]
@@ -174,7 +183,8 @@ except AttributeError:
 
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
-    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pdl_on(), eager_first_on()) of
+    library_joins_mode(), gemm_combo_mode(), buffer reuse on, pdl_on(), eager_first_on(),
+    graph_few_rows_on()) of
     this process's environment, read again only when one of their variables changed: every
     compiled call keys its cache on them, and the parsed reads (five then) took ~4 us a call on
     the 2-core CPU machine. `os.environ` keeps its encoded values in
@@ -186,7 +196,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode(), reuse_buffers_on(), pdl_on(), eager_first_on())
+                 gemm_combo_mode(), reuse_buffers_on(), pdl_on(), eager_first_on(), graph_few_rows_on())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -242,6 +252,8 @@ class Target:
     # least time (Llama 1 x 16: 0.344 ms against 0.381 with our fused GEMMs, H200, 2026-12-05);
     # in the default mode a call is host-bound and fewer launches win (2.07 ms against 2.46)
     graphs: bool = False
+    # ... unless MINICOMP_GRAPH_FEW_ROWS=0 keeps our fused GEMMs there too (graph_few_rows_on)
+    graph_few_rows: bool = True
     # CUDA: a dual GEMM of many rows (SwiGLU at prefill) is split: cuBLAS computes one matmul of
     # the pair and our GEMM the other, with the join in its epilogue (codegen/library_plan.py
     # `split_pairs`); MINICOMP_DUAL_GEMM=fused keeps it one kernel of ours
@@ -325,7 +337,7 @@ class Target:
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
                       gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env),
                       pdl=pdl_on(env) and capability is not None and capability >= (9, 0),
-                      eager_first=eager_first_on(env))
+                      eager_first=eager_first_on(env), graph_few_rows=graph_few_rows_on(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

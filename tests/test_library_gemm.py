@@ -147,13 +147,14 @@ def test_the_switches_a_call_keys_on_follow_every_change_of_their_variables(monk
     from minicomp.target import CODEGEN_ENVS, codegen_switches
     for name in CODEGEN_ENVS:
         monkeypatch.delenv(name, raising=False)
-    default = ("on", True, False, "auto", "on", "auto", True, True, True)
+    default = ("on", True, False, "auto", "on", "auto", True, True, True, True)
     assert codegen_switches() == default
     changes = [("MINICOMP_LIBRARY_GEMM", "all", 0, "all"), ("MINICOMP_LIBRARY_ATTENTION", "0", 1, False),
                ("MINICOMP_DUAL_GEMM", "fused", 2, True), ("MINICOMP_GEMM_EPILOGUE", "plain", 3, "plain"),
                ("MINICOMP_LIBRARY_JOINS", "0", 4, "off"), ("MINICOMP_GEMM_COMBO", "0", 5, "off"),
                ("MINICOMP_GEMM_COMBO", "all", 5, "all"), ("MINICOMP_REUSE_BUFFERS", "0", 6, False),
-               ("MINICOMP_PDL", "0", 7, False), ("MINICOMP_EAGER_FIRST", "0", 8, False)]
+               ("MINICOMP_PDL", "0", 7, False), ("MINICOMP_EAGER_FIRST", "0", 8, False),
+               ("MINICOMP_GRAPH_FEW_ROWS", "0", 9, False)]
     for name, value, i, want in changes:
         monkeypatch.setenv(name, value)
         assert codegen_switches()[i] == want, name
@@ -382,6 +383,22 @@ def test_few_rows_over_a_long_k_call_cublas_and_fuse_what_follows(case, dtype, m
         assert [c.graph.node(n).op for n in group.nodes if c.graph.node(n).kind == "gemm"] == ["matmul"]
     (out,) = _run_interpreted(gen, inputs, monkeypatch)
     torch.testing.assert_close(out, fn(*inputs), **tol(dtype))
+
+
+@pytest.mark.parametrize("case", sorted(SMALL_CASES))
+def test_graph_few_rows_off_keeps_our_fused_gemm_under_cuda_graphs(case, monkeypatch):
+    """MINICOMP_GRAPH_FEW_ROWS=0 (`Target.graph_few_rows`): under CUDA graphs a few-rows matmul
+    stays our GEMM with its epilogue, as in the default mode (the A/B of the rule on a GPU)."""
+    fn, shapes = SMALL_CASES[case]
+    inputs = [_randn(*s, dtype=torch.float16, seed=i) for i, s in enumerate(shapes)]
+    gen = _generate(fn, inputs, replace(SM90_GRAPHS, graph_few_rows=False)).generated
+    assert gen.library == {} and gen.fallbacks == {}
+    assert any(name.startswith("mc_gemm") for name in gen.kernel_names), gen.kernel_names
+    assert Target.for_device("cpu", environ={"MINICOMP_GRAPH_FEW_ROWS": "0"}, graphs=True).graph_few_rows is False
+    assert Target.for_device("cpu", environ={}, graphs=True).graph_few_rows
+    if case == "residual":                    # one of them through the interpreter against eager
+        (out,) = _run_interpreted(gen, inputs, monkeypatch)
+        torch.testing.assert_close(out, fn(*inputs), **tol(torch.float16))
 
 
 @pytest.mark.parametrize("case", sorted(SMALL_CASES))

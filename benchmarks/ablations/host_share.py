@@ -11,7 +11,9 @@ benchmarks/run.py does), torch.compile's default beside them:
   between them, so the difference is what the host costs the timed call (its lead after the
   flush, launches slower than the kernels they follow, and any synchronisation);
 - the replayed graph with programmatic dependent launch (the default) and without it
-  (MINICOMP_PDL=0 when it compiles), and torch.compile's default and reduce-overhead modes;
+  (MINICOMP_PDL=0 when it compiles), the replayed graph with our fused GEMMs at few rows
+  instead of cuBLAS (MINICOMP_GRAPH_FEW_ROWS=0), and torch.compile's default and
+  reduce-overhead modes;
 - the host's time to enqueue one call (no synchronisation) and the wall time of a call
   (synchronised after each): a call whose enqueue time nears its wall time is host-bound.
 `--no-tc` leaves torch.compile out of the process; a MINICOMP_PDL set beforehand holds for every
@@ -77,6 +79,7 @@ def main() -> None:
         fn, ins = built.fn, built.inputs
         forms = {"minicomp": minicomp.compile(fn), "minicomp graphs": minicomp.compile(fn, mode="reduce-overhead"),
                  "minicomp graphs, no PDL": minicomp.compile(fn, mode="reduce-overhead"),
+                 "minicomp graphs, our GEMMs": minicomp.compile(fn, mode="reduce-overhead"),
                  "torch.compile": torch.compile(fn),
                  "tc reduce-overhead": torch.compile(fn, mode="reduce-overhead")}
         if args.no_tc:
@@ -85,9 +88,11 @@ def main() -> None:
             want, wide = fn(*ins), built.wide()
             base = os.environ.get("MINICOMP_PDL")
             for name, f in forms.items():
-                # the target reads $MINICOMP_PDL when the first call compiles
+                # the target reads $MINICOMP_PDL and $MINICOMP_GRAPH_FEW_ROWS when the first call compiles
                 os.environ["MINICOMP_PDL"] = "0" if "no PDL" in name else (base or "1")
+                os.environ["MINICOMP_GRAPH_FEW_ROWS"] = "0" if "our GEMMs" in name else "1"
                 f(*ins)
+            os.environ.pop("MINICOMP_GRAPH_FEW_ROWS")
             if base is None:
                 os.environ.pop("MINICOMP_PDL")
             minicomp.wait_compiled(600)

@@ -119,7 +119,7 @@ def planned(graph, target) -> dict[int, str]:
         return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
     chosen = split_pairs(graph) if target.split_dual else {}
     chosen = tile_joins(graph, target) | chosen
-    if not target.graphs:
+    if not target.graphs or not target.graph_few_rows:
         return chosen    # the default mode: at few rows a call is host-bound, our fused GEMM saves launches
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
     return chosen | {nid: PLANNED.format(m=rows_text(m)) for nid, m in rows.items() if m is not None}
