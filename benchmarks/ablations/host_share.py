@@ -16,13 +16,15 @@ benchmarks/run.py does), torch.compile's default beside them:
   reduce-overhead modes;
 - the host's time to enqueue one call (no synchronisation) and the wall time of a call
   (synchronised after each): a call whose enqueue time nears its wall time is host-bound.
-`--no-tc` leaves torch.compile out of the process; a MINICOMP_PDL set beforehand holds for every
-form but the one named "no PDL".
+`--no-tc` leaves torch.compile out of the process. A form's switches are set around each of its
+calls (minicomp's compile cache keys on them); the others hold as the process has them.
 
 Session 28 (H100; results/2026-12-07/session28-host-share-*): at 4 x 512 Llama's call took 1.825
 ms, its graph replay (then without PDL) 1.923, torch.compile's 2.220, and the host enqueued a call
-in 0.687 ms: nothing in the default call waits for Python. At 1 x 16 the replay took 0.3599 ms
-with PDL and 0.3603 without. With torch.compile's reduce-overhead form in the same process, the
+in 0.687 ms: nothing in the default call waits for Python. At 1 x 16 the replay took 0.3599 ms;
+the "no PDL" form beside it (0.3603) had PDL after all: this script then set the switch only for
+its first call, and the calls after it compiled again under the process's default (the cache
+keys on the switches), so that was no A/B. With torch.compile's reduce-overhead form in the same process, the
 first timing of minicomp's replay died with an illegal memory access. The likely cause: our
 capture kept the cuBLAS workspace the warm-up had made outside the graph's pool
 (runtime/cuda_graphs.py; the fix, a12daed, is not GPU-run yet).
@@ -57,6 +59,32 @@ def _enqueue_and_wall(f, ins, n: int = 30) -> tuple[float, float]:
     return enqueue * 1e3, (time.perf_counter() - t0) / n * 1e3
 
 
+# each form's switches, set around every one of its calls: minicomp's compile cache keys on them
+# (target.codegen_switches), so a form called under other switches compiles again under those
+SWITCHES = {"minicomp graphs, no PDL": {"MINICOMP_PDL": "0"},
+            "minicomp graphs, our GEMMs": {"MINICOMP_GRAPH_FEW_ROWS": "0"}}
+KEYS = ("MINICOMP_PDL", "MINICOMP_GRAPH_FEW_ROWS")
+
+
+def _with_switches(f, settings: dict):
+    """`f` called with `settings` in the environment and the other KEYS as the process had them."""
+    if not settings:
+        return f
+
+    def call(*args):
+        saved = {k: os.environ.get(k) for k in KEYS}
+        os.environ.update(settings)
+        try:
+            return f(*args)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--families", default="llama,qwen2")
@@ -84,17 +112,11 @@ def main() -> None:
                  "tc reduce-overhead": torch.compile(fn, mode="reduce-overhead")}
         if args.no_tc:
             forms = {k: v for k, v in forms.items() if not k.startswith(("tc", "torch"))}
+        forms = {name: _with_switches(f, SWITCHES.get(name, {})) for name, f in forms.items()}
         with torch.no_grad():
             want, wide = fn(*ins), built.wide()
-            base = os.environ.get("MINICOMP_PDL")
-            for name, f in forms.items():
-                # the target reads $MINICOMP_PDL and $MINICOMP_GRAPH_FEW_ROWS when the first call compiles
-                os.environ["MINICOMP_PDL"] = "0" if "no PDL" in name else (base or "1")
-                os.environ["MINICOMP_GRAPH_FEW_ROWS"] = "0" if "our GEMMs" in name else "1"
+            for f in forms.values():
                 f(*ins)
-            os.environ.pop("MINICOMP_GRAPH_FEW_ROWS")
-            if base is None:
-                os.environ.pop("MINICOMP_PDL")
             minicomp.wait_compiled(600)
             for name, f in forms.items():
                 for _ in range(3):
