@@ -100,7 +100,8 @@ def choice(ctx: KernelCtx) -> str | None:
     if not _aligned(ctx, spec):
         return None         # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS's slow path
     plain = _plain(ctx, spec)
-    rows = None if plain is None or not (target.graphs and target.graph_few_rows) else few_rows(ctx.graph, spec.matmuls[0])
+    few = plain is not None and target.graphs and target.graph_few_rows   # library_plan.planned's rule
+    rows = few_rows(ctx.graph, spec.matmuls[0]) if few else None
     if rows is not None:
         return (FEW_BIAS if plain == BIAS else FEW).format(m=rows_text(rows))
     if plain is not None and target.library_all:
