@@ -106,6 +106,12 @@ def few_rows(graph, nid: int) -> int | None:
     return int(rows) if rows <= SMALL_ROWS and k >= SMALL_MIN_K else None
 
 
+def few_rows_to_library(target) -> bool:
+    """Whether a GEMM of few rows calls cuBLAS on `target`: under CUDA graphs (`Target.graphs`),
+    unless MINICOMP_GRAPH_FEW_ROWS=0 (`Target.graph_few_rows`) keeps our fused GEMM there too."""
+    return target.graphs and target.graph_few_rows
+
+
 def planned(graph, target) -> dict[int, str]:
     """The matmuls cuBLAS computes whatever follows them on `target`, each with why: one of each
     split pair and the tile joins, and on a target replayed as CUDA graphs (`Target.graphs`: in
@@ -119,7 +125,7 @@ def planned(graph, target) -> dict[int, str]:
         return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
     chosen = split_pairs(graph) if target.split_dual else {}
     chosen = tile_joins(graph, target) | chosen
-    if not target.graphs or not target.graph_few_rows:
+    if not few_rows_to_library(target):
         return chosen    # the default mode: at few rows a call is host-bound, our fused GEMM saves launches
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
     return chosen | {nid: PLANNED.format(m=rows_text(m)) for nid, m in rows.items() if m is not None}
