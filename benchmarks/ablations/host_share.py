@@ -1,7 +1,7 @@
 """How much of a whole model's timed call is the GPU waiting for the host: the default mode
 against the same compiled call replayed as CUDA graphs.
 
-    python benchmarks/ablations/host_share.py [--families llama,qwen2] [--batch 4 --seq 512]
+    python benchmarks/ablations/host_share.py [--families llama,qwen2] [--batch 4 --seq 512] [--rounds 2]
 
 For each model (benchmarks/workloads_models.py, bf16 on CUDA) this compiles
 `minicomp.compile(fn)` and `minicomp.compile(fn, mode="reduce-overhead")`, waits for their
@@ -91,6 +91,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--seq", type=int, default=None)
     ap.add_argument("--no-tc", action="store_true", help="minicomp's forms only")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time every form this many times, the order reversed each round (the GPU's clock "
+                         "falls as it heats: a form timed first gains, see attention_spread.py)")
     args = ap.parse_args()
 
     import torch
@@ -126,11 +129,13 @@ def main() -> None:
                 if not check["ok"]:
                     raise AssertionError(f"{family}, {name}: {check}")
             print(f"== {family} {sizes['batch']} x {sizes['seq']}: every form checked as run.py checks", flush=True)
-            for name, f in forms.items():
-                ms = do_bench(lambda f=f: f(*ins), warmup=25, rep=200)
-                enqueue, wall = _enqueue_and_wall(f, ins)
-                print(f"{name:24s} do_bench {ms:.4f} ms; enqueue {enqueue:.3f} ms a call, wall {wall:.3f} "
-                      f"(synchronised each call)", flush=True)
+            for r in range(args.rounds):
+                order = list(forms.items())
+                for name, f in order if r % 2 == 0 else order[::-1]:
+                    ms = do_bench(lambda f=f: f(*ins), warmup=25, rep=200)
+                    enqueue, wall = _enqueue_and_wall(f, ins)
+                    print(f"round {r} {name:24s} do_bench {ms:.4f} ms; enqueue {enqueue:.3f} ms a call, "
+                          f"wall {wall:.3f} (synchronised each call)", flush=True)
 
 
 if __name__ == "__main__":
