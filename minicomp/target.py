@@ -43,7 +43,7 @@ GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
 EAGER_FIRST_ENV = "MINICOMP_EAGER_FIRST"             # "0": a first call waits for its kernels' compiles (codegen/first_calls.py)
 PDL_ENV = "MINICOMP_PDL"                             # "0": no programmatic dependent launch (codegen/pdl.py)
-GRAPH_FEW_ROWS_ENV = "MINICOMP_GRAPH_FEW_ROWS"       # "0": under CUDA graphs a few-rows GEMM stays our kernel (library_plan.planned)
+GRAPH_FEW_ROWS_ENV = "MINICOMP_GRAPH_FEW_ROWS"       # "1": under CUDA graphs a few-rows GEMM calls cuBLAS (library_plan.planned)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -135,11 +135,14 @@ def reuse_buffers_on(environ: dict | None = None) -> bool:
 
 
 def graph_few_rows_on(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_GRAPH_FEW_ROWS lets a GEMM of few rows call cuBLAS under CUDA graphs
-    (codegen/library_plan.py `few_rows`; anything but "0"). The rule was measured on the H200
-    before graphs had PDL (Llama 1 x 16: 0.344 ms with cuBLAS against 0.381 with our kernels);
-    "0" keeps our fused GEMMs there, for the A/B on the H100 with PDL (benchmarks/ablations/host_share.py)."""
-    return _on_unless_zero(GRAPH_FEW_ROWS_ENV, environ)
+    """Whether $MINICOMP_GRAPH_FEW_ROWS sends a GEMM of few rows to cuBLAS under CUDA graphs
+    (codegen/library_plan.py `few_rows`): only "1". By default it stays our GEMM with its epilogue
+    fused, as in the default mode. The cuBLAS rule won on the H200 before graphs had PDL (Llama
+    1 x 16: 0.344 ms against 0.381 with our kernels, session 22); with PDL on the H100 our kernels
+    won (Llama 1 x 16: 0.336 ms against 0.358, Qwen2 0.355 against 0.361; session 29,
+    benchmarks/ablations/host_share.py --no-tc --rounds 2), so the rule is now the opt-in."""
+    env = os.environ if environ is None else environ
+    return env.get(GRAPH_FEW_ROWS_ENV, "").strip() == "1"
 
 
 def eager_first_on(environ: dict | None = None) -> bool:
@@ -247,13 +250,12 @@ class Target:
     # CUDA: an attention group the Gluon kernel does not take and with nothing to fuse calls SDPA
     # (codegen/library_attention.py); off with MINICOMP_LIBRARY_ATTENTION=0 or library mode "off"
     library_attention: bool = True
-    # the module is replayed as CUDA graphs (mode="reduce-overhead"): a GEMM of few rows calls
-    # cuBLAS and its epilogue fuses forward (codegen/library_plan.py `few_rows`), which took the GPU
-    # least time (Llama 1 x 16: 0.344 ms against 0.381 with our fused GEMMs, H200, 2026-12-05);
-    # in the default mode a call is host-bound and fewer launches win (2.07 ms against 2.46)
+    # the module is replayed as CUDA graphs (mode="reduce-overhead"; codegen/library_plan.py)
     graphs: bool = False
-    # ... unless MINICOMP_GRAPH_FEW_ROWS=0 keeps our fused GEMMs there too (graph_few_rows_on)
-    graph_few_rows: bool = True
+    # ... where, with MINICOMP_GRAPH_FEW_ROWS=1, a GEMM of few rows calls cuBLAS and its epilogue
+    # fuses forward (library_plan `few_rows`). Off by default: with PDL our fused GEMMs took the
+    # H100 less time (graph_few_rows_on says what was measured)
+    graph_few_rows: bool = False
     # CUDA: a dual GEMM of many rows (SwiGLU at prefill) is split: cuBLAS computes one matmul of
     # the pair and our GEMM the other, with the join in its epilogue (codegen/library_plan.py
     # `split_pairs`); MINICOMP_DUAL_GEMM=fused keeps it one kernel of ours

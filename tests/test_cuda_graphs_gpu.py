@@ -134,10 +134,12 @@ def test_gpu_a_call_that_syncs_fails_its_capture_cleanly_and_runs_uncaptured():
 
 
 @pytest.mark.gpu
-def test_gpu_a_replay_survives_cublas_workspaces_cleared_and_the_cache_emptied():
+def test_gpu_a_replay_survives_cublas_workspaces_cleared_and_the_cache_emptied(monkeypatch):
     # what torch.compile(mode="reduce-overhead") does around each of its own captures: a graph that
     # kept the warm-up's cuBLAS workspace replayed into freed memory (session 28, H100: illegal
-    # memory access). A GEMM of few rows over K >= 1024 calls cuBLAS under CUDA graphs.
+    # memory access). With MINICOMP_GRAPH_FEW_ROWS=1 a GEMM of few rows over K >= 1024 calls
+    # cuBLAS under CUDA graphs.
+    monkeypatch.setenv("MINICOMP_GRAPH_FEW_ROWS", "1")
     torch.manual_seed(0)
     lin = torch.nn.Linear(1024, 256).cuda()
     f = minicomp.compile(lambda x: torch.relu(lin(x)) * 2.0, mode="reduce-overhead")

@@ -147,14 +147,14 @@ def test_the_switches_a_call_keys_on_follow_every_change_of_their_variables(monk
     from minicomp.target import CODEGEN_ENVS, codegen_switches
     for name in CODEGEN_ENVS:
         monkeypatch.delenv(name, raising=False)
-    default = ("on", True, False, "auto", "on", "auto", True, True, True, True)
+    default = ("on", True, False, "auto", "on", "auto", True, True, True, False)
     assert codegen_switches() == default
     changes = [("MINICOMP_LIBRARY_GEMM", "all", 0, "all"), ("MINICOMP_LIBRARY_ATTENTION", "0", 1, False),
                ("MINICOMP_DUAL_GEMM", "fused", 2, True), ("MINICOMP_GEMM_EPILOGUE", "plain", 3, "plain"),
                ("MINICOMP_LIBRARY_JOINS", "0", 4, "off"), ("MINICOMP_GEMM_COMBO", "0", 5, "off"),
                ("MINICOMP_GEMM_COMBO", "all", 5, "all"), ("MINICOMP_REUSE_BUFFERS", "0", 6, False),
                ("MINICOMP_PDL", "0", 7, False), ("MINICOMP_EAGER_FIRST", "0", 8, False),
-               ("MINICOMP_GRAPH_FEW_ROWS", "0", 9, False)]
+               ("MINICOMP_GRAPH_FEW_ROWS", "1", 9, True), ("MINICOMP_GRAPH_FEW_ROWS", "0", 9, False)]
     for name, value, i, want in changes:
         monkeypatch.setenv(name, value)
         assert codegen_switches()[i] == want, name
@@ -334,9 +334,10 @@ def test_gpu_cublas_lines_replay_inside_a_cuda_graph():
 
 
 # ---------------------------------------------------------------- few rows: cuBLAS, then the epilogue's kernel
-# (in a module replayed as CUDA graphs, mode="reduce-overhead": `Target.graphs`)
+# (in a module replayed as CUDA graphs, mode="reduce-overhead": `Target.graphs`, where
+# MINICOMP_GRAPH_FEW_ROWS=1 asks for it: `Target.graph_few_rows`)
 
-SM90_GRAPHS = replace(SM90, graphs=True)
+SM90_GRAPHS = replace(SM90, graphs=True, graph_few_rows=True)
 
 SMALL_CASES = {      # few rows over a long K: the weights' read is the work, cuBLAS spreads it
     "swiglu": (lambda x, w1, w2: F.silu(x @ w1) * (x @ w2), [(16, 1024), (1024, 40), (1024, 40)]),
@@ -386,16 +387,19 @@ def test_few_rows_over_a_long_k_call_cublas_and_fuse_what_follows(case, dtype, m
 
 
 @pytest.mark.parametrize("case", sorted(SMALL_CASES))
-def test_graph_few_rows_off_keeps_our_fused_gemm_under_cuda_graphs(case, monkeypatch):
-    """MINICOMP_GRAPH_FEW_ROWS=0 (`Target.graph_few_rows`): under CUDA graphs a few-rows matmul
-    stays our GEMM with its epilogue, as in the default mode (the A/B of the rule on a GPU)."""
+def test_by_default_few_rows_keep_our_fused_gemm_under_cuda_graphs_too(case, monkeypatch):
+    """Unless MINICOMP_GRAPH_FEW_ROWS=1 (`Target.graph_few_rows`), under CUDA graphs a few-rows
+    matmul stays our GEMM with its epilogue, as in the default mode (with PDL it beat the cuBLAS
+    rule on the H100, session 29)."""
     fn, shapes = SMALL_CASES[case]
     inputs = [_randn(*s, dtype=torch.float16, seed=i) for i, s in enumerate(shapes)]
-    gen = _generate(fn, inputs, replace(SM90_GRAPHS, graph_few_rows=False)).generated
+    target = Target.for_device("cpu", environ={}, graphs=True)
+    assert target.graphs and target.graph_few_rows is False
+    gen = _generate(fn, inputs, replace(SM90, graphs=True)).generated
     assert gen.library == {} and gen.fallbacks == {}
     assert any(name.startswith("mc_gemm") for name in gen.kernel_names), gen.kernel_names
-    assert Target.for_device("cpu", environ={"MINICOMP_GRAPH_FEW_ROWS": "0"}, graphs=True).graph_few_rows is False
-    assert Target.for_device("cpu", environ={}, graphs=True).graph_few_rows
+    for value, want in (("1", True), ("0", False), ("", False), (" 1 ", True)):
+        assert Target.for_device("cpu", environ={"MINICOMP_GRAPH_FEW_ROWS": value}, graphs=True).graph_few_rows is want
     if case == "residual":                    # one of them through the interpreter against eager
         (out,) = _run_interpreted(gen, inputs, monkeypatch)
         torch.testing.assert_close(out, fn(*inputs), **tol(torch.float16))
@@ -761,11 +765,15 @@ def test_zoo_models_with_every_gemm_through_cublas_match_eager(name, attn, kind,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_gpu_a_llama_at_batch_1_x_16_matches_eager(mode):
-    """The few-rows plan on the H200: under CUDA graphs cuBLAS for every projection, in the default
-    mode our GEMM where an epilogue fuses; the residual adds in the norms' kernels (fp32, eager's
-    cuBLAS precision)."""
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "reduce-overhead, few rows cuBLAS"])
+def test_gpu_a_llama_at_batch_1_x_16_matches_eager(mode, monkeypatch):
+    """The few-rows plan on the GPU: our GEMM where an epilogue fuses, in both modes; under CUDA
+    graphs with MINICOMP_GRAPH_FEW_ROWS=1, cuBLAS for every projection and the residual adds in
+    the norms' kernels (fp32, eager's cuBLAS precision)."""
+    few_rows_cublas = mode == "reduce-overhead, few rows cuBLAS"
+    if few_rows_cublas:
+        monkeypatch.setenv("MINICOMP_GRAPH_FEW_ROWS", "1")
+        mode = "reduce-overhead"
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=1024, hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
@@ -778,10 +786,10 @@ def test_gpu_a_llama_at_batch_1_x_16_matches_eager(mode):
         ids = torch.randint(0, 1024, (1, 16), device="cuda", generator=torch.Generator("cuda").manual_seed(step))
         torch.testing.assert_close(f(ids), fn(ids), **tol(torch.float32))
     gen = f.compile_for(ids).generated
-    if mode == "reduce-overhead":      # replayed as graphs: cuBLAS for all 7 projections a layer and lm_head,
+    if few_rows_cublas:                # replayed as graphs: cuBLAS for all 7 projections a layer and lm_head,
         assert len(gen.library) == 2 * 7 + 1, gen.library          # the residual adds in the norms' kernels
         assert any(k.startswith("mc_red_add_rmsnorm") for k in gen.kernel_names), gen.kernel_names
-    else:                              # host-bound: cuBLAS only where nothing fuses, our GEMM with its epilogue
+    else:                              # cuBLAS only where nothing fuses, our GEMM with its epilogue
         assert 0 < len(gen.library) < 2 * 7 + 1, gen.library          # (the residual add) else
         assert all(why.startswith("cuBLAS: nothing to fuse") for why in gen.library.values()), gen.library
         assert any(k.startswith("mc_gemm") and "residual" in k for k in gen.kernel_names), gen.kernel_names

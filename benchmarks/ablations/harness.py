@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.ablations.kernels import pointwise_2d  # noqa: E402
+from benchmarks.ablations.handwritten import pointwise_2d  # noqa: E402
 
 DEADLINE = [float("inf")]                         # --budget-s: no variant starts after it
 ATTN_VARIANTS: list[set[str] | None] = [None]     # --attn-variants

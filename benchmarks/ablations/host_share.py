@@ -11,9 +11,9 @@ benchmarks/run.py does), torch.compile's default beside them:
   between them, so the difference is what the host costs the timed call (its lead after the
   flush, launches slower than the kernels they follow, and any synchronisation);
 - the replayed graph with programmatic dependent launch (the default) and without it
-  (MINICOMP_PDL=0 when it compiles), the replayed graph with our fused GEMMs at few rows
-  instead of cuBLAS (MINICOMP_GRAPH_FEW_ROWS=0), and torch.compile's default and
-  reduce-overhead modes;
+  (MINICOMP_PDL=0 when it compiles), the replayed graph with cuBLAS at few rows instead of our
+  fused GEMMs (MINICOMP_GRAPH_FEW_ROWS=1; the default before session 29), and torch.compile's
+  default and reduce-overhead modes;
 - the host's time to enqueue one call (no synchronisation) and the wall time of a call
   (synchronised after each): a call whose enqueue time nears its wall time is host-bound.
 `--no-tc` leaves torch.compile out of the process. A form's switches are set around each of its
@@ -28,6 +28,12 @@ keys on the switches), so that was no A/B. With torch.compile's reduce-overhead 
 first timing of minicomp's replay died with an illegal memory access. The likely cause: our
 capture kept the cuBLAS workspace the warm-up had made outside the graph's pool
 (runtime/cuda_graphs.py; the fix, a12daed, is not GPU-run yet).
+Session 29 (H100; results/2026-12-07/session29-host-share-*, tree c92d846, where the graph plan
+still sent few-rows GEMMs to cuBLAS): at 1 x 16 with two rounds in reversed order, Llama's replay
+took 0.3585 / 0.3580 ms with PDL, 0.3619 / 0.3620 without, and 0.3361 / 0.3360 with our fused
+GEMMs; Qwen2's 0.3617 / 0.3607, 0.3635 / 0.3635 and 0.3552 / 0.3551. Our GEMMs became the graph
+plan's default. With torch.compile's forms in the process every form ran (the workspace fix
+holds): Llama's graphs with our GEMMs 0.3294 ms, torch.compile reduce-overhead 0.3985.
 Needs CUDA.
 """
 
@@ -62,7 +68,7 @@ def _enqueue_and_wall(f, ins, n: int = 30) -> tuple[float, float]:
 # each form's switches, set around every one of its calls: minicomp's compile cache keys on them
 # (target.codegen_switches), so a form called under other switches compiles again under those
 SWITCHES = {"minicomp graphs, no PDL": {"MINICOMP_PDL": "0"},
-            "minicomp graphs, our GEMMs": {"MINICOMP_GRAPH_FEW_ROWS": "0"}}
+            "graphs, few rows cuBLAS": {"MINICOMP_GRAPH_FEW_ROWS": "1"}}
 KEYS = ("MINICOMP_PDL", "MINICOMP_GRAPH_FEW_ROWS")
 
 
@@ -110,7 +116,7 @@ def main() -> None:
         fn, ins = built.fn, built.inputs
         forms = {"minicomp": minicomp.compile(fn), "minicomp graphs": minicomp.compile(fn, mode="reduce-overhead"),
                  "minicomp graphs, no PDL": minicomp.compile(fn, mode="reduce-overhead"),
-                 "minicomp graphs, our GEMMs": minicomp.compile(fn, mode="reduce-overhead"),
+                 "graphs, few rows cuBLAS": minicomp.compile(fn, mode="reduce-overhead"),
                  "torch.compile": torch.compile(fn),
                  "tc reduce-overhead": torch.compile(fn, mode="reduce-overhead")}
         if args.no_tc:

@@ -10,7 +10,7 @@ import torch
 import triton
 
 from benchmarks.ablations.harness import ATTN_CONFIGS, ATTN_VARIANTS, Results, attempt, attempt_module, sm_count, with_one_config
-from benchmarks.ablations.kernels import gemm_tma_kernel
+from benchmarks.ablations.handwritten import gemm_tma_kernel
 
 
 def attention_anchor(res: Results, group: str):

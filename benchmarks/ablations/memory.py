@@ -14,7 +14,7 @@ import triton
 
 from benchmarks.ablations.harness import (Results, attempt, bench, bench_host_hidden, check, grid_for, hand_pointwise,
                                          host_ms_per_call, pointwise_anchor)
-from benchmarks.ablations.kernels import copy_kernel, layernorm_kernel, pointwise_1d, pointwise_2d, softmax_kernel
+from benchmarks.ablations.handwritten import copy_kernel, layernorm_kernel, pointwise_1d, pointwise_2d, softmax_kernel
 
 
 def sweep_copy(res: Results):

@@ -7,13 +7,15 @@ PyTorch lines; its `choice` asks the same questions of each group.
 
 `planned(graph, target)` gathers three rules (and library mode "all", every matmul cuBLAS takes):
 
-- few rows (`few_rows`), in a module replayed as CUDA graphs (mode="reduce-overhead",
-  `Target.graphs`): the matmul's epilogue fuses with what comes after it (the residual add
-  with the next norm, SwiGLU's SiLU and product in one pointwise kernel). In the default mode
-  a call at such sizes is host-bound, and our GEMM with its epilogue fused (one launch, the
-  skinny configs of gemm_form) wins: a 4-layer Llama at 1 x 16 ran 2.07 ms against 2.46 with
-  the cuBLAS plan, where under CUDA graphs cuBLAS won 0.344 against 0.381 (H200,
-  results/2026-12-05);
+- few rows (`few_rows`), only where asked (MINICOMP_GRAPH_FEW_ROWS=1, in a module replayed as
+  CUDA graphs: `Target.graphs` and `Target.graph_few_rows`): the matmul's epilogue fuses with
+  what comes after it (the residual add with the next norm, SwiGLU's SiLU and product in one
+  pointwise kernel). By default our GEMM with its epilogue fused (one launch, the skinny
+  configs of gemm_form) computes it in both modes. In the default mode a call at such sizes is
+  host-bound: a 4-layer Llama at 1 x 16 ran 2.07 ms against 2.46 with the cuBLAS plan (H200,
+  results/2026-12-05). Under CUDA graphs cuBLAS won there before graphs had PDL (0.344 against
+  0.381); with PDL our kernels won on the H100 (0.336 against 0.358; Qwen2 0.355 against
+  0.361; session 29, `benchmarks/ablations/host_share.py --no-tc --rounds 2`);
 - at many rows (prefill), `split_pairs`: one matmul of each dual GEMM's pair (SwiGLU's gate),
   whose partner then meets cuBLAS's result as a tile: our GEMM with the join in its epilogue,
   or cuBLAS too by the next rule (`Target.split_dual`; MINICOMP_DUAL_GEMM=fused keeps the pair
@@ -43,8 +45,11 @@ from minicomp.plan.rules import regroups
 # the H200's 132 SMs for N = 2048) and cuBLAS splits K to spread the read over every SM.
 # Measured on the H200 (results/2026-12-01/session11-models-early.md): a 4-layer Llama at
 # batch 1 x 16 under CUDA graphs took 0.534 ms with our fused GEMMs against torch.compile's
-# 0.354 (cuBLAS + Triton pointwise). The planner keeps such a matmul in a group of its own
-# (`planned`, plan/rules.py), so what follows it fuses with what comes next.
+# 0.354 (cuBLAS + Triton pointwise). Our GEMM has since had skinny configs (gemm_form) and
+# PDL, and beat this rule on the H100 (session 29: 0.336 ms against 0.358), so the rule is
+# the opt-in MINICOMP_GRAPH_FEW_ROWS=1 (`few_rows_to_library`). Where it applies the planner
+# keeps such a matmul in a group of its own (`planned`, plan/rules.py), so what follows it
+# fuses with what comes next.
 PLANNED = "{m}, where reading the weights is the work"
 FEW = "cuBLAS: " + PLANNED
 FEW_BIAS = "cuBLAS: " + PLANNED + ", and its bias (addmm)"
@@ -107,16 +112,16 @@ def few_rows(graph, nid: int) -> int | None:
 
 
 def few_rows_to_library(target) -> bool:
-    """Whether a GEMM of few rows calls cuBLAS on `target`: under CUDA graphs (`Target.graphs`),
-    unless MINICOMP_GRAPH_FEW_ROWS=0 (`Target.graph_few_rows`) keeps our fused GEMM there too."""
+    """Whether a GEMM of few rows calls cuBLAS on `target`: only under CUDA graphs (`Target.graphs`)
+    and where MINICOMP_GRAPH_FEW_ROWS=1 asked for it (`Target.graph_few_rows`)."""
     return target.graphs and target.graph_few_rows
 
 
 def planned(graph, target) -> dict[int, str]:
     """The matmuls cuBLAS computes whatever follows them on `target`, each with why: one of each
-    split pair and the tile joins, and on a target replayed as CUDA graphs (`Target.graphs`: in
-    the default mode a call is host-bound, and our GEMM with its epilogue fused is one launch
-    where cuBLAS and the epilogue's kernel are two) those of few rows; in library mode "all"
+    split pair and the tile joins, and those of few rows where `few_rows_to_library` asks (by
+    default our GEMM with its epilogue fused is one launch where cuBLAS and the epilogue's
+    kernel are two, and won in both modes); in library mode "all"
     (`Target.library_all`) every matmul cuBLAS takes (`_takes`). Empty for a target that calls
     no library. The planner gives each a group of its own (plan/rules.py)."""
     if target.device_type != "cuda" or not target.library_gemm:
@@ -126,7 +131,7 @@ def planned(graph, target) -> dict[int, str]:
     chosen = split_pairs(graph) if target.split_dual else {}
     chosen = tile_joins(graph, target) | chosen
     if not few_rows_to_library(target):
-        return chosen    # the default mode: at few rows a call is host-bound, our fused GEMM saves launches
+        return chosen    # by default: at few rows our fused GEMM, one launch
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
     return chosen | {nid: PLANNED.format(m=rows_text(m)) for nid, m in rows.items() if m is not None}
 
