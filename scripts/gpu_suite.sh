@@ -12,9 +12,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minicomp-gpu}
 mkdir -p "$OUT"
 if [ -d .whl ]; then
-    # transformers 5.24 wants huggingface_hub < 2: hub 1.x and its httpx come from .whl/hf1/
-    W=$(ls .whl/*.whl .whl/hf/*.whl 2>/dev/null | grep -v huggingface_hub-2)
+    # transformers 5.25 wants huggingface_hub 2.x (in .whl/hf/); 5.24 wanted < 2: where .whl/hf1/
+    # holds hub 1.x and its httpx, those replace hub 2.x
+    W=$(ls .whl/*.whl .whl/hf/*.whl 2>/dev/null)
     H=$(ls .whl/hf1/huggingface_hub-1*.whl .whl/hf1/httpx-*.whl .whl/hf1/httpcore-*.whl .whl/hf1/certifi-*.whl 2>/dev/null)
+    [ -n "$H" ] && W=$(echo "$W" | grep -v huggingface_hub-2)
     python3 -m pip install -q --no-index --no-deps --target .site $W $H \
         > "$OUT/pip.log" 2>&1 || echo "pip: see $OUT/pip.log"
 fi
