@@ -24,8 +24,7 @@ compared whole (`mc_k_1` does not own `mc_k_10`); nothing here writes source, it
 from __future__ import annotations
 
 import ast
-
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from minicomp.codegen.common import Blocks, Grid, Kernel, Launch, Ready
 
@@ -50,28 +49,40 @@ def _rename(root: ast.AST, name_of) -> None:
             n.value = name_of(n.value)
 
 
-def canonical(kernel: Kernel) -> str | None:
-    """`kernel.source` with its own names and its parameters' and locals' names taken out
-    (module docstring), or None where it does not parse. Each function's parameters become
-    `_p<i>` (strings equal to a parameter name too: autotuner keys, do_not_specialize) and its
-    local variables `_v<i>` in the order a walk of its body first meets them (codegen names
-    them after graph nodes: `pow3_sq` in one copy is `pow49_sq` in the next)."""
+@dataclass(frozen=True)
+class Form:
+    """What one parse of a kernel's source tells: its canonical text (module docstring), each
+    function's parameter names in order, and the names it owns (its own and those derived
+    from it). Two kernels of equal `text` are renamed onto each other from the rest alone."""
+    text: str
+    params: tuple[tuple[str, ...], ...]
+    owned: frozenset[str]
+
+
+def form(kernel: Kernel) -> Form | None:
+    """`kernel`'s Form, or None where its source does not parse."""
     try:
         tree = ast.parse(kernel.source)
     except SyntaxError:
         return None
     own = kernel.name
+    params_of = tuple(tuple(a.arg for a in f.args.args) for f in tree.body if isinstance(f, ast.FunctionDef))
+    owned = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and _owned(f.name, own)}
 
     def outer(name: str) -> str:
-        return _PLACEHOLDER + name[len(own):] if _owned(name, own) else name
+        if _owned(name, own):
+            return _PLACEHOLDER + name[len(own):]
+        return name
 
     for stmt in tree.body:
         if not isinstance(stmt, ast.FunctionDef):
+            owned.update(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and _owned(n.id, own))
             _rename(stmt, outer)
             continue
         params = {a.arg: f"_p{i}" for i, a in enumerate(stmt.args.args)}
-        local = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
-                 and isinstance(n.ctx, (ast.Store, ast.Del))} - set(params)
+        names = [n for n in ast.walk(stmt) if isinstance(n, ast.Name)]
+        owned.update(n.id for n in names if _owned(n.id, own))
+        local = {n.id for n in names if isinstance(n.ctx, (ast.Store, ast.Del))} - set(params)
         numbered: dict[str, str] = {}
 
         def inner(name: str, params=params, local=local, numbered=numbered) -> str:
@@ -91,23 +102,36 @@ def canonical(kernel: Kernel) -> str | None:
                 _rename(a.annotation, outer)
         for body in stmt.body:
             _rename(body, inner)
-    return ast.dump(tree, annotate_fields=False)
+    return Form(ast.dump(tree, annotate_fields=False), params_of, frozenset(owned))
+
+
+def canonical(kernel: Kernel) -> str | None:
+    """`kernel.source` with its own names and its parameters' and locals' names taken out
+    (module docstring), or None where it does not parse. Each function's parameters become
+    `_p<i>` (strings equal to a parameter name too: autotuner keys, do_not_specialize) and its
+    local variables `_v<i>` in the order a walk of its body first meets them (codegen names
+    them after graph nodes: `pow3_sq` in one copy is `pow49_sq` in the next)."""
+    f = form(kernel)
+    return None if f is None else f.text
+
+
+def _renaming(first: Kernel, first_form: Form, dup: Kernel, dup_form: Form) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for fa, fb in zip(first_form.params, dup_form.params):
+        mapping.update({pb: pa for pa, pb in zip(fa, fb) if pa != pb})
+    for name in dup_form.owned:
+        mapping[name] = first.name + name[len(dup.name):]
+    return mapping
 
 
 def renamer(first: Kernel, dup: Kernel) -> dict[str, str]:
     """The duplicate's names (its own, its parameters') -> the first kernel's: what its
     launches' keyword arguments and `fn` names become. Only for kernels whose canonical texts
     are equal (the same functions with the same parameter counts, in the same order)."""
-    mapping: dict[str, str] = {}
-    a, b = ast.parse(first.source), ast.parse(dup.source)
-    for fa, fb in zip(_params(a), _params(b)):
-        mapping.update({pb: pa for pa, pb in zip(fa, fb) if pa != pb})
-    names = {n.id for n in ast.walk(b) if isinstance(n, ast.Name)} | {
-        f.name for f in b.body if isinstance(f, ast.FunctionDef)}
-    for name in names:
-        if _owned(name, dup.name):
-            mapping[name] = first.name + name[len(dup.name):]
-    return mapping
+    a, b = form(first), form(dup)
+    if a is None or b is None or a.text != b.text:
+        raise ValueError(f"{dup.name} is not {first.name} up to names")
+    return _renaming(first, a, dup, b)
 
 
 def renamed(launch: Launch, names: dict[str, str]) -> Launch:
@@ -123,17 +147,20 @@ def renamed(launch: Launch, names: dict[str, str]) -> Launch:
                    fn=names.get(launch.fn, launch.fn), when=when)
 
 
-def shared(kernel: Kernel, seen: dict[str, Kernel], kernel_groups: dict[str, int]) -> tuple[Kernel, int | None]:
+def shared(kernel: Kernel, seen: dict[str, tuple[Kernel, Form]],
+           kernel_groups: dict[str, int]) -> tuple[Kernel, int | None]:
     """`kernel`, or where an earlier group's kernel is the same up to names, `kernel`'s launches
     renamed onto that one, and the earlier kernel's first group. `seen` maps each canonical text
-    to its first kernel (a module's record, added to here); `kernel_groups` each kernel's first group."""
-    text = canonical(kernel) if kernel.launches else None
-    if text is None:
+    to its first kernel and that kernel's Form (a module's record, added to here); `kernel_groups`
+    each kernel's first group. Each kernel's source is parsed once."""
+    f = form(kernel) if kernel.launches else None
+    if f is None:
         return kernel, None
-    first = seen.get(text)
-    if first is None:
-        seen[text] = kernel
+    hit = seen.get(f.text)
+    if hit is None:
+        seen[f.text] = (kernel, f)
         return kernel, None
-    names = renamer(first, kernel)
+    first, first_form = hit
+    names = _renaming(first, first_form, kernel, f)
     launches = [renamed(launch, names) for launch in kernel.launches]
     return replace(kernel, name=first.name, source="", launches=launches), kernel_groups[first.name]
