@@ -472,13 +472,13 @@ def test_gpu_few_rows_swiglu_matches_eager(dtype, monkeypatch):
     x, w1, w2 = (torch.randn(*s, device="cuda", generator=g).to(dtype) * s[-1] ** -0.5
                  for s in ((16, 2048), (2048, 5632), (2048, 5632)))
     # cuBLAS only under CUDA graphs with MINICOMP_GRAPH_FEW_ROWS=1; our fused GEMM otherwise
-    for mode, few_rows, library in (("reduce-overhead", "1", True), ("reduce-overhead", "", False),
-                                    ("default", "1", False)):
+    for mode, few_rows, cublas in (("reduce-overhead", "1", True), ("reduce-overhead", "", False),
+                                   ("default", "1", False)):
         monkeypatch.setenv("MINICOMP_GRAPH_FEW_ROWS", few_rows)
         f = minicomp.compile(fn, mode=mode)
         for _ in range(2):
             torch.testing.assert_close(f(x, w1, w2), fn(x, w1, w2), **tol(dtype))
-        assert bool(f.compile_for(x, w1, w2).generated.library) == library, (mode, few_rows)
+        assert bool(f.compile_for(x, w1, w2).generated.library) == cublas, (mode, few_rows)
 
 
 # ---------------------------------------------------------------- a dual GEMM of many rows: split

@@ -35,11 +35,6 @@ def _owned(name: str, kernel: str) -> bool:
     return name == kernel or name.startswith(kernel + "_")
 
 
-def _params(tree: ast.Module) -> list[list[str]]:
-    """Each top-level function's parameter names, in order."""
-    return [[a.arg for a in f.args.args] for f in tree.body if isinstance(f, ast.FunctionDef)]
-
-
 def _rename(root: ast.AST, name_of) -> None:
     """Rename, in place, every name and string constant under `root` through `name_of`."""
     for n in ast.walk(root):
@@ -66,13 +61,12 @@ def form(kernel: Kernel) -> Form | None:
     except SyntaxError:
         return None
     own = kernel.name
+    # each top-level function's parameter names, in order
     params_of = tuple(tuple(a.arg for a in f.args.args) for f in tree.body if isinstance(f, ast.FunctionDef))
     owned = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and _owned(f.name, own)}
 
     def outer(name: str) -> str:
-        if _owned(name, own):
-            return _PLACEHOLDER + name[len(own):]
-        return name
+        return _PLACEHOLDER + name[len(own):] if _owned(name, own) else name
 
     for stmt in tree.body:
         if not isinstance(stmt, ast.FunctionDef):
