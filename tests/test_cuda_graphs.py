@@ -180,6 +180,15 @@ def test_a_scalar_the_caller_gets_back_is_its_own_each_call():
     torch.testing.assert_close(s2, torch.tensor(2.0))
     torch.testing.assert_close(y, x * 2)
     assert s2.data_ptr() != s.data_ptr()
+    # the module's copy is the only one: the call's boundary does not copy it again
+    spec, _, _ = g._find((x,))
+    assert spec.outputs.risky == [None, None] and not spec.outputs.copies
+    t = torch.randn(2, 3)                                  # a tensor constant is copied at the boundary
+    h = minicomp.compile(lambda x: (x + 1, t.permute(1, 0)), freeze=True)
+    _, c = h(x)
+    c.mul_(0.0)
+    torch.testing.assert_close(h(x)[1], t.permute(1, 0))
+    assert h._find((x,))[0].outputs.risky[1] == ("constant", -1)
 
 
 def test_runtime_scalars_are_kept_per_value_type_dtype_and_device():

@@ -157,7 +157,9 @@ def _risk(graph: Any, i: int) -> tuple[str, int] | None:
         if n.op == "input":
             return ("input", graph.inputs.index(n.id))
         if n.op == "constant":
-            return ("constant", -1)
+            # a scalar constant the call hands back is a copy of its own already: the module
+            # clones it each call (codegen/fallback.py `returned_scalars`, which walks as this does)
+            return None if not isinstance(n.attrs["value"], torch.Tensor) else ("constant", -1)
         if n.id != outs[i] and n.id in outs:
             return ("output", outs.index(n.id))
         if n.kind not in ("view", "opaque") or not n.args:
