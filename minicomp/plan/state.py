@@ -14,6 +14,7 @@ scoring and checking it need), and `State.commit` makes the chosen one a new sta
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import networkx as nx
@@ -29,8 +30,9 @@ class Cluster:
     owned: frozenset[int]
     copies: frozenset[int] = frozenset()
 
-    @property
+    @functools.cached_property
     def nodes(self) -> frozenset[int]:
+        # kept (the search asks millions of times, and the ledger's cache hashes the set)
         return self.owned | self.copies
 
 
@@ -146,7 +148,9 @@ class State:
         for cid in p.outputs_order:
             new.outputs[cid] = p.outputs[cid]
         new.touched = p.touched
-        new._successors = {}
+        # a cluster's successors change only where the readers of what it owns changed: the
+        # owners of what the changed clusters read or own, all in `touched`
+        new._successors = {c: succ for c, succ in self._successors.items() if c not in p.touched}
         return new
 
     def gain(self, after: "State | Preview") -> int:
