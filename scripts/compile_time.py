@@ -9,8 +9,9 @@ captures once, then times `compile_graph(..., load=False)` over meta tensors `--
 process and prints each time and the median. `--gc-on` keeps Python's garbage collector running
 during the compiles (by default `compile_graph` pauses it: `api.pipeline.gc_paused`), for that A/B.
 
-Session 29 (2-core CPU machine), median of 5: BERT 1.584 s before the collector pause and the
-one-parse dedup, 1.227 after; Qwen2 1.081 -> 0.911; Llama 0.733 -> 0.690; GPT-2 0.429 -> 0.410.
+Session 29 (2-core CPU machine, idle), median of 5, c463e3c against 91d82ea (the collector pause,
+one parse per kernel in dedup, the plan search's caches): BERT 1.348 -> 1.043 s, Qwen2 0.978 ->
+0.776, Llama 0.630 -> 0.569, GPT-2 0.360 -> 0.356.
 """
 
 from __future__ import annotations
