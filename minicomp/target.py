@@ -138,7 +138,7 @@ def graph_few_rows_on(environ: dict | None = None) -> bool:
     """Whether $MINICOMP_GRAPH_FEW_ROWS sends a GEMM of few rows to cuBLAS under CUDA graphs
     (codegen/library_plan.py `few_rows`): only "1". By default it stays our GEMM with its epilogue
     fused, as in the default mode. The cuBLAS rule won on the H200 before graphs had PDL (Llama
-    1 x 16: 0.344 ms against 0.381 with our kernels, session 22); with PDL on the H100 our kernels
+    1 x 16: 0.344 ms against 0.381 with our kernels, session 13); with PDL on the H100 our kernels
     won (Llama 1 x 16: 0.336 ms against 0.358, Qwen2 0.355 against 0.361; session 29,
     benchmarks/ablations/host_share.py --no-tc --rounds 2), so the rule is now the opt-in."""
     env = os.environ if environ is None else environ

@@ -17,11 +17,13 @@ they are and launch without PDL.
 
 On by default on a GPU of capability 9.0 or newer (`Target.pdl`; $MINICOMP_PDL=0 turns it off),
 under CUDA graphs too (mode="reduce-overhead"): a stream capture records a PDL launch as a
-programmatic edge from the kernel before it, and each replay keeps that overlap (its gain there
-is not measured yet: session 28's A/B compiled both forms with PDL). On the H100 (session 26,
-benchmarks/ablations/library_choice.py --variants default,nopdl) Qwen2's 4 x 512 call took 1.791
-ms against 1.836 without it, Llama's 1.852 against 1.869. The profiler's per-kernel times grow under PDL (a kernel starts early and
-its wait counts as its own time), so they are no measure of it: wall time is.
+programmatic edge from the kernel before it, and each replay keeps that overlap. On the H100
+(session 26, benchmarks/ablations/library_choice.py --variants default,nopdl) Qwen2's 4 x 512 call
+took 1.791 ms against 1.836 without it, Llama's 1.852 against 1.869; under CUDA graphs (session 29,
+benchmarks/ablations/host_share.py --no-tc --rounds 2, with few-rows GEMMs then on cuBLAS) Llama
+1 x 16 replayed in 0.358 ms against 0.362, Qwen2 in 0.361 against 0.364. The profiler's
+per-kernel times grow under PDL (a kernel starts early and its wait counts as its own time), so
+they are no measure of it: wall time is.
 """
 
 from __future__ import annotations
