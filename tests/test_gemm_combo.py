@@ -186,15 +186,79 @@ def test_a_transformers_qwen2_for_cuda_projects_q_k_v_in_one_launch_a_layer():
     assert gen.source.count("(one launch with groups") == 6
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows,bias", [((1, 1), True), ((1,), False), ((3, 1), True)])
+def test_one_row_q_k_v_are_one_launch_and_equal_eager(dtype, rows, bias):
+    """A decode step: one token, so M = 1 and the index folds the row symbol away. The descriptor
+    still reads A (its row stride is free: any multiple of 16 bytes), so q, k and v stay one
+    launch as at two rows or more; before, each fell to a cuBLAS call of its own."""
+    ins = _inputs(dtype, rows=rows, d=64, n=(64, 32, 32), bias=bias)
+    fn = qkv
+    if not bias:
+        ins = [t for t in ins if t is not None]
+
+        def fn(x, wq, wk, wv):
+            return x @ wq.t(), x @ wk.t(), x @ wv.t()
+    outs, gen = _run_on_cpu(fn, ins)
+    for got, want in zip(outs, _reference(fn, ins, dtype)):
+        torch.testing.assert_close(got, want, **tol(dtype))
+    assert len(_combos(gen.source)) == 1, gen.source
+    assert "a_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[64, 1]" in gen.source
+
+
+def test_one_column_gemms_equal_eager():
+    """N = 1 (a score head: nn.Linear to one output), beside a sibling of 24 columns, and a one-row
+    one-column product: the B operand's folded column symbol gets the same free stride."""
+    dtype = torch.bfloat16
+
+    def heads(x, w1, w2):
+        return x @ w1.t(), x @ w2.t()
+    g = torch.Generator().manual_seed(3)
+    for rows in (37, 1):
+        x = torch.randn(rows, 48, generator=g).to(dtype)
+        w1, w2 = torch.randn(1, 48, generator=g).to(dtype), torch.randn(24, 48, generator=g).to(dtype)
+        outs, gen = _run_on_cpu(heads, [x, w1, w2])
+        for got, want in zip(outs, _reference(heads, [x, w1, w2], dtype)):
+            torch.testing.assert_close(got, want, **tol(dtype))
+        assert len(gen.kernels) >= 1
+
+
+def test_a_transformers_llama_decode_step_projects_q_k_v_in_one_launch_a_layer():
+    """The real model at one token a call (batch 2 x 1: M = 2, and batch 1 x 1: M = 1), the plain
+    call: q, k and v in one launch a layer, equal to eager (bf16 through the interpreter's TMA
+    form); the module written for sm_90 has the same launches (the suite's hook compiles it)."""
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    m = transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval().requires_grad_(False)
+    m = m.to(torch.bfloat16)
+
+    def fn(ids):
+        return m(input_ids=ids).logits
+    named = {f"m.{k}": v for k, v in [*m.named_parameters(), *m.named_buffers()]}
+    for batch in (1, 2):
+        ids = torch.randint(0, 96, (batch, 1))
+        comp = compile_graph(capture(fn, [ids]), [ids], device="cpu", load=False, target=TMA_CPU)
+        outs = load(comp.generated, "cpu")(*[ids if n == "ids" else named[n] for n in comp.graph.input_names()])
+        torch.testing.assert_close(outs[0], fn(ids), **tol(torch.bfloat16))
+        assert len(_combos(comp.generated.source)) == 2, comp.generated.source
+        cuda = generate_quietly(fn, [ids], CUDA).generated.source
+        assert cuda.count("(one launch with groups") == 6, cuda
+        assert cuda.split("# inputs:")[0].count("cuBLAS: nothing to fuse") == 1, cuda   # the lm_head alone
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [(768, 768, 768), (1536, 256, 256)])
-def test_gpu_q_k_v_in_one_launch_match_eager(n):
-    """BERT's widths and Qwen2's (12 query heads, 2 KV heads of 128) at 2 x 300 rows, against eager
-    in fp32 rounded once; the first call goes through Triton, the next ones the fast launcher."""
+@pytest.mark.parametrize("n,rows", [((768, 768, 768), (2, 300)), ((1536, 256, 256), (2, 300)),
+                                    ((2048, 1024, 1024), (1, 1)), ((1536, 256, 256), (1, 1))])
+def test_gpu_q_k_v_in_one_launch_match_eager(n, rows):
+    """BERT's widths and Qwen2's (12 query heads, 2 KV heads of 128) at 2 x 300 rows, and Llama's
+    and Qwen2's at one token (M = 1: a descriptor of one row), against eager in fp32 rounded once;
+    the first call goes through Triton, the next ones the fast launcher."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     dtype = torch.bfloat16
-    ins = _inputs(dtype, rows=(2, 300), d=n[0] if n[0] == 768 else 1536, n=n, device="cuda")
+    ins = _inputs(dtype, rows=rows, d=n[0] if n[0] in (768, 2048) else 1536, n=n, device="cuda")
     f = minicomp.compile(qkv)
     want = _reference(qkv, ins, dtype)
     for _ in range(3):

@@ -197,9 +197,17 @@ def _tma_operand(ctx: KernelCtx, op: Operand, row: str, col: str, ranges: dict[s
         if dims.is_symbolic(k):
             return None        # alignment would depend on the sizes: the pointer form serves them all
         coeff[atom.name] = k
+    elem = op.dtype.itemsize
+    for sym, other in ((row, col), (col, row)):
+        size, span = ranges.get(sym), ranges.get(other)
+        if sym not in coeff and coeff.get(other) == 1 and not dims.any_symbolic((size, span)) and size == 1:
+            # One row (a decode step's single token) or one column: the index folded its symbol
+            # away. Its stride never addresses memory, and a descriptor takes any multiple of 16
+            # bytes there: the smallest that spans the other dim
+            unit = 16 // elem
+            coeff[sym] = -(-int(span) // unit) * unit
     if set(coeff) != {row, col}:
         return None
-    elem = op.dtype.itemsize
     if coeff[col] == 1 and (coeff[row] * elem) % 16 == 0:
         return TmaOperand(coeff[row], False)
     if coeff[row] == 1 and (coeff[col] * elem) % 16 == 0:
