@@ -54,8 +54,8 @@ from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, few_configs, kernel_name
 from minicomp.codegen.epilogue import TileLowering, split_offset
-from minicomp.codegen.gemm_form import (CPU_PROGRAMS, GROUP_M, GemmForm, analyse, big_from, configs, needs_int64,
-                                        odd_store, pad_functions, pad_text, programs_per_sm, reads_tile,
+from minicomp.codegen.gemm_configs import CPU_PROGRAMS, GROUP_M, big_from, configs, programs_per_sm
+from minicomp.codegen.gemm_form import (GemmForm, analyse, needs_int64, odd_store, pad_functions, pad_text, reads_tile,
                                         tma_form)
 from minicomp.codegen.gemm_tile import (LOCALS, operand_names, write_configs, write_dots, write_epilogue,
                                         write_tile_coords)

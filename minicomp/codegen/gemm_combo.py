@@ -43,7 +43,8 @@ from minicomp.codegen import library
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import Blocks, Buf, Grid, Kernel, KernelCtx, Launch, Unsupported, kernel_name
 from minicomp.codegen.epilogue import TileLowering
-from minicomp.codegen.gemm_form import CPU_PROGRAMS, GROUP_M, analyse, configs, needs_int64, tma_form
+from minicomp.codegen.gemm_configs import CPU_PROGRAMS, GROUP_M, configs
+from minicomp.codegen.gemm_form import analyse, needs_int64, tma_form
 from minicomp.codegen.gemm_tile import LOCALS, write_configs, write_dots, write_epilogue, write_tile_coords
 from minicomp.codegen.gemm_tma import descriptor_load
 from minicomp.codegen.sizes import tune_tail

@@ -10,7 +10,8 @@ from minicomp.codegen import indexing as ix
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
 from minicomp.codegen.epilogue import TileLowering, cast_operand, dot_precision
-from minicomp.codegen.gemm_form import GROUP_M, GemmForm
+from minicomp.codegen.gemm_configs import GROUP_M
+from minicomp.codegen.gemm_form import GemmForm
 from minicomp.codegen.tlexpr import Val
 
 LOCALS = ("a", "b", "b0", "b1", "acc", "acc0", "acc1", "am", "ak", "bk", "bn", "rm", "rn",

@@ -17,7 +17,7 @@ An operand whose rows are not 16-byte aligned (K = 4095) is read from a per-call
 padded rows (`{kernel}_pad{i}` in the kernel's source, applied in call() through
 `Buf.wrap`), when the GEMM reuses it enough (`gemm_form.PAD_MIN_REUSE`); the descriptor's
 shape stops at the real length, so the padding is never read. A config may launch more
-than one persistent program per SM (`SM_SHARE`, `gemm_form.programs_per_sm`).
+than one persistent program per SM (`SM_SHARE`, `gemm_configs.programs_per_sm`).
 The persistent kernel's epilogue has two forms (`Target.gemm_epilogue`, $MINICOMP_GEMM_EPILOGUE):
 "plain", after each tile's K loop, so the tensor cores wait while it loads and stores;
 "overlap", the tile loop written `tl.range(..., flatten=True)`, so Triton's software

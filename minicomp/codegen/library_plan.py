@@ -11,7 +11,7 @@ PyTorch lines; its `choice` asks the same questions of each group.
   CUDA graphs: `Target.graphs` and `Target.graph_few_rows`): the matmul's epilogue fuses with
   what comes after it (the residual add with the next norm, SwiGLU's SiLU and product in one
   pointwise kernel). By default our GEMM with its epilogue fused (one launch, the skinny
-  configs of gemm_form) computes it in both modes. In the default mode a call at such sizes is
+  configs of gemm_configs) computes it in both modes. In the default mode a call at such sizes is
   host-bound: a 4-layer Llama at 1 x 16 ran 2.07 ms against 2.46 with the cuBLAS plan (H200,
   results/2026-12-05). Under CUDA graphs cuBLAS won there before graphs had PDL (0.344 against
   0.381); with PDL our kernels won on the H100 (0.336 against 0.358; Qwen2 0.355 against
@@ -45,7 +45,7 @@ from minicomp.plan.rules import regroups
 # the H200's 132 SMs for N = 2048) and cuBLAS splits K to spread the read over every SM.
 # Measured on the H200 (results/2026-12-01/session11-models-early.md): a 4-layer Llama at
 # batch 1 x 16 under CUDA graphs took 0.534 ms with our fused GEMMs against torch.compile's
-# 0.354 (cuBLAS + Triton pointwise). Our GEMM has since had skinny configs (gemm_form) and
+# 0.354 (cuBLAS + Triton pointwise). Our GEMM has since had skinny configs (gemm_configs) and
 # PDL, and beat this rule on the H100 (session 29: 0.336 ms against 0.358), so the rule is
 # the opt-in MINICOMP_GRAPH_FEW_ROWS=1 (`few_rows_to_library`). Where it applies the planner
 # keeps such a matmul in a group of its own (`planned`, plan/rules.py), so what follows it

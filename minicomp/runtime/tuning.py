@@ -9,7 +9,7 @@ in its `@triton.autotune(...)` lines (codegen/pointwise.py, gemm.py, attention.p
   configs, the tuning key (sizes or their buckets, dtypes), the device and Triton's own
   version, and a later process reads the winner instead of timing again;
 - `fit_buckets` prunes a sweep over symbolic sizes by the call's power-of-two buckets, the
-  cut a static kernel's config table gets from its concrete sizes (gemm_form.configs).
+  cut a static kernel's config table gets from its concrete sizes (gemm_configs.configs).
 
 Invariant: none of these changes what a kernel computes; they only choose among configs
 that each compute the same result.
@@ -62,7 +62,7 @@ def fit_buckets(blocks: dict[str, tuple[str, int]], top: tuple[int, dict[str, in
     A sweep keeps the configs whose every such block is at most max(cap, bucket); when none
     does, the config with the smallest blocks. `top` = (k, {bucket: at least}): where every
     named bucket is that large, a big problem, only the table's first k configs are timed
-    (what a static kernel's table keeps for a big problem, gemm_form.configs)."""
+    (what a static kernel's table keeps for a big problem, gemm_configs.configs)."""
     def prune(configs: list, named_args: dict, **kwargs: Any) -> list:
         args = {**named_args, **kwargs}
         if top is not None and all(int(args.get(b, 0)) >= least for b, least in top[1].items()):
