@@ -43,7 +43,7 @@ GEMM_COMBOS = ("auto", "all", "off")
 REUSE_BUFFERS_ENV = "MINICOMP_REUSE_BUFFERS"         # "0": every kernel output a new allocation (codegen/buffers.py)
 EAGER_FIRST_ENV = "MINICOMP_EAGER_FIRST"             # "0": a first call waits for its kernels' compiles (codegen/first_calls.py)
 PDL_ENV = "MINICOMP_PDL"                             # "0": no programmatic dependent launch (codegen/pdl.py)
-GRAPH_FEW_ROWS_ENV = "MINICOMP_GRAPH_FEW_ROWS"       # "1": under CUDA graphs a few-rows GEMM calls cuBLAS (library_plan.planned)
+GRAPH_FEW_ROWS_ENV = "MINICOMP_GRAPH_FEW_ROWS"       # under CUDA graphs, which few-rows GEMMs call cuBLAS (library_plan.planned)
 GEMM_EPILOGUES = ("auto", "plain", "overlap")
 CAPTURES = ("eager", "fake")
 KNOWN_ARCHS = (80, 86, 89, 90)                       # capabilities the check compiles for
@@ -134,15 +134,15 @@ def reuse_buffers_on(environ: dict | None = None) -> bool:
     return _on_unless_zero(REUSE_BUFFERS_ENV, environ)
 
 
-def graph_few_rows_on(environ: dict | None = None) -> bool:
-    """Whether $MINICOMP_GRAPH_FEW_ROWS sends a GEMM of few rows to cuBLAS under CUDA graphs
-    (codegen/library_plan.py `few_rows`): only "1". By default it stays our GEMM with its epilogue
-    fused, as in the default mode. The cuBLAS rule won on the H200 before graphs had PDL (Llama
-    1 x 16: 0.344 ms against 0.381 with our kernels, session 13); with PDL on the H100 our kernels
-    won (Llama 1 x 16: 0.336 ms against 0.358, Qwen2 0.355 against 0.361; session 29,
-    benchmarks/ablations/host_share.py --no-tc --rounds 2), so the rule is now the opt-in."""
+def graph_few_rows_mode(environ: dict | None = None) -> str:
+    """Which GEMMs of few rows $MINICOMP_GRAPH_FEW_ROWS sends to cuBLAS under CUDA graphs
+    (codegen/library_plan.py `graph_library_rows`): "1" every one ("on"), "0" none ("off"), else
+    "auto": those of at least `library_plan.GRAPH_LIBRARY_ROWS` rows, where cuBLAS's split over
+    the SMs beat our fused GEMMs (Llama 4 x 16 on the H100, session 30), while at 1 and 16 rows
+    ours won or tied (session 29: 0.336 ms against 0.358 at 1 x 16)."""
     env = os.environ if environ is None else environ
-    return env.get(GRAPH_FEW_ROWS_ENV, "").strip() == "1"
+    value = env.get(GRAPH_FEW_ROWS_ENV, "").strip()
+    return {"1": "on", "0": "off"}.get(value, "auto")
 
 
 def eager_first_on(environ: dict | None = None) -> bool:
@@ -187,7 +187,7 @@ except AttributeError:
 def codegen_switches() -> tuple:
     """(library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(),
     library_joins_mode(), gemm_combo_mode(), buffer reuse on, pdl_on(), eager_first_on(),
-    graph_few_rows_on()) of
+    graph_few_rows_mode()) of
     this process's environment, read again only when one of their variables changed: every
     compiled call keys its cache on them, and the parsed reads (five then) took ~4 us a call on
     the 2-core CPU machine. `os.environ` keeps its encoded values in
@@ -199,7 +199,7 @@ def codegen_switches() -> tuple:
     seen, value = _seen_codegen_env
     if raw is None or raw != seen:
         value = (library_mode(), library_attention_on(), dual_gemm_fused(), gemm_epilogue_mode(), library_joins_mode(),
-                 gemm_combo_mode(), reuse_buffers_on(), pdl_on(), eager_first_on(), graph_few_rows_on())
+                 gemm_combo_mode(), reuse_buffers_on(), pdl_on(), eager_first_on(), graph_few_rows_mode())
         if raw is not None:
             _seen_codegen_env = (raw, value)
     return value
@@ -252,10 +252,10 @@ class Target:
     library_attention: bool = True
     # the module is replayed as CUDA graphs (mode="reduce-overhead"; codegen/library_plan.py)
     graphs: bool = False
-    # ... where, with MINICOMP_GRAPH_FEW_ROWS=1, a GEMM of few rows calls cuBLAS and its epilogue
-    # fuses forward (library_plan `few_rows`). Off by default: with PDL our fused GEMMs took the
-    # H100 less time (graph_few_rows_on says what was measured)
-    graph_few_rows: bool = False
+    # ... where a GEMM of few rows may call cuBLAS, its epilogue fused forward (library_plan
+    # `graph_library_rows`): "auto" from GRAPH_LIBRARY_ROWS rows on, "on" every one, "off" none
+    # (graph_few_rows_mode says what was measured)
+    graph_few_rows: str = "auto"
     # CUDA: a dual GEMM of many rows (SwiGLU at prefill) is split: cuBLAS computes one matmul of
     # the pair and our GEMM the other, with the join in its epilogue (codegen/library_plan.py
     # `split_pairs`); MINICOMP_DUAL_GEMM=fused keeps it one kernel of ours
@@ -339,7 +339,7 @@ class Target:
                       library_joins=joins != "off", join_min_flop=0 if joins == "all" else JOIN_MIN_FLOP,
                       gemm_combo=gemm_combo_mode(env), reuse_buffers=reuse_buffers_on(env),
                       pdl=pdl_on(env) and capability is not None and capability >= (9, 0),
-                      eager_first=eager_first_on(env), graph_few_rows=graph_few_rows_on(env))
+                      eager_first=eager_first_on(env), graph_few_rows=graph_few_rows_mode(env))
 
     @staticmethod
     def for_options(device_type: str, options: Any) -> "Target":

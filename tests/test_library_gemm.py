@@ -147,14 +147,14 @@ def test_the_switches_a_call_keys_on_follow_every_change_of_their_variables(monk
     from minicomp.target import CODEGEN_ENVS, codegen_switches
     for name in CODEGEN_ENVS:
         monkeypatch.delenv(name, raising=False)
-    default = ("on", True, False, "auto", "on", "auto", True, True, True, False)
+    default = ("on", True, False, "auto", "on", "auto", True, True, True, "auto")
     assert codegen_switches() == default
     changes = [("MINICOMP_LIBRARY_GEMM", "all", 0, "all"), ("MINICOMP_LIBRARY_ATTENTION", "0", 1, False),
                ("MINICOMP_DUAL_GEMM", "fused", 2, True), ("MINICOMP_GEMM_EPILOGUE", "plain", 3, "plain"),
                ("MINICOMP_LIBRARY_JOINS", "0", 4, "off"), ("MINICOMP_GEMM_COMBO", "0", 5, "off"),
                ("MINICOMP_GEMM_COMBO", "all", 5, "all"), ("MINICOMP_REUSE_BUFFERS", "0", 6, False),
                ("MINICOMP_PDL", "0", 7, False), ("MINICOMP_EAGER_FIRST", "0", 8, False),
-               ("MINICOMP_GRAPH_FEW_ROWS", "1", 9, True), ("MINICOMP_GRAPH_FEW_ROWS", "0", 9, False)]
+               ("MINICOMP_GRAPH_FEW_ROWS", "1", 9, "on"), ("MINICOMP_GRAPH_FEW_ROWS", "0", 9, "off")]
     for name, value, i, want in changes:
         monkeypatch.setenv(name, value)
         assert codegen_switches()[i] == want, name
@@ -335,9 +335,10 @@ def test_gpu_cublas_lines_replay_inside_a_cuda_graph():
 
 # ---------------------------------------------------------------- few rows: cuBLAS, then the epilogue's kernel
 # (in a module replayed as CUDA graphs, mode="reduce-overhead": `Target.graphs`, where
-# MINICOMP_GRAPH_FEW_ROWS=1 asks for it: `Target.graph_few_rows`)
+# MINICOMP_GRAPH_FEW_ROWS=1 asks for it at any rows, `Target.graph_few_rows` "on"; by default
+# from library_plan.GRAPH_LIBRARY_ROWS rows on)
 
-SM90_GRAPHS = replace(SM90, graphs=True, graph_few_rows=True)
+SM90_GRAPHS = replace(SM90, graphs=True, graph_few_rows="on")
 
 SMALL_CASES = {      # few rows over a long K: the weights' read is the work, cuBLAS spreads it
     "swiglu": (lambda x, w1, w2: F.silu(x @ w1) * (x @ w2), [(16, 1024), (1024, 40), (1024, 40)]),
@@ -388,21 +389,42 @@ def test_few_rows_over_a_long_k_call_cublas_and_fuse_what_follows(case, dtype, m
 
 @pytest.mark.parametrize("case", sorted(SMALL_CASES))
 def test_by_default_few_rows_keep_our_fused_gemm_under_cuda_graphs_too(case, monkeypatch):
-    """Unless MINICOMP_GRAPH_FEW_ROWS=1 (`Target.graph_few_rows`), under CUDA graphs a few-rows
-    matmul stays our GEMM with its epilogue, as in the default mode (with PDL it beat the cuBLAS
-    rule on the H100, session 29)."""
+    """Unless MINICOMP_GRAPH_FEW_ROWS=1 (`Target.graph_few_rows` "on"), under CUDA graphs a matmul
+    of fewer rows than GRAPH_LIBRARY_ROWS stays our GEMM with its epilogue, as in the default mode
+    (with PDL it beat the cuBLAS rule on the H100 at 16 rows, session 29)."""
     fn, shapes = SMALL_CASES[case]
     inputs = [_randn(*s, dtype=torch.float16, seed=i) for i, s in enumerate(shapes)]
     target = Target.for_device("cpu", environ={}, graphs=True)
-    assert target.graphs and target.graph_few_rows is False
+    assert target.graphs and target.graph_few_rows == "auto"
     gen = _generate(fn, inputs, replace(SM90, graphs=True)).generated
     assert gen.library == {} and gen.fallbacks == {}
     assert any(name.startswith("mc_gemm") for name in gen.kernel_names), gen.kernel_names
-    for value, want in (("1", True), ("0", False), ("", False), (" 1 ", True)):
-        assert Target.for_device("cpu", environ={"MINICOMP_GRAPH_FEW_ROWS": value}, graphs=True).graph_few_rows is want
+    for value, want in (("1", "on"), ("0", "off"), ("", "auto"), (" 1 ", "on"), ("yes", "auto")):
+        assert Target.for_device("cpu", environ={"MINICOMP_GRAPH_FEW_ROWS": value}, graphs=True).graph_few_rows == want
     if case == "residual":                    # one of them through the interpreter against eager
         (out,) = _run_interpreted(gen, inputs, monkeypatch)
         torch.testing.assert_close(out, fn(*inputs), **tol(torch.float16))
+
+
+@pytest.mark.parametrize("rows", [library_plan.GRAPH_LIBRARY_ROWS - 1, library_plan.GRAPH_LIBRARY_ROWS])
+def test_under_cuda_graphs_few_rows_call_cublas_from_the_threshold_on(rows, monkeypatch):
+    """By default ("auto") under CUDA graphs a few-rows matmul calls cuBLAS from
+    GRAPH_LIBRARY_ROWS rows on (cuBLAS won at Llama's 4 x 16 on the H100, ours at 1 x 16), its
+    residual add then a pointwise kernel of its own; below that, with "off", and in the default
+    mode it stays our GEMM with the add in its epilogue. The answer is eager's either way."""
+    fn = SMALL_CASES["residual"][0]
+    inputs = [_randn(*s, dtype=torch.float16, seed=i)
+              for i, s in enumerate([(rows, 1024), (1024, 24), (rows, 24)])]
+    calls = rows >= library_plan.GRAPH_LIBRARY_ROWS
+    for target, want in ((replace(SM90, graphs=True), calls), (replace(SM90, graphs=True, graph_few_rows="off"), False),
+                         (SM90, False), (replace(SM90, graphs=True, graph_few_rows="on"), True)):
+        gen = _generate(fn, inputs, target).generated
+        assert bool(gen.library) == want, (target.graphs, target.graph_few_rows, gen.library)
+        if want:
+            assert all(why.startswith("cuBLAS: ") and f"{rows} rows" in why for why in gen.library.values()), gen.library
+        assert any(name.startswith("mc_gemm") for name in gen.kernel_names) != want, gen.kernel_names
+    (out,) = _run_interpreted(_generate(fn, inputs, replace(SM90, graphs=True)).generated, inputs, monkeypatch)
+    torch.testing.assert_close(out, fn(*inputs), **tol(torch.float16))
 
 
 @pytest.mark.parametrize("case", sorted(SMALL_CASES))

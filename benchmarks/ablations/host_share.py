@@ -10,10 +10,12 @@ benchmarks/run.py does), torch.compile's default beside them:
 - the default call and the replayed graph: a graph replays the same kernels with no Python
   between them, so the difference is what the host costs the timed call (its lead after the
   flush, launches slower than the kernels they follow, and any synchronisation);
-- the replayed graph with programmatic dependent launch (the default) and without it
-  (MINICOMP_PDL=0 when it compiles), the replayed graph with cuBLAS at few rows instead of our
-  fused GEMMs (MINICOMP_GRAPH_FEW_ROWS=1; the default before session 29), and torch.compile's
-  default and reduce-overhead modes;
+- the replayed graph as planned by default (cuBLAS for few-rows GEMMs from
+  `library_plan.GRAPH_LIBRARY_ROWS` rows on), with our fused GEMMs at every row count
+  (MINICOMP_GRAPH_FEW_ROWS=0), with cuBLAS at every few-rows GEMM (MINICOMP_GRAPH_FEW_ROWS=1;
+  the default before session 29), and torch.compile's default and reduce-overhead modes
+  (until session 30 a form without programmatic dependent launch, MINICOMP_PDL=0, stood where
+  the "our GEMMs" form stands: PDL under graphs was worth ~1%, session 29);
 - the host's time to enqueue one call (no synchronisation) and the wall time of a call
   (synchronised after each): a call whose enqueue time nears its wall time is host-bound.
 `--no-tc` leaves torch.compile out of the process. A form's switches are set around each of its
@@ -67,7 +69,7 @@ def _enqueue_and_wall(f, ins, n: int = 30) -> tuple[float, float]:
 
 # each form's switches, set around every one of its calls: minicomp's compile cache keys on them
 # (target.codegen_switches), so a form called under other switches compiles again under those
-SWITCHES = {"minicomp graphs, no PDL": {"MINICOMP_PDL": "0"},
+SWITCHES = {"graphs, our GEMMs": {"MINICOMP_GRAPH_FEW_ROWS": "0"},
             "graphs, few rows cuBLAS": {"MINICOMP_GRAPH_FEW_ROWS": "1"}}
 KEYS = ("MINICOMP_PDL", "MINICOMP_GRAPH_FEW_ROWS")
 
@@ -115,7 +117,7 @@ def main() -> None:
         built = workloads_models.make_model(family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))
         fn, ins = built.fn, built.inputs
         forms = {"minicomp": minicomp.compile(fn), "minicomp graphs": minicomp.compile(fn, mode="reduce-overhead"),
-                 "minicomp graphs, no PDL": minicomp.compile(fn, mode="reduce-overhead"),
+                 "graphs, our GEMMs": minicomp.compile(fn, mode="reduce-overhead"),
                  "graphs, few rows cuBLAS": minicomp.compile(fn, mode="reduce-overhead"),
                  "torch.compile": torch.compile(fn),
                  "tc reduce-overhead": torch.compile(fn, mode="reduce-overhead")}

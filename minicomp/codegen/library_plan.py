@@ -7,15 +7,16 @@ PyTorch lines; its `choice` asks the same questions of each group.
 
 `planned(graph, target)` gathers three rules (and library mode "all", every matmul cuBLAS takes):
 
-- few rows (`few_rows`), only where asked (MINICOMP_GRAPH_FEW_ROWS=1, in a module replayed as
-  CUDA graphs: `Target.graphs` and `Target.graph_few_rows`): the matmul's epilogue fuses with
-  what comes after it (the residual add with the next norm, SwiGLU's SiLU and product in one
-  pointwise kernel). By default our GEMM with its epilogue fused (one launch, the skinny
-  configs of gemm_configs) computes it in both modes. In the default mode a call at such sizes is
-  host-bound: a 4-layer Llama at 1 x 16 ran 2.07 ms against 2.46 with the cuBLAS plan (H200,
-  results/2026-12-05). Under CUDA graphs cuBLAS won there before graphs had PDL (0.344 against
-  0.381); with PDL our kernels won on the H100 (0.336 against 0.358; Qwen2 0.355 against
-  0.361; session 29, `benchmarks/ablations/host_share.py --no-tc --rounds 2`);
+- few rows (`few_rows`), in a module replayed as CUDA graphs (`Target.graphs`), from
+  `graph_library_rows` rows on (`Target.graph_few_rows`, MINICOMP_GRAPH_FEW_ROWS): the matmul's
+  epilogue fuses with what comes after it (the residual add with the next norm, SwiGLU's SiLU
+  and product in one pointwise kernel). Below that, and in the default mode, our GEMM with its
+  epilogue fused (one launch, the skinny configs of gemm_configs) computes it. In the default
+  mode a call at such sizes is host-bound: a 4-layer Llama at 1 x 16 ran 2.07 ms against 2.46
+  with the cuBLAS plan (H200, results/2026-12-05). Under CUDA graphs with PDL (H100,
+  `benchmarks/ablations/host_share.py --no-tc --rounds 2`) our kernels won at 1 x 16 (0.336
+  against 0.358; Qwen2 0.355 against 0.361; session 29) and tied at 1 x 1 (0.340-0.342 against
+  0.340), and cuBLAS won at 4 x 16 (0.368-0.372 against 0.394-0.401; session 30);
 - at many rows (prefill), `split_pairs`: one matmul of each dual GEMM's pair (SwiGLU's gate),
   whose partner then meets cuBLAS's result as a tile: our GEMM with the join in its epilogue,
   or cuBLAS too by the next rule (`Target.split_dual`; MINICOMP_DUAL_GEMM=fused keeps the pair
@@ -46,10 +47,10 @@ from minicomp.plan.rules import regroups
 # Measured on the H200 (results/2026-12-01/session11-models-early.md): a 4-layer Llama at
 # batch 1 x 16 under CUDA graphs took 0.534 ms with our fused GEMMs against torch.compile's
 # 0.354 (cuBLAS + Triton pointwise). Our GEMM has since had skinny configs (gemm_configs) and
-# PDL, and beat this rule on the H100 (session 29: 0.336 ms against 0.358), so the rule is
-# the opt-in MINICOMP_GRAPH_FEW_ROWS=1 (`few_rows_to_library`). Where it applies the planner
-# keeps such a matmul in a group of its own (`planned`, plan/rules.py), so what follows it
-# fuses with what comes next.
+# PDL, and beat this rule on the H100 at 16 rows (session 29: 0.336 ms against 0.358) but lost
+# at 64 (session 30: 0.394-0.401 against 0.368-0.372), so the rule holds from GRAPH_LIBRARY_ROWS
+# rows on (`graph_library_rows`). Where it applies the planner keeps such a matmul in a group
+# of its own (`planned`, plan/rules.py), so what follows it fuses with what comes next.
 PLANNED = "{m}, where reading the weights is the work"
 FEW = "cuBLAS: " + PLANNED
 FEW_BIAS = "cuBLAS: " + PLANNED + ", and its bias (addmm)"
@@ -87,6 +88,9 @@ JOIN = "cuBLAS: its result meets a tile of its own size over {m} (the join fuses
 ALL = "cuBLAS: library mode 'all' (every GEMM; what follows fuses with the next kernel)"
 SMALL_ROWS = 64
 SMALL_MIN_K = 1024
+# Under CUDA graphs by default ("auto"), a few-rows GEMM of at least this many rows calls cuBLAS:
+# the measured ends above (ours won at 16 rows, cuBLAS at 64). Between them not yet measured
+GRAPH_LIBRARY_ROWS = 64
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)   # what cuBLAS multiplies and our kernels do too
 
 
@@ -111,17 +115,20 @@ def few_rows(graph, nid: int) -> int | None:
     return int(rows) if rows <= SMALL_ROWS and k >= SMALL_MIN_K else None
 
 
-def few_rows_to_library(target) -> bool:
-    """Whether a GEMM of few rows calls cuBLAS on `target`: only under CUDA graphs (`Target.graphs`)
-    and where MINICOMP_GRAPH_FEW_ROWS=1 asked for it (`Target.graph_few_rows`)."""
-    return target.graphs and target.graph_few_rows
+def graph_library_rows(target) -> int | None:
+    """The fewest rows at which a GEMM of few rows (`few_rows`) calls cuBLAS on `target`: only
+    under CUDA graphs (`Target.graphs`), from GRAPH_LIBRARY_ROWS rows on by default, every such
+    GEMM with MINICOMP_GRAPH_FEW_ROWS=1 and none with 0 (`Target.graph_few_rows`); None for none."""
+    if not target.graphs or target.graph_few_rows == "off":
+        return None
+    return 1 if target.graph_few_rows == "on" else GRAPH_LIBRARY_ROWS
 
 
 def planned(graph, target) -> dict[int, str]:
     """The matmuls cuBLAS computes whatever follows them on `target`, each with why: one of each
-    split pair and the tile joins, and those of few rows where `few_rows_to_library` asks (by
-    default our GEMM with its epilogue fused is one launch where cuBLAS and the epilogue's
-    kernel are two, and won in both modes); in library mode "all"
+    split pair and the tile joins, and those of few rows from `graph_library_rows` rows on (our
+    GEMM with its epilogue fused is one launch where cuBLAS and the epilogue's kernel are two,
+    and won below that); in library mode "all"
     (`Target.library_all`) every matmul cuBLAS takes (`_takes`). Empty for a target that calls
     no library. The planner gives each a group of its own (plan/rules.py)."""
     if target.device_type != "cuda" or not target.library_gemm:
@@ -130,10 +137,11 @@ def planned(graph, target) -> dict[int, str]:
         return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
     chosen = split_pairs(graph) if target.split_dual else {}
     chosen = tile_joins(graph, target) | chosen
-    if not few_rows_to_library(target):
-        return chosen    # by default: at few rows our fused GEMM, one launch
+    least = graph_library_rows(target)
+    if least is None:
+        return chosen    # the default mode: at few rows our fused GEMM, one launch
     rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
-    return chosen | {nid: PLANNED.format(m=rows_text(m)) for nid, m in rows.items() if m is not None}
+    return chosen | {nid: PLANNED.format(m=rows_text(m)) for nid, m in rows.items() if m is not None and m >= least}
 
 
 def tile_joins(graph, target) -> dict[int, str]:
