@@ -56,7 +56,12 @@ def rename(graph: Graph, plan: Plan) -> tuple[Graph, Plan, dict[str, str]]:
 
 def module_names(graph: Graph) -> list[str]:
     """The names `rename` gives this graph's symbols (call() must not give them to tensors)."""
-    # node order does not matter for a count: no topological sort (this runs once per group)
+    # node order does not matter for a count: no topological sort (this runs once per group).
+    # A graph of static shapes has none: a symbol is some input's dimension (`bind_lines`), and
+    # `Graph.symbolic` is kept between calls where this scan of every node was not (a 12-layer
+    # BERT: 86 groups, 0.2 s of its 1.1 s compile under cProfile)
+    if not graph.symbolic:
+        return []
     n = len(dims.symbols(*(d for nid in graph.nx.nodes for d in _dims_of(graph.node(nid)))))
     return [f"s{k}" for k in range(n)]
 
