@@ -1,11 +1,10 @@
-"""Which tiles a GEMM kernel's autotuner tries: the config tables by form (pointer loads, TMA
-descriptors, a dual GEMM's two accumulators, few rows) and dtype, and `configs`, which cuts the
-table to the tiles that fit the problem (`gemm_form.GemmForm`) and to the largest few for a big
-one. The table is chosen by form, dtype and fp32 precision (FMA candidates for "ieee",
-tensor-core ones for TF32), cut to the tiles that fit, and to the largest few for a big problem
-(`BIG_TILES`), plus `ODD_STORE_CONFIG` where a big TMA GEMM's output rows are misaligned. A
-config is (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps); `gemm_tile.write_configs` writes
-it as a `triton.Config`.
+"""Which tiles a GEMM kernel's autotuner tries. `configs` picks the table by form (pointer
+loads, TMA descriptors, a dual GEMM's two accumulators, few rows), dtype and fp32 precision (FMA
+candidates for "ieee", tensor-core ones for TF32), cuts it to the tiles that fit the problem
+(`gemm_form.GemmForm`) and to the largest few for a big problem (`BIG_TILES`), and adds
+`ODD_STORE_CONFIG` where a big TMA GEMM's output rows are misaligned. A config is (BLOCK_M,
+BLOCK_N, BLOCK_K, num_stages, num_warps); `gemm_tile.write_configs` writes it as a
+`triton.Config`, and `common.few_configs` may cut the list again for a launch-bound group.
 """
 
 from __future__ import annotations
