@@ -223,6 +223,39 @@ def test_one_column_gemms_equal_eager():
         assert len(gen.kernels) >= 1
 
 
+
+@pytest.mark.parametrize("layout", ["column_t", "row_of_a_matrix", "three_d", "strided_columns", "b_one_column",
+                                    "b_one_row_t"])
+def test_one_row_and_one_column_operands_of_each_layout_equal_eager(layout):
+    """The one-row (one-column) stride is free only where the index lost that symbol: a [K, 1]
+    tensor transposed (strides (1, 1)), row 3 of a matrix (an aligned offset), a [1, 1, K]
+    activation, columns two apart (no unit stride: the pointer form), and B of one column
+    stored either way. Each gives eager's answer under the interpreter's TMA form."""
+    dtype = torch.bfloat16
+    g = torch.Generator().manual_seed(5)
+
+    def two(x, w1, w2):
+        return x @ w1.t(), x @ w2.t()
+
+    def one(x, w):
+        return (x @ w,)
+    w1, w2 = (torch.randn(n, 64, generator=g).to(dtype) / 8 for n in (40, 24))
+    fn, ins = two, {
+        "column_t": lambda: [torch.randn(64, 1, generator=g).to(dtype).t(), w1, w2],
+        "row_of_a_matrix": lambda: [torch.randn(5, 64, generator=g).to(dtype)[3:4], w1, w2],
+        "three_d": lambda: [torch.randn(1, 1, 64, generator=g).to(dtype), w1, w2],
+        "strided_columns": lambda: [torch.randn(1, 128, generator=g).to(dtype)[:, ::2], w1, w2],
+    }.get(layout, lambda: None)()
+    if ins is None:
+        w = torch.randn(64, 1, generator=g).to(dtype) if layout == "b_one_column" else \
+            torch.randn(1, 64, generator=g).to(dtype).t()
+        fn, ins = one, [torch.randn(7, 64, generator=g).to(dtype), w]
+    outs, gen = _run_on_cpu(fn, ins)
+    for got, want in zip(outs, _reference(fn, ins, dtype)):
+        torch.testing.assert_close(got, want, **tol(dtype))
+    descriptors = gen.source.count("tl.make_tensor_descriptor(")
+    assert (descriptors == 0) == (layout == "strided_columns"), gen.source
+
 def test_a_transformers_llama_decode_step_projects_q_k_v_in_one_launch_a_layer():
     """The real model at one token a call (batch 2 x 1: M = 2, and batch 1 x 1: M = 1), the plain
     call: q, k and v in one launch a layer, equal to eager (bf16 through the interpreter's TMA
