@@ -42,7 +42,7 @@ from typing import Callable
 from minicomp.codegen.builder import CodeBuilder
 from minicomp.codegen.common import KernelCtx
 from minicomp.codegen.fallback import torch_text
-from minicomp.codegen.library_plan import (ALL, DTYPES, FEW, FEW_BIAS, aligned_kn, few_rows, graph_library_rows,
+from minicomp.codegen.library_plan import (ALL, DTYPES, FEW, FEW_BIAS, aligned_kn, graph_few_rows,
                                             join_of, rows_text, split_of)
 from minicomp.codegen.names import comment_text
 from minicomp.ir.composites import linear_bias
@@ -101,9 +101,8 @@ def choice(ctx: KernelCtx) -> str | None:
     if not _aligned(ctx, spec):
         return None         # a K or N off 16 bytes: our kernel's masked tails beat cuBLAS's slow path
     plain = _plain(ctx, spec)
-    least = graph_library_rows(target) if plain is not None else None
-    rows = few_rows(ctx.graph, spec.matmuls[0]) if least is not None else None
-    if rows is not None and rows >= least:
+    rows = graph_few_rows(ctx.graph, spec.matmuls[0], target) if plain is not None else None
+    if rows is not None:
         return (FEW_BIAS if plain == BIAS else FEW).format(m=rows_text(rows))
     if plain is not None and target.library_all:
         return ALL

@@ -124,6 +124,14 @@ def graph_library_rows(target) -> int | None:
     return 1 if target.graph_few_rows == "on" else GRAPH_LIBRARY_ROWS
 
 
+def graph_few_rows(graph, nid: int, target) -> int | None:
+    """The rows of matmul `nid` where the few-rows rule sends it to cuBLAS on `target` (`few_rows`,
+    from `graph_library_rows` rows on); else None. `planned` and `library.choice` both ask this."""
+    least = graph_library_rows(target)
+    rows = few_rows(graph, nid) if least is not None else None
+    return rows if rows is not None and rows >= least else None
+
+
 def planned(graph, target) -> dict[int, str]:
     """The matmuls cuBLAS computes whatever follows them on `target`, each with why: one of each
     split pair and the tile joins, and those of few rows from `graph_library_rows` rows on (our
@@ -137,11 +145,10 @@ def planned(graph, target) -> dict[int, str]:
         return {nid: ALL for nid in graph.nx.nodes if _takes(graph, nid)}
     chosen = split_pairs(graph) if target.split_dual else {}
     chosen = tile_joins(graph, target) | chosen
-    least = graph_library_rows(target)
-    if least is None:
+    if graph_library_rows(target) is None:
         return chosen    # the default mode: at few rows our fused GEMM, one launch
-    rows = {nid: few_rows(graph, nid) for nid in graph.nx.nodes}
-    return chosen | {nid: PLANNED.format(m=rows_text(m)) for nid, m in rows.items() if m is not None and m >= least}
+    rows = {nid: graph_few_rows(graph, nid, target) for nid in graph.nx.nodes}
+    return chosen | {nid: PLANNED.format(m=rows_text(m)) for nid, m in rows.items() if m is not None}
 
 
 def tile_joins(graph, target) -> dict[int, str]:

@@ -72,7 +72,7 @@ class ModuleWriter:
         self.labels = dict(labels or {})       # module name of a symbol -> the user's name
         self.kernel_groups: dict[str, int] = {}
         self.kernel_users: dict[str, list[int]] = {}   # a kernel the same up to names serves several groups
-        self.canonical: dict[str, tuple[Kernel, dedup.Form]] = {}   # dedup.canonical text -> the kernel written for it
+        self.canonical: dict[str, tuple[Kernel, dedup.Form]] = {}   # dedup's canonical text -> the kernel written for it, its Form
         self.names = _call_names(graph)        # node id -> its tensor's name in call(), for leaves the user named
         self.kernels: list[Kernel] = []
         self.constants: list[torch.Tensor] = []
