@@ -138,19 +138,29 @@ def _timing_args(w, args: argparse.Namespace) -> argparse.Namespace:
     return out
 
 
-def _kernel_times(rec: dict, calls: dict[str, Callable], limit: Callable[[], float]) -> None:
+def _kernel_times(rec: dict, calls: dict[str, Callable], limit: Callable[[], float],
+                  by_kernel: bool = False) -> None:
     """Each timed backend's CUDA kernel time per call (`measure.kernel_us`, host excluded) into
     its record (`kernel_us`), and one note comparing them: wall times of whole models move with
-    the host's pace, kernel times do not (BENCHMARKS.md session 18)."""
+    the host's pace, kernel times do not (BENCHMARKS.md session 18). With `by_kernel` (the GEMM
+    workloads: a few kernels each) one more note per backend lists each kernel's time, so that a
+    gap between two plans of the same kernels (swiglu: cuBLAS, cuBLAS, one pointwise, cuBLAS in
+    both) shows which kernel it is in."""
     got = {}
     for name, call in calls.items():
         if name not in rec["backends"]:
             continue
+        kernels: dict[str, float] = {}
         try:
             with deadline(limit()):
-                got[name] = rec["backends"][name]["kernel_us"] = kernel_us(call)
+                got[name] = rec["backends"][name]["kernel_us"] = kernel_us(call, by_kernel=kernels)
         except Exception as e:            # a figure beside the timing: its failure fails nothing
             rec["notes"].append(f"kernel time of {name} not measured: {error_text(e)}")
+            continue
+        if by_kernel:
+            rec["notes"].append(f"{name}'s kernels (us per call): "
+                                + "; ".join(f"{k[:60]} {us:.1f}" for k, us in
+                                            sorted(kernels.items(), key=lambda kv: -kv[1])))
     if got:
         text = ", ".join(f"{n} {us:.0f}" for n, us in got.items())
         ratio = (f"; torch.compile / minicomp {got['inductor'] / got['minicomp']:.3f}"
@@ -224,8 +234,8 @@ def _run_workload(w, args, ends_at: float) -> dict:
         except Exception as e:
             rec["errors"][name] = error_record(e)
             rec["backends"].pop(name, None)
-    if args.device == "cuda" and w.kind == "block":
-        _kernel_times(rec, calls, limit)
+    if args.device == "cuda" and w.kind in ("block", "gemm"):
+        _kernel_times(rec, calls, limit, by_kernel=w.kind == "gemm")
     for name in names:
         status = rec["backends"].get(name, {})
         print(f"  {w.name:14s} {name:9s} "
