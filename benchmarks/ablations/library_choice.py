@@ -30,6 +30,9 @@ session 18's first run of this script did: every variant was the default plan). 
 whole models move by more than plan changes of a few percent (host time sets the pace of
 torch.compile's calls); the CUDA kernel time per call, host excluded, is the steadier figure.
 
+A model may also be a workload of `benchmarks/run.py --list` (swiglu, llama_block) at its full
+size, checked against eager in the run's tolerance.
+
     python3 benchmarks/ablations/library_choice.py [--models llama,qwen2,gpt2,bert]
         [--variants default,session18,all,backend] [--rounds 3] [--kernels 8] [--out DIR]
 Prints one table (ms and speed over torch.compile per variant) and writes it to DIR/library-choice.md,
@@ -51,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import measure, workloads_models  # noqa: E402
+from benchmarks import measure, workloads, workloads_models  # noqa: E402
 
 import minicomp  # noqa: E402
 
@@ -144,10 +147,16 @@ def main() -> None:
              "|---|---|" + "---|" * len(variants)]
     notes = []
     for family in args.models.split(","):
-        sizes = dict(workloads_models.TINY if cpu else workloads_models.PREFILL[family])
-        built = workloads_models.make_model(family)(args.device, dtype, sizes, torch.Generator().manual_seed(0))
+        if family in workloads_models.PREFILL:
+            sizes = dict(workloads_models.TINY if cpu else workloads_models.PREFILL[family])
+            built = workloads_models.make_model(family)(args.device, dtype, sizes, torch.Generator().manual_seed(0))
+        elif family in workloads.WORKLOADS:        # a workload of the suite (swiglu, llama_block)
+            built = workloads.WORKLOADS[family].build(args.device, dtype, tiny=cpu)
+        else:
+            raise SystemExit(f"unknown model {family!r}: {', '.join(workloads_models.PREFILL)} or a workload "
+                             "of benchmarks/run.py --list")
         fn, inputs = built.fn, built.inputs
-        wide = None if cpu else built.wide()
+        wide = None if cpu or built.wide is None else built.wide()
         with torch.no_grad():
             want = fn(*inputs)
             fns = {"torch.compile": torch.compile(fn)}
