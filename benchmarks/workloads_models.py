@@ -115,17 +115,27 @@ PREFILL = {     # the model workloads' full sizes (issue 22's small-batch ones t
 
 
 def model_from_args(description: str, rows: int):
-    """For the profiling scripts (scripts/profile_model.py, scripts/host_profile.py): their
-    arguments (a family, --batch/--seq over its PREFILL geometry, --rows, --backend) and the
-    benchmark's model built from them on CUDA in bf16: (args, sizes, Built)."""
+    """For the profiling scripts (scripts/profile_model.py, scripts/host_profile.py,
+    scripts/timeline_model.py): their arguments (a family, --batch/--seq over its PREFILL
+    geometry, --rows, --backend) and the benchmark's model built from them on CUDA in bf16:
+    (args, sizes, Built). The family may also name one of the suite's own workloads
+    (gemm_bias_gelu, swiglu, llama_block, ...) at its full size; --batch and --seq do not apply."""
     import argparse
+
+    from benchmarks import workloads
+    suite = workloads.GROUPS["suite"]
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("family", nargs="?", default="bert", choices=sorted(PREFILL))
+    p.add_argument("family", nargs="?", default="bert", choices=sorted(PREFILL) + suite)
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--seq", type=int, default=None)
     p.add_argument("--rows", type=int, default=rows, help="rows of the tables printed")
     p.add_argument("--backend", action="store_true", help="torch.compile(backend=minicomp), not minicomp.compile")
     args = p.parse_args()
+    if args.family not in PREFILL:
+        if args.batch is not None or args.seq is not None:
+            p.error(f"--batch and --seq are for the models ({', '.join(PREFILL)}), not {args.family}")
+        w = workloads.WORKLOADS[args.family]
+        return args, dict(w.full), w.build("cuda", torch.bfloat16, tiny=False)
     sizes = dict(PREFILL[args.family])
     sizes.update({k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None})
     return args, sizes, make_model(args.family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))

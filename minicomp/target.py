@@ -138,8 +138,9 @@ def graph_few_rows_mode(environ: dict | None = None) -> str:
     """Which GEMMs of few rows $MINICOMP_GRAPH_FEW_ROWS sends to cuBLAS under CUDA graphs
     (codegen/library_plan.py `graph_library_rows`): "1" every one ("on"), "0" none ("off"), else
     "auto": those of at least `library_plan.GRAPH_LIBRARY_ROWS` rows, where cuBLAS's split over
-    the SMs beat our fused GEMMs (Llama 4 x 16 on the H100, session 30), while at 1 and 16 rows
-    ours won or tied (session 29: 0.336 ms against 0.358 at 1 x 16)."""
+    the SMs beat our fused GEMMs (Llama 2 x 16 on the H200, session 31; 4 x 16 on the H100,
+    session 30), while at 1 and 16 rows ours won (0.281 ms against 0.358 at 1 x 1, H200; 0.336
+    against 0.358 at 1 x 16, H100)."""
     env = os.environ if environ is None else environ
     value = env.get(GRAPH_FEW_ROWS_ENV, "").strip()
     return {"1": "on", "0": "off"}.get(value, "auto")

@@ -409,7 +409,7 @@ def test_by_default_few_rows_keep_our_fused_gemm_under_cuda_graphs_too(case, mon
 @pytest.mark.parametrize("rows", [library_plan.GRAPH_LIBRARY_ROWS - 1, library_plan.GRAPH_LIBRARY_ROWS])
 def test_under_cuda_graphs_few_rows_call_cublas_from_the_threshold_on(rows, monkeypatch):
     """By default ("auto") under CUDA graphs a few-rows matmul calls cuBLAS from
-    GRAPH_LIBRARY_ROWS rows on (cuBLAS won at Llama's 4 x 16 on the H100, ours at 1 x 16), its
+    GRAPH_LIBRARY_ROWS rows on (cuBLAS won at Llama's 2 x 16 and 4 x 16, ours at 1 x 16), its
     residual add then a pointwise kernel of its own; below that, with "off", and in the default
     mode it stays our GEMM with the add in its epilogue. The answer is eager's either way."""
     fn = SMALL_CASES["residual"][0]

@@ -18,7 +18,9 @@ nn.Linear's [N, K] layout):
 Each form is checked against eager (bf16 tolerance), then captured in one CUDA graph that calls it
 `--copies` times, each time on its own copy of the weights (more bytes than L2 holds, as the
 layers of a model are), and the graph is timed by do_bench (L2 flushed); a figure is the
-graph's median over the copies, in microseconds a call. The forms:
+graph's median over the copies, in microseconds a call. Beside it, each form's CUDA kernel time
+per call outside a graph (the profiler's, `measure.kernel_us`), kernel by kernel: a replay
+slower than its kernels is the graph's launches. The forms:
 - `cuBLAS`: F.linear alone (under the few-rows rule the epilogue fuses into the next kernel, so
   this is that rule's GEMM; for gate/up, two F.linear calls);
 - `cuBLAS + eager epilogue`: F.linear then the add (or silu and the product) as PyTorch ops;
@@ -42,6 +44,8 @@ from triton.testing import do_bench
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks import measure  # noqa: E402
 
 SINGLE_SWEEP = [
     (16, 32, 256, 4, 4), (16, 16, 256, 4, 4), (16, 64, 256, 3, 4), (16, 32, 512, 3, 4), (16, 32, 128, 5, 4),
@@ -95,7 +99,7 @@ def one_config(source: str, cfg) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", default="16,32,64")
-    ap.add_argument("--sweep-rows", type=int, default=64)
+    ap.add_argument("--sweep-rows", type=int, default=64, help="0: no sweep")
     ap.add_argument("--copies", type=int, default=8)
     args = ap.parse_args()
 
@@ -118,26 +122,32 @@ def main() -> None:
             ref32 = fn(*[t.float() for t in third(weights[0])])
             tag = f"M={rows:<3d} {name:11s} K={k} N={n}"
 
-            def report(form, calls_of):
+            def report(form, calls_of, want=(ref, ref32)):
                 try:
                     got = calls_of(weights[0])()
                     torch.cuda.synchronize()
                     # bf16 tolerance, or no further from the fp32 answer than eager is
-                    err, eager_err = (got.float() - ref32).abs().max().item(), (ref.float() - ref32).abs().max().item()
-                    if err > max(2 * eager_err, 2e-2 * ref32.abs().max().item()):
+                    err, eager_err = (got.float() - want[1]).abs().max().item(), (want[0].float() - want[1]).abs().max().item()
+                    if err > max(2 * eager_err, 2e-2 * want[1].abs().max().item()):
                         raise AssertionError(f"max error {err:.3g} against eager's {eager_err:.3g}")
                     us = graph_us([calls_of(ws) for ws in weights])
-                    print(f"{tag}  {form:34s} {us:8.2f} us", flush=True)
+                    kernels: dict = {}
+                    kernel = measure.kernel_us(calls_of(weights[1 % len(weights)]), by_kernel=kernels)
+                    print(f"{tag}  {form:34s} {us:8.2f} us; kernels {kernel:6.2f} us ("
+                          + ", ".join(f"{k[:28]} {v:.2f}" for k, v in kernels.items()) + ")", flush=True)
                     return us
                 except Exception as e:   # one bad form must not stop the rest
                     print(f"{tag}  {form:34s} ERROR {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}",
                           flush=True)
                     return None
 
+            # cuBLAS alone is checked against the matmul alone (the last one of gate/up)
+            alone = weights[0][-1]
+            want = (F.linear(x, alone), F.linear(x.float(), alone.float()))
             if fn is swiglu:
-                report("cuBLAS", lambda ws: (lambda: (F.linear(x, ws[0]), F.linear(x, ws[1]))[1]))
+                report("cuBLAS", lambda ws: (lambda: (F.linear(x, ws[0]), F.linear(x, ws[1]))[1]), want)
             else:
-                report("cuBLAS", lambda ws: (lambda: F.linear(x, ws[0])))
+                report("cuBLAS", lambda ws: (lambda: F.linear(x, ws[0])), want)
             report("cuBLAS + eager epilogue", lambda ws: (lambda: fn(*third(ws))))
             compiled = minicomp.compile(fn)
             compiled.compile_for(*third(weights[0]))

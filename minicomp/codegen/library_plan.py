@@ -15,8 +15,9 @@ PyTorch lines; its `choice` asks the same questions of each group.
   mode a call at such sizes is host-bound: a 4-layer Llama at 1 x 16 ran 2.07 ms against 2.46
   with the cuBLAS plan (H200, results/2026-12-05). Under CUDA graphs with PDL (H100,
   `benchmarks/ablations/host_share.py --no-tc --rounds 2`) our kernels won at 1 x 16 (0.336
-  against 0.358; Qwen2 0.355 against 0.361; session 29) and tied at 1 x 1 (0.340-0.342 against
-  0.340), and cuBLAS won at 4 x 16 (0.368-0.372 against 0.394-0.401; session 30);
+  against 0.358; Qwen2 0.355 against 0.361; session 29), and cuBLAS won at 4 x 16 (0.368-0.372
+  against 0.394-0.401; session 30). On the H200 (session 31) ours won at 1 x 1 (0.281 against
+  0.358) and cuBLAS at 2 x 16 (Llama 0.321 against 0.341, Qwen2 0.321 against 0.347);
 - at many rows (prefill), `split_pairs`: one matmul of each dual GEMM's pair (SwiGLU's gate),
   whose partner then meets cuBLAS's result as a tile: our GEMM with the join in its epilogue,
   or cuBLAS too by the next rule (`Target.split_dual`; MINICOMP_DUAL_GEMM=fused keeps the pair
@@ -47,9 +48,10 @@ from minicomp.plan.rules import regroups
 # Measured on the H200 (results/2026-12-01/session11-models-early.md): a 4-layer Llama at
 # batch 1 x 16 under CUDA graphs took 0.534 ms with our fused GEMMs against torch.compile's
 # 0.354 (cuBLAS + Triton pointwise). Our GEMM has since had skinny configs (gemm_configs) and
-# PDL, and beat this rule on the H100 at 16 rows (session 29: 0.336 ms against 0.358) but lost
-# at 64 (session 30: 0.394-0.401 against 0.368-0.372), so the rule holds from GRAPH_LIBRARY_ROWS
-# rows on (`graph_library_rows`). Where it applies the planner keeps such a matmul in a group
+# PDL, and beat this rule on the H100 at 16 rows (session 29: 0.336 ms against 0.358) and on the
+# H200 at one row (session 31: 0.281 against 0.358), but lost at 32 (H200, session 31: 0.321
+# against 0.341-0.347) and 64 (H100, session 30: 0.368-0.372 against 0.394-0.401), so the rule
+# holds from GRAPH_LIBRARY_ROWS rows on (`graph_library_rows`). Where it applies the planner keeps such a matmul in a group
 # of its own (`planned`, plan/rules.py), so what follows it fuses with what comes next.
 PLANNED = "{m}, where reading the weights is the work"
 FEW = "cuBLAS: " + PLANNED
@@ -89,8 +91,8 @@ ALL = "cuBLAS: library mode 'all' (every GEMM; what follows fuses with the next 
 SMALL_ROWS = 64
 SMALL_MIN_K = 1024
 # Under CUDA graphs by default ("auto"), a few-rows GEMM of at least this many rows calls cuBLAS:
-# the measured ends above (ours won at 16 rows, cuBLAS at 64). Between them not yet measured
-GRAPH_LIBRARY_ROWS = 64
+# ours won at 1 and 16 rows, cuBLAS at 32 and 64 (the measurements above). 17 to 31 not measured
+GRAPH_LIBRARY_ROWS = 32
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)   # what cuBLAS multiplies and our kernels do too
 
 
