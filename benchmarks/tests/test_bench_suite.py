@@ -180,14 +180,18 @@ def test_a_model_workload_is_timed_through_both_minicomp_entry_points(tmp_path):
 
 
 def test_kernel_times_go_into_the_records_and_one_note(monkeypatch):
-    """On CUDA a block workload's backends also get their CUDA kernel time per call (host
+    """On CUDA a block or GEMM workload's backends also get their CUDA kernel time per call (host
     excluded): recorded per backend and compared in a note; a backend whose profile fails gets
-    a note, not an error. (The profiler itself needs CUDA: stood in for here.)"""
+    a note, not an error; a GEMM workload's note lists each kernel too. (The profiler itself
+    needs CUDA: stood in for here.)"""
     from benchmarks import run
     times = {"inductor": 1876.0, "minicomp": 1778.0}
 
-    def fake(call):
-        return call()
+    def fake(call, by_kernel=None):
+        us = call()
+        if by_kernel is not None:
+            by_kernel.update({"nvjet_gemm": us - 60.0, "pointwise": 60.0})
+        return us
     monkeypatch.setattr(run, "kernel_us", fake)
 
     def broken():
@@ -201,6 +205,13 @@ def test_kernel_times_go_into_the_records_and_one_note(monkeypatch):
     assert rec["notes"][0].startswith("kernel time of eager not measured: RuntimeError: no CUPTI")
     assert rec["notes"][1] == ("CUDA kernel time per call, host excluded (us): inductor 1876, minicomp 1778; "
                                "torch.compile / minicomp 1.055")
+    # a GEMM workload's records also list each backend's kernels, costliest first
+    rec = {"backends": {"inductor": {}, "minicomp": {}}, "notes": []}
+    run._kernel_times(rec, {k: calls[k] for k in ("inductor", "minicomp")}, lambda: 5.0, by_kernel=True)
+    assert rec["notes"] == ["inductor's kernels (us per call): nvjet_gemm 1816.0; pointwise 60.0",
+                            "minicomp's kernels (us per call): nvjet_gemm 1718.0; pointwise 60.0",
+                            "CUDA kernel time per call, host excluded (us): inductor 1876, minicomp 1778; "
+                            "torch.compile / minicomp 1.055"]
 
 
 def test_a_workload_the_budget_left_out_reads_skipped_not_error():
