@@ -74,8 +74,9 @@ def stubbed(gen):
     fake.__dict__.update({k: v for k, v in vars(torch).items() if not k.startswith("__")})
     fake.matmul = lambda a, b: torch.empty(a.shape[:-1] + (b.shape[-1],), dtype=a.dtype)
     fake.addmm = lambda c, a, b: torch.empty(a.shape[:-1] + (b.shape[-1],), dtype=a.dtype)
-    fake.nn = types.SimpleNamespace(functional=types.SimpleNamespace(
-        linear=lambda a, w, b=None: torch.empty(a.shape[:-1] + (w.shape[0],), dtype=a.dtype)))
+    functional = {k: v for k, v in vars(torch.nn.functional).items() if not k.startswith("__")}
+    functional["linear"] = lambda a, w, b=None: torch.empty(a.shape[:-1] + (w.shape[0],), dtype=a.dtype)
+    fake.nn = types.SimpleNamespace(functional=types.SimpleNamespace(**functional))   # the rest as PyTorch has it
     ns: dict = {"__name__": "minicomp_host_overhead"}
     exec(compile(gen.source, "<generated>", "exec"), ns)
     ns.update(DEVICE_TYPE="cpu", torch=fake)
