@@ -245,6 +245,21 @@ class CandidateSet:
         return removed, added
 
 
+def cost_changed(before: State, after: State, preview, move: Move) -> set[int]:
+    """The clusters whose cached move keys `move` may have changed: those it replaced or removed,
+    and the owners around them whose outputs (what they must write) changed. A touched owner
+    whose outputs stayed as they were costs what it cost, and the keys of moves through it hold:
+    a merge elsewhere changes who reads what that owner writes only by replacing readers with
+    their union, which still reads it, so no preview of another move through the owner sees
+    its last outside reader go (unless that move involves a replaced cluster, rescored anyway).
+    A recomputation does take a reader away without merging, so after one every touched
+    cluster counts as changed."""
+    if move.kind == "recompute":
+        return after.touched
+    return {c for c in after.touched
+            if c in preview.changes or before.outputs.get(c) != after.outputs.get(c)}
+
+
 def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
     """Greedy by bytes saved; returns the final state and the recomputations applied."""
     applied: list[tuple[Move, State, State]] = []
@@ -271,7 +286,7 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
         after = state.commit(preview)
         if chosen.kind == "recompute":
             applied.append((chosen, state, after))
-        rescore = cache.applied(after.touched, chosen)
+        rescore = cache.applied(cost_changed(state, after, preview, chosen), chosen)
         removed, added = candidates.update(state, after, set(preview.changes))
         state = after
         if chosen.kind == "recompute":   # every verdict may change
