@@ -27,7 +27,7 @@ import heapq
 import itertools
 from collections import Counter
 
-from minicomp.plan.moves import cheap, is_legal, preview_move, sort_key
+from minicomp.plan.moves import cheap, creates_cycle, preview_move, rule_violation, sort_key
 from minicomp.plan.state import Move, State
 
 Pair = tuple[int, int]
@@ -75,13 +75,19 @@ class MoveCache:
         return stale
 
     def refused(self, move: Move) -> bool:
-        """Was `move` found illegal, with nothing since that could change the verdict? Its
-        own clusters are unchanged, and no recomputation removed a dependency."""
+        """Was `move` found illegal, with nothing since that could change the verdict? Its own
+        clusters are unchanged and, for a cycle, no recomputation removed a dependency."""
         hit = self.verdicts.get(move)
-        return hit is not None and hit[1] == self.epoch and self._valid(hit[0])
+        return hit is not None and hit[1] in (None, self.epoch) and self._valid(hit[0])
 
-    def refuse(self, move: Move) -> None:
-        self.verdicts[move] = (self._deps({move.a, move.b}), self.epoch)
+    def refuse(self, move: Move, by_rules: bool = False) -> None:
+        """Record `move` as illegal. A refusal `by_rules` (`rules.check` refused a group the move
+        leaves) depends only on the groups its preview builds from its own two clusters, and
+        those stay as they are while the two do, across recomputations too: what the groups
+        write follows from who reads what they own, and a step that changes that bumps their
+        owner (`cost_changed`). A cycle may go when a recomputation removes a dependency, so
+        that refusal lasts only until the next one (`epoch`)."""
+        self.verdicts[move] = (self._deps({move.a, move.b}), None if by_rules else self.epoch)
 
 
 class MoveQueue:
@@ -276,10 +282,13 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
                 parked.add(move)
                 continue
             preview = preview_move(state, move)
-            if is_legal(state, preview, move):
+            if rule_violation(preview, move) is not None:
+                cache.refuse(move, by_rules=True)
+            elif creates_cycle(state, move):
+                cache.refuse(move)
+            else:
                 chosen = move
                 break
-            cache.refuse(move)
             parked.add(move)
         if chosen is None:
             return state, applied
