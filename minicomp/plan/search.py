@@ -11,10 +11,12 @@ Instead, three structures carry what a step did not change:
   clusters, the owner of what they own and the readers of what they read, so only the
   moves of the consumers and tensors around those are derived again;
 - `MoveCache`: a move's key depends only on the clusters it touches (version numbers tell
-  when one changed); a refused move stays refused until one of its two clusters changes
-  or a recomputation removes a dependency (merges only add paths between groups, so a
-  cycle stays a cycle). Each cluster lists the moves whose key depends on it, so a step
-  re-scores exactly the moves whose cached key it invalidated;
+  when one changed, and a step changes only those it replaced and the owners whose outputs
+  it changed: `cost_changed`); a refused move stays refused until one of its two clusters
+  changes, and one refused for a cycle also until a recomputation removes a dependency
+  (merges only add paths between groups, so a cycle stays a cycle). Each cluster lists the
+  moves whose key depends on it, so a step re-scores exactly the moves whose cached key it
+  invalidated;
 - `MoveQueue`: the candidates that save bytes, in key order (a heap). Refused moves wait
   aside ("parked") until their verdict may change.
 The result is the same sequence of moves as the literal walk: the queue holds, for every
