@@ -114,6 +114,21 @@ PREFILL = {     # the model workloads' full sizes (issue 22's small-batch ones t
 }
 
 
+def build_named(name: str, device: str, dtype: torch.dtype, tiny: bool = False, **sizes):
+    """A model of PREFILL (TINY sizes with `tiny`; `sizes` over either) or one of the suite's own
+    workloads (benchmarks/workloads.py: gemm_bias_gelu, swiglu, llama_block, ...) by name:
+    (sizes, Built). SystemExit names the choices for an unknown name."""
+    from benchmarks import workloads
+    if name in PREFILL:
+        s = {**(TINY if tiny else PREFILL[name]), **sizes}
+        return s, make_model(name)(device, dtype, s, torch.Generator().manual_seed(0))
+    w = workloads.WORKLOADS.get(name)
+    if w is None or sizes:
+        raise SystemExit(f"{name!r}: a model ({', '.join(PREFILL)}, sizes settable) or a workload of "
+                         "benchmarks/run.py --list (its own sizes)")
+    return dict(w.tiny if tiny else w.full), w.build(device, dtype, tiny=tiny)
+
+
 def model_from_args(description: str, rows: int):
     """For the profiling scripts (scripts/profile_model.py, scripts/host_profile.py,
     scripts/timeline_model.py): their arguments (a family, --batch/--seq over its PREFILL
@@ -131,14 +146,10 @@ def model_from_args(description: str, rows: int):
     p.add_argument("--rows", type=int, default=rows, help="rows of the tables printed")
     p.add_argument("--backend", action="store_true", help="torch.compile(backend=minicomp), not minicomp.compile")
     args = p.parse_args()
-    if args.family not in PREFILL:
-        if args.batch is not None or args.seq is not None:
-            p.error(f"--batch and --seq are for the models ({', '.join(PREFILL)}), not {args.family}")
-        w = workloads.WORKLOADS[args.family]
-        return args, dict(w.full), w.build("cuda", torch.bfloat16, tiny=False)
-    sizes = dict(PREFILL[args.family])
-    sizes.update({k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None})
-    return args, sizes, make_model(args.family)("cuda", torch.bfloat16, sizes, torch.Generator().manual_seed(0))
+    given = {k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None}
+    if given and args.family not in PREFILL:
+        p.error(f"--batch and --seq are for the models ({', '.join(PREFILL)}), not {args.family}")
+    return (args, *build_named(args.family, "cuda", torch.bfloat16, **given))
 
 
 def model_workloads(workload_cls) -> list:

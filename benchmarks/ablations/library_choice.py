@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import measure, workloads, workloads_models  # noqa: E402
+from benchmarks import measure, workloads_models  # noqa: E402
 
 import minicomp  # noqa: E402
 
@@ -147,14 +147,7 @@ def main() -> None:
              "|---|---|" + "---|" * len(variants)]
     notes = []
     for family in args.models.split(","):
-        if family in workloads_models.PREFILL:
-            sizes = dict(workloads_models.TINY if cpu else workloads_models.PREFILL[family])
-            built = workloads_models.make_model(family)(args.device, dtype, sizes, torch.Generator().manual_seed(0))
-        elif family in workloads.WORKLOADS:        # a workload of the suite (swiglu, llama_block)
-            built = workloads.WORKLOADS[family].build(args.device, dtype, tiny=cpu)
-        else:
-            raise SystemExit(f"unknown model {family!r}: {', '.join(workloads_models.PREFILL)} or a workload "
-                             "of benchmarks/run.py --list")
+        _, built = workloads_models.build_named(family, args.device, dtype, tiny=cpu)
         fn, inputs = built.fn, built.inputs
         wide = None if cpu or built.wide is None else built.wide()
         with torch.no_grad():

@@ -155,6 +155,7 @@ def main() -> None:
                     help="rows at which the module's variants run: no PDL, epilogue loads first, pointer form")
     ap.add_argument("--copies", type=int, default=8)
     args = ap.parse_args()
+    variant_rows = {int(r) for r in args.variant_rows.split(",") if r}
 
     import minicomp
     from minicomp.runtime.loader import import_source
@@ -207,7 +208,7 @@ def main() -> None:
             source = compiled.source
             shipped = import_source(source, f"skinny_{rows}_{k}_{n}", interpret=False)
             report("ours", lambda ws: (lambda: shipped.call(*third(ws))[0]))
-            if rows in [int(r) for r in args.variant_rows.split(",") if r]:
+            if rows in variant_rows:
                 forms = {name: (lambda edit=edit: edit(source)) for name, edit in VARIANTS.items()}
                 forms["pointer form"] = lambda: pointer_form(fn, third(weights[0]))
                 for name, make in forms.items():

@@ -51,8 +51,9 @@ from minicomp.plan.rules import regroups
 # PDL, and beat this rule on the H100 at 16 rows (session 29: 0.336 ms against 0.358) and on the
 # H200 at one row (session 31: 0.281 against 0.358), but lost at 32 (H200, session 31: 0.321
 # against 0.341-0.347) and 64 (H100, session 30: 0.368-0.372 against 0.394-0.401), so the rule
-# holds from GRAPH_LIBRARY_ROWS rows on (`graph_library_rows`). Where it applies the planner keeps such a matmul in a group
-# of its own (`planned`, plan/rules.py), so what follows it fuses with what comes next.
+# holds from GRAPH_LIBRARY_ROWS rows on (`graph_library_rows`). Where it applies the planner
+# keeps such a matmul in a group of its own (`planned`, plan/rules.py), so what follows it fuses
+# with what comes next.
 PLANNED = "{m}, where reading the weights is the work"
 FEW = "cuBLAS: " + PLANNED
 FEW_BIAS = "cuBLAS: " + PLANNED + ", and its bias (addmm)"
