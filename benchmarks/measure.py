@@ -133,6 +133,33 @@ def _one_round(fn: Callable[[], Any], args, rep_ms: float | None, rounds: int) -
     return times
 
 
+def settle(fn: Callable[[], Any], timeout: float = 600.0) -> Any:
+    """Call `fn` until what it launches is minicomp's kernels, and return the last call's result.
+
+    A generated module answers a group's first calls with eager PyTorch while its kernel compiles
+    in the background (codegen/first_calls.py); the first call after the compile autotunes it. So
+    a module imported by hand and timed at once times PyTorch's lines: session 31's skinny-GEMM
+    figures for "ours" were cuBLAS, PyTorch's epilogue kernel and a copy into the kernel's buffer.
+    This calls once (starting the compiles), waits for them, raises where one is still running or
+    failed, then calls once more (the autotuning). A callable that launches no kernel of ours
+    passes straight through (two calls)."""
+    import torch
+    import minicomp
+    from minicomp.runtime import background
+    wait = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    before = set(background.failed_kernels())
+    fn()
+    wait()
+    if not minicomp.wait_compiled(timeout):
+        raise RuntimeError(f"background compiles still running after {timeout:.0f} s: eager would be timed")
+    failed = [name for name in background.failed_kernels() if name not in before]
+    if failed:
+        raise RuntimeError(f"kernels failed to compile, eager serves their groups: {', '.join(failed)}")
+    out = fn()
+    wait()
+    return out
+
+
 def kernel_us(fn: Callable[[], Any], calls: int = 5, by_kernel: dict | None = None) -> float:
     """CUDA kernel time of one `fn()` in microseconds: the profiler's device time of every kernel
     over `calls` calls, divided. Host time is left out, so this is what a plan's kernels cost

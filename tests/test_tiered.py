@@ -113,3 +113,34 @@ def test_a_config_that_fails_leaves_eager_for_good_and_says_so():
         k.fn.go.set()
         assert launcher.wait_compiled(30)
     assert not launcher.compiled(k)
+
+
+def test_a_benchmark_settles_a_module_before_it_checks_and_times_it():
+    """benchmarks/measure.py `settle`: the first call starts the background compiles, the second
+    (the returned result) comes after they finish; one that failed during the call is an error,
+    so an ablation never times eager's stand-in for a kernel of ours."""
+    import pytest
+
+    from benchmarks import measure
+    from minicomp.runtime import background
+    k = SlowKernel()
+    seen = []
+
+    def call():
+        if not seen:
+            launcher.compile_later([(k, (), {})])
+            threading.Timer(0.2, k.go.set).start()
+        seen.append(launcher.compiled(k))
+        return len(seen)
+
+    assert measure.settle(call) == 2 and seen == [False, True]
+    bad = SlowKernel(fail=True)
+
+    def failing():
+        launcher.compile_later([(bad, (), {})])
+        bad.go.set()
+
+    with pytest.warns(RuntimeWarning, match="did not compile"), pytest.raises(RuntimeError, match="failed to compile"):
+        measure.settle(failing)
+    assert background.failed_kernels()
+    assert measure.settle(lambda: "plain") == "plain"      # earlier failures are not this call's

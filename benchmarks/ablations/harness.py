@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import measure  # noqa: E402
 from benchmarks.ablations.handwritten import pointwise_2d  # noqa: E402
 
 DEADLINE = [float("inf")]                         # --budget-s: no variant starts after it
@@ -39,8 +40,7 @@ def sm_count() -> int:
 
 
 def bench(fn) -> float:
-    fn()
-    torch.cuda.synchronize()
+    measure.settle(fn)             # a generated module's kernels compiled, not eager's stand-ins
     return do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
@@ -68,8 +68,7 @@ def attempt(res: Results, group: str, variant: str, nbytes, run, ref=None, flops
     if time.perf_counter() > DEADLINE[0]:
         return
     try:
-        got = run()
-        torch.cuda.synchronize()
+        got = measure.settle(run)      # checked and timed: minicomp's kernels, compiled and autotuned
         if ref is not None:
             check(got, ref, variant)
         ms = bench(run)

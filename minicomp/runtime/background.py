@@ -32,6 +32,11 @@ def any_pending() -> bool:
     return any(state in ("held", "pending") for state in list(_BACKGROUND.values()))
 
 
+def failed_kernels() -> list[str]:
+    """The names of the kernels whose background compile failed (eager serves their groups)."""
+    return [_kernel_name(k) for k, state in list(_BACKGROUND.items()) if state == "failed"]
+
+
 def wait_compiled(timeout: float | None = None) -> bool:
     """Wait for every background compile this process started; True when none is left."""
     import time
