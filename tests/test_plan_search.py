@@ -5,7 +5,9 @@ walk its docstring defines: at every step, every candidate move scored from scra
 models and the repo's samples, whose graphs have the merges, siblings and recomputations a plan
 meets in use, and on every text model of the zoo (tests/zoo_models.py) called with a padding
 mask. The search rescores after a merge only the moves through clusters whose cost changed
-(`search.cost_changed`); these are what hold that narrowing to the walk."""
+(`search.cost_changed`) and whose tracked nodes' reader counts moved (`search.recounted`), and
+never previews a sibling merge `moves.entangled` proves a cycle; these are what hold those
+shortcuts to the walk."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from minicomp.codegen import library_plan
 from minicomp.errors import CaptureRefused
 from minicomp.frontend.fx import capture
 from minicomp.passes.manager import run_pipeline
-from minicomp.plan.moves import is_legal, scored_moves
+from minicomp.plan.moves import candidates, creates_cycle, entangled, is_legal, scored_moves
 from minicomp.plan.search import search
 from minicomp.plan.state import initial_state
 from minicomp.target import Target
@@ -126,3 +128,24 @@ def test_on_the_zoo_the_incremental_search_takes_the_literal_walks_moves(name):
     graph = _zoo_graph(name)
     for chosen in (None, library_plan.planned(graph, Target("cuda", (9, 0), graphs=True))):
         _assert_search_is_the_walk(graph, chosen)
+
+
+@pytest.mark.parametrize("name", _zoo_text_models())
+def test_a_sibling_merge_the_search_skips_as_entangled_always_makes_a_cycle(name):
+    """`moves.entangled` is a sufficient test for a cycle: at every state of the walk, each
+    sibling move it names is one `creates_cycle` refuses, and it names some (a layer's readers of
+    the rotary table or the mask against the next layer's). On Gemma 2 a third group recomputes a
+    cheap value two siblings share, so a test that counted cheap nodes too would be wrong."""
+    graph = _zoo_graph(name)
+    state, named = initial_state(graph), 0
+    while True:
+        for move in candidates(state):
+            if entangled(state, move):
+                named += 1
+                assert creates_cycle(state, move), move
+        step = next(((m, after) for gain, m, after in scored_moves(state) if gain > 0 and is_legal(state, after, m)),
+                     None)
+        if step is None:
+            break
+        state = state.commit(step[1])
+    assert named > 0

@@ -152,6 +152,33 @@ def creates_cycle(state: State, move: Move) -> bool:
     return reaches_via_other(state, move.a, move.b) or reaches_via_other(state, move.b, move.a)
 
 
+def entangled(state: State, move: Move) -> bool:
+    """Is `move` a sibling merge of two groups one of which depends, node by node, on a node the
+    other owns that no group can recompute (not `cheap`: a matmul, a reduction)? Such a merge
+    always makes a cycle. Whoever computes the path from that node reads it from memory, from
+    its owner, so the owner's group reaches the other group; siblings read nothing of each
+    other (else they are producer and consumer), so the path runs through a third group, which
+    would both read from and feed the merged one. It stays a cycle while both groups stay as
+    they are, so the search need not preview it: a cheap test over bit masks, where a rotary
+    table that every layer reads pairs each layer's readers with every other layer's. (A cheap
+    node does not do: a third group may recompute it from what it reads, and owe the first
+    group nothing.)"""
+    if move.kind != "sibling":
+        return False
+    ctx = state.ctx
+    a, b = state.clusters[move.a], state.clusters[move.b]
+    return _reaches(ctx, a, b) or _reaches(ctx, b, a)
+
+
+def _reaches(ctx: Context, a: Cluster, b: Cluster) -> bool:
+    """Does a node of `b` depend on a node `a` owns that no group can recompute?"""
+    owned = 0
+    for n in a.owned:
+        if not cheap(ctx, n):
+            owned |= 1 << ctx.order[n]
+    return bool(owned) and any(ctx.ancestors(n) & owned for n in b.nodes)
+
+
 class Reach:
     """Paths in one state's group graph, to name a cycle (computed once per state, on demand)."""
 

@@ -10,13 +10,17 @@ Instead, three structures carry what a step did not change:
 - `CandidateSet`: the candidates themselves. A move changes only the reads of its own
   clusters, the owner of what they own and the readers of what they read, so only the
   moves of the consumers and tensors around those are derived again;
-- `MoveCache`: a move's key depends only on the clusters it touches (version numbers tell
-  when one changed, and a step changes only those it replaced and the owners whose outputs
-  it changed: `cost_changed`); a refused move stays refused until one of its two clusters
-  changes, and one refused for a cycle also until a recomputation removes a dependency
-  (merges only add paths between groups, so a cycle stays a cycle). Each cluster lists the
-  moves whose key depends on it, so a step re-scores exactly the moves whose cached key it
-  invalidated;
+- `MoveCache`: a move's key depends only on what its preview reads (`key_inputs`): its own
+  clusters, the other owners whose outputs it changes, and for each node it moves readers or
+  ownership of, whether that node keeps a reader besides the move's clusters. Version numbers
+  tell when a cluster changed (a step changes only those it replaced and the owners whose
+  outputs it changed: `cost_changed`) and when a node's count of readers crossed a small number
+  (`recounted`), so a table every layer reads no longer ties every layer's moves to its owner.
+  A refused move stays refused until what its verdict came from changes, and one refused for a
+  cycle also until a recomputation removes a dependency (merges only add paths between
+  groups, so a cycle stays a cycle). Each cluster and node lists the moves whose key depends
+  on it, so a step re-scores exactly the moves whose cached key it invalidated. A sibling
+  merge that `moves.entangled` proves a cycle is never previewed;
 - `MoveQueue`: the candidates that save bytes, in key order (a heap). Refused moves wait
   aside ("parked") until their verdict may change.
 The result is the same sequence of moves as the literal walk: the queue holds, for every
@@ -29,67 +33,121 @@ import heapq
 import itertools
 from collections import Counter
 
-from minicomp.plan.moves import cheap, creates_cycle, preview_move, rule_violation, sort_key
+from minicomp.plan.moves import cheap, creates_cycle, entangled, preview_move, rule_violation, sort_key
 from minicomp.plan.state import Move, State
 
 Pair = tuple[int, int]
 
 
 class MoveCache:
-    """Keys of moves, kept across greedy steps: a move's key depends only on the clusters
-    it touches, so it stays valid until one of them changes (tracked by version numbers)."""
+    """Keys of moves, kept across greedy steps: a key stays valid while what it was computed
+    from (`key_inputs`) stays as it was, tracked by version numbers of clusters and of nodes'
+    reader counts."""
 
     def __init__(self) -> None:
-        self.versions: dict[int, int] = {}
-        self.keys: dict[Move, tuple[tuple | None, tuple]] = {}
-        self.verdicts: dict[Move, tuple[tuple, int]] = {}
-        self.dependents: dict[int, set[Move]] = {}   # cluster -> moves whose cached key used it
+        self.versions: dict[int, int] = {}          # cluster -> version
+        self.reader_versions: dict[int, int] = {}   # node -> version of its (small) count of readers
+        self.keys: dict[Move, tuple[tuple | None, tuple, tuple]] = {}
+        self.verdicts: dict[Move, tuple[tuple, tuple, int | None]] = {}
+        self.dependents: dict[int, set[Move]] = {}          # cluster -> moves whose cached key used it
+        self.node_dependents: dict[int, set[Move]] = {}     # node -> moves whose cached key used its readers
         self.epoch = 0
 
     def _deps(self, cids) -> tuple:
         return tuple(sorted((c, self.versions.get(c, 0)) for c in cids))
 
-    def _valid(self, deps: tuple) -> bool:
-        return all(self.versions.get(c, 0) == v for c, v in deps)
+    def _node_deps(self, nodes) -> tuple:
+        versions = self.reader_versions
+        return tuple((n, versions.get(n, 0)) for n in nodes)
+
+    def _valid(self, deps: tuple, node_deps: tuple = ()) -> bool:
+        versions, readers = self.versions, self.reader_versions
+        return (all(versions.get(c, 0) == v for c, v in deps)
+                and all(readers.get(n, 0) == v for n, v in node_deps))
 
     def score(self, state: State, move: Move) -> tuple | None:
         """The move's sort key (gain first, negated), or None when it does not apply."""
         hit = self.keys.get(move)
-        if hit is not None and self._valid(hit[1]):
+        if hit is not None and self._valid(hit[1], hit[2]):
             return hit[0]
-        after = preview_move(state, move)
+        after = None if entangled(state, move) else preview_move(state, move)
         key = None if after is None else sort_key(state, state.gain(after), move)
-        touched = {move.a, move.b} | (after.touched if after is not None else set())
-        self.keys[move] = (key, self._deps(touched))
-        for c in touched:
+        clusters, nodes = key_inputs(state, move, after)
+        self.keys[move] = (key, self._deps(clusters), self._node_deps(nodes))
+        for c in clusters:
             self.dependents.setdefault(c, set()).add(move)
+        for n in nodes:
+            self.node_dependents.setdefault(n, set()).add(move)
         return key
 
-    def applied(self, touched: set[int], move: Move) -> set[Move]:
-        """Record a move that changed the `touched` clusters; returns the moves whose
-        cached key that invalidates."""
+    def applied(self, touched: set[int], recounted: set[int], move: Move) -> set[Move]:
+        """Record a move that changed the `touched` clusters and the reader counts of the
+        `recounted` nodes (`recounted`); returns the moves whose cached key that invalidates."""
         stale: set[Move] = set()
         for c in touched:
             self.versions[c] = self.versions.get(c, 0) + 1
             stale |= self.dependents.pop(c, set())
+        for n in recounted:
+            self.reader_versions[n] = self.reader_versions.get(n, 0) + 1
+            stale |= self.node_dependents.pop(n, set())
         if move.kind == "recompute":
             self.epoch += 1
         return stale
 
     def refused(self, move: Move) -> bool:
-        """Was `move` found illegal, with nothing since that could change the verdict? Its own
-        clusters are unchanged and, for a cycle, no recomputation removed a dependency."""
+        """Was `move` found illegal, with nothing since that could change the verdict? What the
+        verdict was computed from is unchanged and, for a cycle, no recomputation removed a
+        dependency."""
         hit = self.verdicts.get(move)
-        return hit is not None and hit[1] in (None, self.epoch) and self._valid(hit[0])
+        return hit is not None and hit[2] in (None, self.epoch) and self._valid(hit[0], hit[1])
 
-    def refuse(self, move: Move, by_rules: bool = False) -> None:
+    def refuse(self, state: State, move: Move, preview, by_rules: bool = False) -> None:
         """Record `move` as illegal. A refusal `by_rules` (`rules.check` refused a group the move
-        leaves) depends only on the groups its preview builds from its own two clusters, and
-        those stay as they are while the two do, across recomputations too: what the groups
-        write follows from who reads what they own, and a step that changes that bumps their
-        owner (`cost_changed`). A cycle may go when a recomputation removes a dependency, so
-        that refusal lasts only until the next one (`epoch`)."""
-        self.verdicts[move] = (self._deps({move.a, move.b}), None if by_rules else self.epoch)
+        leaves) depends only on the groups its preview builds: their nodes come from the move's
+        own clusters and what they write from whether each node they own has a reader besides
+        them, which `key_inputs` tracks; that holds across recomputations too. A cycle may go
+        when a recomputation removes a dependency, so that refusal lasts only until the next one
+        (`epoch`)."""
+        if by_rules:
+            clusters, nodes = key_inputs(state, move, preview)
+            self.verdicts[move] = (self._deps(clusters), self._node_deps(nodes), None)
+        else:
+            self.verdicts[move] = (self._deps({move.a, move.b}), (), self.epoch)
+
+
+def key_inputs(state: State, move: Move, preview) -> tuple[set[int], set[int]]:
+    """What `move`'s key, and a rules verdict on it, is computed from, given its `preview` (None:
+    the move does not apply, which only its own clusters decide): (clusters, nodes).
+
+    - clusters, any change to which counts: the move's own and any other its preview changes,
+      and each other owner whose outputs (what it must write) the move changes, since that
+      owner's cost before and after enters the gain. An owner whose outputs the move leaves as
+      they are costs the same on both sides of the gain, so what it holds does not matter;
+    - nodes whose count of readers counts: each node the move moves readers or ownership of
+      (`Preview.affected`). What the preview derives from the readers of such a node n is only
+      whether n keeps a reader besides the move's clusters a and b (is it still written?):
+      |readers(n) - {a, b}| >= 1, where how many of a and b read n follows from a and b. So
+      that answer can change only when n's count of readers crosses a number of at most 2, and
+      a step marks a node only then (`recounted`): a table every layer reads (the rotary cos
+      and sin) is a node of many readers whose owner's merges no longer rescore every layer."""
+    if preview is None:
+        return {move.a, move.b}, set()
+    clusters = {move.a, move.b} | set(preview.changes)
+    clusters |= {c for c in preview.outputs_order
+                 if c not in preview.changes and preview.outputs[c] != state.outputs.get(c)}
+    return clusters, preview.affected
+
+
+def recounted(before: State, preview) -> set[int]:
+    """The nodes whose count of readers the committed `preview` changes where the count before
+    or after is at most 2 (`key_inputs`)."""
+    readers = before.readers
+    out: set[int] = set()
+    for n, new in preview.readers.items():
+        old = len(readers.get(n, ()))
+        if old != len(new) and min(old, len(new)) <= 2:
+            out.add(n)
+    return out
 
 
 class MoveQueue:
@@ -254,14 +312,11 @@ class CandidateSet:
 
 
 def cost_changed(before: State, after: State, preview, move: Move) -> set[int]:
-    """The clusters whose cached move keys `move` may have changed: those it replaced or removed,
-    and the owners around them whose outputs (what they must write) changed. A touched owner
-    whose outputs stayed as they were costs what it cost, and the keys of moves through it hold:
-    a merge elsewhere changes who reads what that owner writes only by replacing readers with
-    their union, which still reads it, so no preview of another move through the owner sees
-    its last outside reader go (unless that move involves a replaced cluster, rescored anyway).
-    A recomputation does take a reader away without merging, so after one every touched
-    cluster counts as changed."""
+    """The clusters whose version `move` bumps: those it replaced or removed, and the owners
+    around them whose outputs (what they must write) changed. A key depends on another owner
+    only where its move changes that owner's outputs (`key_inputs`), and whether it does
+    follows from reader counts, which `recounted` tracks. A recomputation bumps every cluster it
+    touched (it takes readers away without merging; kept as the conservative rule)."""
     if move.kind == "recompute":
         return after.touched
     return {c for c in after.touched
@@ -285,9 +340,9 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
                 continue
             preview = preview_move(state, move)
             if rule_violation(preview, move) is not None:
-                cache.refuse(move, by_rules=True)
+                cache.refuse(state, move, preview, by_rules=True)
             elif creates_cycle(state, move):
-                cache.refuse(move)
+                cache.refuse(state, move, preview)
             else:
                 chosen = move
                 break
@@ -297,7 +352,7 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
         after = state.commit(preview)
         if chosen.kind == "recompute":
             applied.append((chosen, state, after))
-        rescore = cache.applied(cost_changed(state, after, preview, chosen), chosen)
+        rescore = cache.applied(cost_changed(state, after, preview, chosen), recounted(state, preview), chosen)
         removed, added = candidates.update(state, after, set(preview.changes))
         state = after
         if chosen.kind == "recompute":   # every verdict may change

@@ -65,6 +65,22 @@ class Context:
         self.args = {nid: n.args for nid, n in records.items()}
         self.costs: dict = {}
         self.checks: dict = {}
+        self._topo = topo
+        self._ancestors: dict[int, int] | None = None
+
+    def ancestors(self, nid: int) -> int:
+        """The nodes `nid` depends on, as a bit mask over topological positions (`order`):
+        built once per search, the first time a move asks (moves.entangled)."""
+        if self._ancestors is None:
+            masks: dict[int, int] = {}
+            order, args = self.order, self.args
+            for n in self._topo:
+                m = 0
+                for a in args[n]:
+                    m |= masks[a] | (1 << order[a])
+                masks[n] = m
+            self._ancestors = masks
+        return self._ancestors[nid]
 
     def cost(self, nodes: frozenset[int], outputs: frozenset[int]) -> ledger.Cost:
         """The ledger of one group, computed once per (nodes, outputs)."""
@@ -220,6 +236,7 @@ class Preview:
             affected |= r | c.owned
         touched = {cid for cid, c in changes.items() if c is not None}
         touched |= {o for o in map(self.owner_of, affected) if o is not None}
+        self.affected = affected    # the nodes whose readers or owner the change may move
         self.outputs_order = list(touched)
         self.outputs = {cid: self._outputs_of(cid) for cid in self.outputs_order}
         self.touched = touched | set(changes)
