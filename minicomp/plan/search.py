@@ -80,9 +80,11 @@ class MoveCache:
             self.node_dependents.setdefault(n, set()).add(move)
         return key
 
-    def applied(self, touched: set[int], recounted: set[int], move: Move) -> set[Move]:
+    def applied(self, touched: set[int], recounted: set[int], dropped_edge: bool) -> set[Move]:
         """Record a move that changed the `touched` clusters and the reader counts of the
-        `recounted` nodes (`recounted`); returns the moves whose cached key that invalidates."""
+        `recounted` nodes (`recounted`), and whether it took an edge out of the graph of groups
+        (`drops_an_edge`: then a cycle verdict may change); returns the moves whose cached key
+        that invalidates."""
         stale: set[Move] = set()
         for c in touched:
             self.versions[c] = self.versions.get(c, 0) + 1
@@ -90,7 +92,7 @@ class MoveCache:
         for n in recounted:
             self.reader_versions[n] = self.reader_versions.get(n, 0) + 1
             stale |= self.node_dependents.pop(n, set())
-        if move.kind == "recompute":
+        if dropped_edge:
             self.epoch += 1
         return stale
 
@@ -100,6 +102,13 @@ class MoveCache:
         dependency."""
         hit = self.verdicts.get(move)
         return hit is not None and hit[2] in (None, self.epoch) and self._valid(hit[0], hit[1])
+
+    def was_cycle(self, move: Move) -> bool:
+        """Was `move`'s last refusal for a cycle, with its own clusters as they are now (the
+        verdict lapsed only because a step dropped an edge)? Then the cycle is checked again
+        before anything else: it usually holds."""
+        hit = self.verdicts.get(move)
+        return hit is not None and hit[2] is not None and self._valid(hit[0])
 
     def refuse(self, state: State, move: Move, preview, by_rules: bool = False) -> None:
         """Record `move` as illegal. A refusal `by_rules` (`rules.check` refused a group the move
@@ -315,12 +324,22 @@ def cost_changed(before: State, after: State, preview, move: Move) -> set[int]:
     """The clusters whose version `move` bumps: those it replaced or removed, and the owners
     around them whose outputs (what they must write) changed. A key depends on another owner
     only where its move changes that owner's outputs (`key_inputs`), and whether it does
-    follows from reader counts, which `recounted` tracks. A recomputation bumps every cluster it
-    touched (it takes readers away without merging; kept as the conservative rule)."""
-    if move.kind == "recompute":
-        return after.touched
+    follows from reader counts, which `recounted` tracks; so this holds for recomputations,
+    which take readers away without merging, as for merges."""
     return {c for c in after.touched
             if c in preview.changes or before.outputs.get(c) != after.outputs.get(c)}
+
+
+def drops_an_edge(before: State, after: State, preview) -> bool:
+    """Whether a step took an edge out of the graph of groups: some group it touched no longer
+    feeds a group it fed. A merge never does (the edges of its two groups become the merged
+    group's); a recomputation may (its consumer stops reading the value from its owner, the
+    owner may stop reading what the value needed). Only then can a merge refused for a cycle
+    become legal."""
+    for c in preview.touched:
+        if c in before.clusters and before.successors(c) - (after.successors(c) if c in after.clusters else set()):
+            return True
+    return False
 
 
 def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
@@ -338,6 +357,10 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
             if cache.refused(move):
                 parked.add(move)
                 continue
+            if cache.was_cycle(move) and creates_cycle(state, move):
+                cache.refuse(state, move, None)     # still a cycle: no preview needed to say so
+                parked.add(move)
+                continue
             preview = preview_move(state, move)
             if rule_violation(preview, move) is not None:
                 cache.refuse(state, move, preview, by_rules=True)
@@ -352,10 +375,11 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
         after = state.commit(preview)
         if chosen.kind == "recompute":
             applied.append((chosen, state, after))
-        rescore = cache.applied(cost_changed(state, after, preview, chosen), recounted(state, preview), chosen)
+        dropped = chosen.kind == "recompute" and drops_an_edge(state, after, preview)
+        rescore = cache.applied(cost_changed(state, after, preview, chosen), recounted(state, preview), dropped)
         removed, added = candidates.update(state, after, set(preview.changes))
         state = after
-        if chosen.kind == "recompute":   # every verdict may change
+        if dropped:   # every cycle verdict may change
             rescore |= parked
             parked.clear()
         for move in removed:
