@@ -128,28 +128,48 @@ def _check_cluster(after: State | Preview, cid: int) -> str | None:
     return checks[key]
 
 
-def reaches_via_other(state: State, a: int, b: int) -> bool:
-    """Does group `a` reach group `b` through some third group (a -> s -> ... -> b)?"""
+def path_via_other(state: State, a: int, b: int) -> list[int] | None:
+    """A path of groups a -> s -> ... -> b through some third group s, or None."""
     stack = [s for s in state.successors(a) if s != b]
-    seen = set(stack)
+    parent = dict.fromkeys(stack, a)
     while stack:
         c = stack.pop()
         if c == b:
-            return True
+            path = [b]
+            while path[-1] != a:
+                path.append(parent[path[-1]])
+            return path[::-1]
         for s in state.successors(c):
-            if s not in seen:
-                seen.add(s)
+            if s not in parent:
+                parent[s] = c
                 stack.append(s)
-    return False
+    return None
+
+
+def reaches_via_other(state: State, a: int, b: int) -> bool:
+    """Does group `a` reach group `b` through some third group (a -> s -> ... -> b)?"""
+    return path_via_other(state, a, b) is not None
+
+
+def cycle_witness(state: State, move: Move) -> list[int] | None:
+    """A path of groups that merging `move`'s two groups would close into a cycle (one reaches
+    the other through a third), or None where the move makes no cycle. A recomputation cannot
+    make one (the consumer now reads what the producer read, which it already depended on)."""
+    if move.kind == "recompute":
+        return None
+    return path_via_other(state, move.a, move.b) or path_via_other(state, move.b, move.a)
+
+
+def still_a_path(state: State, path: list[int]) -> bool:
+    """Is `path` (a `cycle_witness`) still a path of groups in `state`?"""
+    succ = state.successors
+    return all(c in state.clusters for c in path) and all(y in succ(x) for x, y in zip(path, path[1:]))
 
 
 def creates_cycle(state: State, move: Move) -> bool:
     """A merge makes a cycle exactly when one of the two groups reaches the other through a
-    third; a recomputation cannot make one (the consumer now reads what the producer read,
-    which it already depended on)."""
-    if move.kind == "recompute":
-        return False
-    return reaches_via_other(state, move.a, move.b) or reaches_via_other(state, move.b, move.a)
+    third (`cycle_witness`)."""
+    return cycle_witness(state, move) is not None
 
 
 def entangled(state: State, move: Move) -> bool:

@@ -33,7 +33,7 @@ import heapq
 import itertools
 from collections import Counter
 
-from minicomp.plan.moves import cheap, creates_cycle, entangled, preview_move, rule_violation, sort_key
+from minicomp.plan.moves import cheap, cycle_witness, entangled, preview_move, rule_violation, sort_key, still_a_path
 from minicomp.plan.state import Move, State
 
 Pair = tuple[int, int]
@@ -48,7 +48,7 @@ class MoveCache:
         self.versions: dict[int, int] = {}          # cluster -> version
         self.reader_versions: dict[int, int] = {}   # node -> version of its (small) count of readers
         self.keys: dict[Move, tuple[tuple | None, tuple, tuple]] = {}
-        self.verdicts: dict[Move, tuple[tuple, tuple, int | None]] = {}
+        self.verdicts: dict[Move, tuple[tuple, tuple, int | None, list | None]] = {}
         self.dependents: dict[int, set[Move]] = {}          # cluster -> moves whose cached key used it
         self.node_dependents: dict[int, set[Move]] = {}     # node -> moves whose cached key used its readers
         self.epoch = 0
@@ -98,30 +98,31 @@ class MoveCache:
 
     def refused(self, move: Move) -> bool:
         """Was `move` found illegal, with nothing since that could change the verdict? What the
-        verdict was computed from is unchanged and, for a cycle, no recomputation removed a
-        dependency."""
+        verdict was computed from is unchanged and, for a cycle, no step since dropped an edge
+        between groups."""
         hit = self.verdicts.get(move)
         return hit is not None and hit[2] in (None, self.epoch) and self._valid(hit[0], hit[1])
 
-    def was_cycle(self, move: Move) -> bool:
-        """Was `move`'s last refusal for a cycle, with its own clusters as they are now (the
-        verdict lapsed only because a step dropped an edge)? Then the cycle is checked again
-        before anything else: it usually holds."""
+    def witness(self, move: Move) -> list[int] | None:
+        """The path of groups `move`'s last refusal for a cycle found, where its own clusters
+        are as they were (the verdict lapsed only because a step dropped an edge). The search
+        checks that path first: it usually still holds, and checking it costs its length where
+        a search for a path may cross the whole graph."""
         hit = self.verdicts.get(move)
-        return hit is not None and hit[2] is not None and self._valid(hit[0])
+        return hit[3] if hit is not None and hit[2] is not None and self._valid(hit[0]) else None
 
-    def refuse(self, state: State, move: Move, preview, by_rules: bool = False) -> None:
-        """Record `move` as illegal. A refusal `by_rules` (`rules.check` refused a group the move
-        leaves) depends only on the groups its preview builds: their nodes come from the move's
-        own clusters and what they write from whether each node they own has a reader besides
-        them, which `key_inputs` tracks; that holds across recomputations too. A cycle may go
-        when a recomputation removes a dependency, so that refusal lasts only until the next one
-        (`epoch`)."""
-        if by_rules:
+    def refuse(self, state: State, move: Move, preview, witness: list[int] | None = None) -> None:
+        """Record `move` as illegal: for a cycle, with the path of groups it closes (`witness`),
+        else because `rules.check` refused a group it leaves. A rules refusal depends only on
+        the groups its preview builds: their nodes come from the move's own clusters and what
+        they write from whether each node they own has a reader besides them, which
+        `key_inputs` tracks; that holds across recomputations too. A cycle may go when a step
+        drops an edge between groups, so that refusal lasts only until then (`epoch`)."""
+        if witness is None:
             clusters, nodes = key_inputs(state, move, preview)
-            self.verdicts[move] = (self._deps(clusters), self._node_deps(nodes), None)
+            self.verdicts[move] = (self._deps(clusters), self._node_deps(nodes), None, None)
         else:
-            self.verdicts[move] = (self._deps({move.a, move.b}), (), self.epoch)
+            self.verdicts[move] = (self._deps({move.a, move.b}), (), self.epoch, witness)
 
 
 def key_inputs(state: State, move: Move, preview) -> tuple[set[int], set[int]]:
@@ -357,15 +358,18 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
             if cache.refused(move):
                 parked.add(move)
                 continue
-            if cache.was_cycle(move) and creates_cycle(state, move):
-                cache.refuse(state, move, None)     # still a cycle: no preview needed to say so
-                parked.add(move)
-                continue
+            lapsed = cache.witness(move)     # a cycle verdict that lapsed: it usually still holds
+            if lapsed is not None:
+                witness = lapsed if still_a_path(state, lapsed) else cycle_witness(state, move)
+                if witness is not None:
+                    cache.refuse(state, move, None, witness)    # no preview needed to say so
+                    parked.add(move)
+                    continue
             preview = preview_move(state, move)
             if rule_violation(preview, move) is not None:
-                cache.refuse(state, move, preview, by_rules=True)
-            elif creates_cycle(state, move):
                 cache.refuse(state, move, preview)
+            elif lapsed is None and (witness := cycle_witness(state, move)) is not None:
+                cache.refuse(state, move, preview, witness)
             else:
                 chosen = move
                 break
