@@ -17,8 +17,9 @@ Instead, three structures carry what a step did not change:
   outputs it changed: `cost_changed`) and when a node's count of readers crossed a small number
   (`recounted`), so a table every layer reads no longer ties every layer's moves to its owner.
   A refused move stays refused until what its verdict came from changes, and one refused for a
-  cycle also until a recomputation removes a dependency (merges only add paths between
-  groups, so a cycle stays a cycle). Each cluster and node lists the moves whose key depends
+  cycle also until a step drops an edge between groups (`drops_an_edge`: merges only add
+  paths, so a cycle stays a cycle); then the path it found (`moves.cycle_witness`) is checked
+  before anything else. Each cluster and node lists the moves whose key depends
   on it, so a step re-scores exactly the moves whose cached key it invalidated. A sibling
   merge that `moves.entangled` proves a cycle is never previewed;
 - `MoveQueue`: the candidates that save bytes, in key order (a heap). Refused moves wait
@@ -82,7 +83,7 @@ class MoveCache:
 
     def applied(self, touched: set[int], recounted: set[int], dropped_edge: bool) -> set[Move]:
         """Record a move that changed the `touched` clusters and the reader counts of the
-        `recounted` nodes (`recounted`), and whether it took an edge out of the graph of groups
+        `recounted` nodes, and whether it took an edge out of the graph of groups
         (`drops_an_edge`: then a cycle verdict may change); returns the moves whose cached key
         that invalidates."""
         stale: set[Move] = set()
