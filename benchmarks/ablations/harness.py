@@ -41,6 +41,11 @@ def sm_count() -> int:
 
 def bench(fn) -> float:
     measure.settle(fn)             # a generated module's kernels compiled, not eager's stand-ins
+    return _timed(fn)
+
+
+def _timed(fn) -> float:
+    """do_bench's median of an `fn` already settled."""
     return do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
@@ -71,7 +76,7 @@ def attempt(res: Results, group: str, variant: str, nbytes, run, ref=None, flops
         got = measure.settle(run)      # checked and timed: minicomp's kernels, compiled and autotuned
         if ref is not None:
             check(got, ref, variant)
-        ms = bench(run)
+        ms = _timed(run)
         res.add(group, variant, ms, nbytes, **({"tflops": flops / (ms * 1e9)} if flops else {}))
     except Exception as e:       # record and go on: one bad variant must not stop the sweep
         res.add(group, variant, None, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")

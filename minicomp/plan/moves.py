@@ -146,11 +146,6 @@ def path_via_other(state: State, a: int, b: int) -> list[int] | None:
     return None
 
 
-def reaches_via_other(state: State, a: int, b: int) -> bool:
-    """Does group `a` reach group `b` through some third group (a -> s -> ... -> b)?"""
-    return path_via_other(state, a, b) is not None
-
-
 def cycle_witness(state: State, move: Move) -> list[int] | None:
     """A path of groups that merging `move`'s two groups would close into a cycle (one reaches
     the other through a third), or None where the move makes no cycle. A recomputation cannot

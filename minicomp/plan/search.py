@@ -322,8 +322,8 @@ class CandidateSet:
         return removed, added
 
 
-def cost_changed(before: State, after: State, preview, move: Move) -> set[int]:
-    """The clusters whose version `move` bumps: those it replaced or removed, and the owners
+def cost_changed(before: State, after: State, preview) -> set[int]:
+    """The clusters whose version a step bumps: those it replaced or removed, and the owners
     around them whose outputs (what they must write) changed. A key depends on another owner
     only where its move changes that owner's outputs (`key_inputs`), and whether it does
     follows from reader counts, which `recounted` tracks; so this holds for recomputations,
@@ -381,7 +381,7 @@ def search(state: State) -> tuple[State, list[tuple[Move, State, State]]]:
         if chosen.kind == "recompute":
             applied.append((chosen, state, after))
         dropped = chosen.kind == "recompute" and drops_an_edge(state, after, preview)
-        rescore = cache.applied(cost_changed(state, after, preview, chosen), recounted(state, preview), dropped)
+        rescore = cache.applied(cost_changed(state, after, preview), recounted(state, preview), dropped)
         removed, added = candidates.update(state, after, set(preview.changes))
         state = after
         if dropped:   # every cycle verdict may change
